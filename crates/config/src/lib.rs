@@ -1,0 +1,467 @@
+//! hotpath's configuration: one typed tree of sections, each field with its default and a doc
+//! comment, from which `hotpath config` prints a commented TOML file.
+//!
+//! Owns: parsing a TOML file into [`Config`], rejecting unknown keys and invalid values with an
+//! error that names the key, and generating the commented defaults. Must not: do any I/O beyond
+//! reading the file it is given.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+/// A configuration error. Every variant names the key it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file's path as given.
+        path: String,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
+    /// The TOML did not parse, a key is unknown, or a value has the wrong type.
+    #[error("config key `{key}`: {message}")]
+    Parse {
+        /// The dotted path of the key (`.` for the top level).
+        key: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A value parsed but makes no sense.
+    #[error("config key `{key}`: {message}")]
+    Invalid {
+        /// The dotted path of the key.
+        key: &'static str,
+        /// What is wrong with it and what is allowed.
+        message: String,
+    },
+}
+
+/// Defines one config section: the struct (with serde defaults and `deny_unknown_fields`), its
+/// `Default`, and the list of its fields with their doc comments, used to print commented TOML.
+macro_rules! section {
+    (
+        $(#[doc = $sdoc:literal])*
+        pub struct $name:ident {
+            $(
+                $(#[doc = $doc:literal])*
+                pub $field:ident : $ty:ty = $default:expr,
+            )*
+        }
+    ) => {
+        $(#[doc = $sdoc])*
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct $name {
+            $( $(#[doc = $doc])* pub $field: $ty, )*
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self { $( $field: $default, )* }
+            }
+        }
+
+        impl Section for $name {
+            const DOC: &'static str = concat!($($sdoc, "\n",)*);
+            const FIELDS: &'static [(&'static str, &'static str)] =
+                &[ $( (stringify!($field), concat!($($doc, "\n",)*)) ),* ];
+        }
+    };
+}
+
+/// A config section: its doc comment and its fields' names and doc comments, in order.
+pub trait Section: Serialize {
+    /// The section's doc comment.
+    const DOC: &'static str;
+    /// `(field name, doc comment)` for every field, in declaration order.
+    const FIELDS: &'static [(&'static str, &'static str)];
+}
+
+section! {
+    /// The network server: worker threads, sockets, HTTP limits and timeouts.
+    pub struct ServerConfig {
+        /// Worker threads, each with its own event loop and its own SO_REUSEPORT sockets.
+        /// 0 means one per CPU this process may run on.
+        pub workers: usize = 0,
+        /// Listen backlog of every TCP listener. Linux caps it at net.core.somaxconn.
+        pub backlog: u32 = 4096,
+        /// Open TCP connections one worker keeps at most; further ones are accepted and closed
+        /// at once (and counted) so the backlog does not fill with connections nobody serves.
+        pub max_connections_per_worker: usize = 16384,
+        /// Seconds a keep-alive connection may sit idle between requests before it is closed.
+        pub idle_timeout_secs: u64 = 60,
+        /// Seconds a client has to send a whole request head once it has started one
+        /// (slowloris protection). Also bounds how long a response may take to drain.
+        pub header_timeout_secs: u64 = 10,
+        /// Largest request head (request line and headers) in bytes; larger ones get 431.
+        pub max_header_bytes: usize = 8192,
+        /// Most header lines in one request; more get 431.
+        pub max_headers: usize = 32,
+        /// Longest request target (path and query) in bytes; longer ones get 414.
+        pub max_url_bytes: usize = 4096,
+        /// Largest request body in bytes (Content-Length); larger ones get 413.
+        pub max_body_bytes: usize = 65536,
+        /// Bytes of unsent responses one connection may hold before hotpath stops reading
+        /// from it until the client reads (bounds memory under pipelining).
+        pub max_output_bytes: usize = 262144,
+        /// Datagrams read with one recvmmsg call and answered with one sendmmsg call.
+        pub udp_batch: usize = 64,
+        /// SO_RCVBUF of every UDP socket in bytes (capped by net.core.rmem_max).
+        pub udp_recv_buffer: usize = 8388608,
+        /// SO_SNDBUF of every UDP socket in bytes (capped by net.core.wmem_max).
+        pub udp_send_buffer: usize = 8388608,
+        /// Write an access log line per HTTP request to standard error, from a background
+        /// thread (never a write on the request path; lines are dropped and counted when it
+        /// falls behind).
+        pub access_log: bool = false,
+        /// Seconds shutdown waits for in-flight requests and unsent responses before exiting.
+        pub shutdown_grace_secs: u64 = 5,
+    }
+}
+
+section! {
+    /// Addresses to listen on. An empty list turns that listener off.
+    pub struct ListenConfig {
+        /// HTTP tracker (and /healthz) listeners.
+        pub http: Vec<SocketAddr> = vec![SocketAddr::from(([0, 0, 0, 0], 6969))],
+        /// UDP tracker (BEP 15) listeners.
+        pub udp: Vec<SocketAddr> = vec![SocketAddr::from(([0, 0, 0, 0], 6969))],
+        /// Also listen on the IPv6 wildcard ([::]) at the port of every 0.0.0.0 address above,
+        /// when this host has IPv6. The IPv6 sockets are IPv6-only.
+        pub ipv6: bool = true,
+        /// Admin listeners: /metrics (Prometheus text), /stats (JSON) and /healthz.
+        /// Keep them on loopback or a private network.
+        pub admin: Vec<SocketAddr> = vec![SocketAddr::from(([127, 0, 0, 1], 9090))],
+    }
+}
+
+section! {
+    /// The BitTorrent tracker (HTTP per BEP 3/7/23/48 and UDP per BEP 15/41).
+    pub struct TrackerConfig {
+        /// Seconds clients are told to wait between announces (`interval`).
+        pub interval_secs: u32 = 1800,
+        /// Seconds clients must wait at least between announces (`min interval`).
+        pub min_interval_secs: u32 = 900,
+        /// Random jitter added to `interval`, in percent of it, spreading re-announces out.
+        pub interval_jitter_percent: u32 = 10,
+        /// Peers returned when the client does not send `numwant`.
+        pub numwant_default: u32 = 50,
+        /// Most peers returned to one announce, whatever `numwant` says.
+        pub numwant_max: u32 = 200,
+        /// Seconds after its last announce that a peer is dropped. Must exceed `interval_secs`.
+        pub peer_timeout_secs: u32 = 2700,
+        /// Seconds one pass of the expiry sweeper takes over all torrents; it visits one shard
+        /// at a time, so requests are never stalled by it.
+        pub sweep_interval_secs: u32 = 60,
+        /// Shards of the torrent table (a power of two); each has its own short lock.
+        pub shards: usize = 256,
+        /// Most torrents tracked (0 = no limit). Announces for new torrents beyond it fail.
+        pub max_torrents: usize = 0,
+        /// Most peers kept per torrent (0 = no limit). New peers beyond it get the peer list
+        /// but are not added.
+        pub max_peers_per_torrent: usize = 0,
+        /// Keep every peer's 20-byte peer id, so that non-compact (compact=0) responses carry
+        /// `peer id`. Costs 20 bytes per IPv4 peer; off, compact=0 answers as if no_peer_id=1.
+        pub keep_peer_ids: bool = false,
+        /// Answer a scrape that names no info hash with every torrent ("full scrape").
+        pub full_scrape: bool = false,
+        /// Most info hashes in one HTTP scrape (UDP's limit is 74 by its packet size).
+        pub max_scrape_hashes: usize = 128,
+        /// Accept BEP 7's `ipv6=` parameter: an IPv4 client may also announce an IPv6 address.
+        pub accept_ipv6_param: bool = true,
+        /// Header holding the client's address when the connection comes from a trusted proxy
+        /// (e.g. "X-Forwarded-For"; its last entry is used). Empty: always use the socket's.
+        pub real_ip_header: String = String::new(),
+        /// Networks whose connections may set `real_ip_header` (e.g. ["127.0.0.1/32"]).
+        pub trusted_proxies: Vec<IpNet> = Vec::new(),
+    }
+}
+
+/// Which info hashes the tracker serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessListMode {
+    /// Every info hash is served.
+    Off,
+    /// Only the info hashes in the file are served.
+    Allow,
+    /// Every info hash but those in the file is served.
+    Deny,
+}
+
+section! {
+    /// The access list: a file of hex info hashes, one per line, reloaded on SIGHUP.
+    pub struct AccessListConfig {
+        /// "off", "allow" (only listed hashes are served) or "deny" (listed hashes are refused).
+        pub mode: AccessListMode = AccessListMode::Off,
+        /// The file of 40-character hex info hashes; `#` starts a comment.
+        pub path: String = String::new(),
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Network server settings.
+    pub server: ServerConfig,
+    /// Listen addresses.
+    pub listen: ListenConfig,
+    /// Tracker settings.
+    pub tracker: TrackerConfig,
+    /// Access list settings.
+    pub access_list: AccessListConfig,
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::parse(&text)
+    }
+
+    /// Parses and validates TOML text. Keys left out take their defaults.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let de = toml::Deserializer::new(text);
+        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            let message = e.into_inner().message().trim().to_string();
+            ConfigError::Parse { key, message }
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks values that parse but make no sense.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn bad(key: &'static str, message: impl Into<String>) -> Result<(), ConfigError> {
+            Err(ConfigError::Invalid {
+                key,
+                message: message.into(),
+            })
+        }
+        let s = &self.server;
+        let t = &self.tracker;
+        if s.workers > 1024 {
+            return bad("server.workers", "at most 1024 (0 = one per CPU)");
+        }
+        if s.backlog == 0 || s.backlog > 1 << 20 {
+            return bad("server.backlog", "must be between 1 and 1048576");
+        }
+        if s.max_connections_per_worker == 0 {
+            return bad("server.max_connections_per_worker", "must be at least 1");
+        }
+        if s.idle_timeout_secs == 0 {
+            return bad("server.idle_timeout_secs", "must be at least 1");
+        }
+        if s.header_timeout_secs == 0 {
+            return bad("server.header_timeout_secs", "must be at least 1");
+        }
+        if !(256..=1 << 20).contains(&s.max_header_bytes) {
+            return bad("server.max_header_bytes", "must be between 256 and 1048576");
+        }
+        if !(4..=256).contains(&s.max_headers) {
+            return bad("server.max_headers", "must be between 4 and 256");
+        }
+        if s.max_url_bytes < 64 || s.max_url_bytes > s.max_header_bytes {
+            return bad(
+                "server.max_url_bytes",
+                "must be at least 64 and at most server.max_header_bytes",
+            );
+        }
+        if s.max_body_bytes > 64 << 20 {
+            return bad("server.max_body_bytes", "at most 67108864");
+        }
+        if s.max_output_bytes < 4096 {
+            return bad("server.max_output_bytes", "must be at least 4096");
+        }
+        if !(1..=1024).contains(&s.udp_batch) {
+            return bad("server.udp_batch", "must be between 1 and 1024");
+        }
+        if t.interval_secs == 0 {
+            return bad("tracker.interval_secs", "must be at least 1");
+        }
+        if t.min_interval_secs > t.interval_secs {
+            return bad("tracker.min_interval_secs", "must not exceed tracker.interval_secs");
+        }
+        if t.interval_jitter_percent > 50 {
+            return bad("tracker.interval_jitter_percent", "at most 50");
+        }
+        if t.numwant_max > 10_000 {
+            return bad("tracker.numwant_max", "at most 10000");
+        }
+        if t.numwant_default > t.numwant_max {
+            return bad("tracker.numwant_default", "must not exceed tracker.numwant_max");
+        }
+        // Peer ages are kept as 16-bit seconds; a timeout of 12 h leaves room for wrap-around.
+        if t.peer_timeout_secs <= t.interval_secs || t.peer_timeout_secs > 43_200 {
+            return bad(
+                "tracker.peer_timeout_secs",
+                "must exceed tracker.interval_secs and be at most 43200 (12 h)",
+            );
+        }
+        if t.sweep_interval_secs == 0 || t.sweep_interval_secs > 3600 {
+            return bad("tracker.sweep_interval_secs", "must be between 1 and 3600");
+        }
+        if !t.shards.is_power_of_two() || t.shards > 65536 {
+            return bad("tracker.shards", "must be a power of two, at most 65536");
+        }
+        if t.max_scrape_hashes == 0 || t.max_scrape_hashes > 10_000 {
+            return bad("tracker.max_scrape_hashes", "must be between 1 and 10000");
+        }
+        if !t.real_ip_header.is_empty() {
+            let valid = t
+                .real_ip_header
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !valid {
+                return bad("tracker.real_ip_header", "must be a header name like X-Forwarded-For");
+            }
+            if t.trusted_proxies.is_empty() {
+                return bad(
+                    "tracker.trusted_proxies",
+                    "must name the proxy networks when tracker.real_ip_header is set",
+                );
+            }
+        }
+        if self.access_list.mode != AccessListMode::Off && self.access_list.path.is_empty() {
+            return bad("access_list.path", "must name a file when access_list.mode is not off");
+        }
+        if self.listen.http.is_empty() && self.listen.udp.is_empty() {
+            return bad("listen", "at least one of listen.http and listen.udp is needed");
+        }
+        Ok(())
+    }
+
+    /// The defaults as a TOML file with every key commented, generated from the types.
+    pub fn default_toml() -> String {
+        Config::default().to_commented_toml()
+    }
+
+    /// This configuration as a TOML file with a comment on every section and key.
+    pub fn to_commented_toml(&self) -> String {
+        let mut out = String::from(
+            "# hotpath configuration. Every key is optional; these are the defaults.\n\
+             # Generated by `hotpath config`.\n",
+        );
+        write_section(&mut out, "server", &self.server);
+        write_section(&mut out, "listen", &self.listen);
+        write_section(&mut out, "tracker", &self.tracker);
+        write_section(&mut out, "access_list", &self.access_list);
+        out
+    }
+}
+
+fn write_comment(out: &mut String, doc: &str) {
+    for line in doc.lines() {
+        let _ = writeln!(out, "#{}", line.trim_end());
+    }
+}
+
+fn write_section<S: Section>(out: &mut String, name: &str, section: &S) {
+    out.push('\n');
+    write_comment(out, S::DOC);
+    let _ = writeln!(out, "[{name}]");
+    let table = toml::Table::try_from(section).expect("config sections serialize to tables");
+    for (field, doc) in S::FIELDS {
+        write_comment(out, doc);
+        let value = table
+            .get(*field)
+            .expect("every config field serializes to a value");
+        let _ = writeln!(out, "{field} = {value}");
+    }
+}
+
+/// The number of worker threads to run for `configured` (0 = one per available CPU).
+pub fn effective_workers(configured: usize) -> usize {
+    if configured > 0 {
+        return configured;
+    }
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commented_defaults_parse_back_to_defaults() {
+        let text = Config::default_toml();
+        assert!(text.contains("# Listen backlog"), "{text}");
+        assert_eq!(Config::parse(&text).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn every_field_has_a_comment() {
+        fn check<S: Section>() {
+            assert!(!S::DOC.trim().is_empty());
+            for (name, doc) in S::FIELDS {
+                assert!(!doc.trim().is_empty(), "field {name} has no doc comment");
+            }
+        }
+        check::<ServerConfig>();
+        check::<ListenConfig>();
+        check::<TrackerConfig>();
+        check::<AccessListConfig>();
+    }
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = Config::parse("[server]\nworkrs = 2\n").unwrap_err().to_string();
+        assert!(err.contains("workrs"), "{err}");
+        assert!(err.contains("server"), "{err}");
+        let err = Config::parse("[serverx]\n").unwrap_err().to_string();
+        assert!(err.contains("serverx"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_is_named() {
+        let err = Config::parse("[tracker]\nnumwant_max = \"lots\"\n").unwrap_err().to_string();
+        assert!(err.contains("tracker.numwant_max"), "{err}");
+        let err = Config::parse("[listen]\nhttp = [\"nope\"]\n").unwrap_err().to_string();
+        assert!(err.contains("listen.http"), "{err}");
+        let err = Config::parse("[access_list]\nmode = \"maybe\"\n").unwrap_err().to_string();
+        assert!(err.contains("access_list.mode"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values_are_named() {
+        let cases = [
+            ("[tracker]\nnumwant_default = 500\n", "tracker.numwant_default"),
+            ("[tracker]\nshards = 100\n", "tracker.shards"),
+            ("[tracker]\npeer_timeout_secs = 10\n", "tracker.peer_timeout_secs"),
+            ("[server]\nbacklog = 0\n", "server.backlog"),
+            ("[access_list]\nmode = \"allow\"\n", "access_list.path"),
+            ("[tracker]\nreal_ip_header = \"X-Real-IP\"\n", "tracker.trusted_proxies"),
+            ("[listen]\nhttp = []\nudp = []\n", "listen"),
+        ];
+        for (text, key) in cases {
+            let err = Config::parse(text).unwrap_err().to_string();
+            assert!(err.contains(&format!("`{key}`")), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn values_override_defaults() {
+        let c = Config::parse(
+            "[server]\nworkers = 3\n[tracker]\ntrusted_proxies = [\"10.0.0.0/8\"]\nreal_ip_header = \"X-Forwarded-For\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.server.workers, 3);
+        assert_eq!(c.tracker.trusted_proxies.len(), 1);
+        assert_eq!(c.tracker.numwant_max, 200);
+    }
+}
