@@ -1,0 +1,176 @@
+//! The contract between the network server and the services it runs (the tracker today; the
+//! popup service and Lua routes later). The server owns sockets, framing, timers and metrics of
+//! requests; a service owns its rules and state and sees only parsed requests and reused output
+//! buffers.
+//!
+//! Each service hands every worker thread its own [`ServiceWorker`], so per-worker scratch
+//! buffers and random generators need no locks; shared state lives behind the service itself.
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+pub use hotpath_wire::http::Request;
+
+/// What a request was, for the `hotpath_requests_total{kind=…}` metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// A tracker announce.
+    Announce,
+    /// A tracker scrape.
+    Scrape,
+    /// A BEP 15 connect.
+    Connect,
+    /// `/healthz`.
+    Health,
+    /// An admin endpoint (/metrics, /stats).
+    Admin,
+    /// Anything else (unknown paths, malformed packets).
+    Other,
+}
+
+impl Kind {
+    /// Every kind, in label order.
+    pub const ALL: [Kind; 6] = [
+        Kind::Announce,
+        Kind::Scrape,
+        Kind::Connect,
+        Kind::Health,
+        Kind::Admin,
+        Kind::Other,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Announce => "announce",
+            Kind::Scrape => "scrape",
+            Kind::Connect => "connect",
+            Kind::Health => "health",
+            Kind::Admin => "admin",
+            Kind::Other => "other",
+        }
+    }
+}
+
+/// How a request ended, for the `result` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Outcome {
+    /// Served.
+    Ok,
+    /// Refused with a reason (a `failure reason`, a BEP 15 error, an HTTP 4xx).
+    Refused,
+    /// Dropped without an answer (malformed datagrams).
+    Dropped,
+}
+
+impl Outcome {
+    /// Every outcome, in label order.
+    pub const ALL: [Outcome; 3] = [Outcome::Ok, Outcome::Refused, Outcome::Dropped];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Refused => "refused",
+            Outcome::Dropped => "dropped",
+        }
+    }
+}
+
+/// Where a request came from and when it is handled.
+#[derive(Debug, Clone, Copy)]
+pub struct Context {
+    /// The remote address of the socket.
+    pub peer: SocketAddr,
+    /// Seconds since the server started (a coarse clock, refreshed once per event-loop turn).
+    pub now: u32,
+}
+
+/// A response a service fills in; the server frames it. Reused across requests, so a service
+/// must set every field it relies on (the server resets it before each call).
+#[derive(Debug)]
+pub struct HttpResponse {
+    /// The status code.
+    pub status: u16,
+    /// The Content-Type.
+    pub content_type: &'static str,
+    /// Extra header lines, each ending in CRLF.
+    pub extra_headers: Vec<u8>,
+    /// The body.
+    pub body: Vec<u8>,
+    /// Close the connection after this response even if the client asked for keep-alive.
+    pub close: bool,
+}
+
+impl Default for HttpResponse {
+    fn default() -> Self {
+        Self {
+            status: 200,
+            content_type: "text/plain",
+            extra_headers: Vec::new(),
+            body: Vec::new(),
+            close: false,
+        }
+    }
+}
+
+impl HttpResponse {
+    /// Clears the response for the next request, keeping the buffers' memory.
+    pub fn reset(&mut self) {
+        self.status = 200;
+        self.content_type = "text/plain";
+        self.extra_headers.clear();
+        self.body.clear();
+        self.close = false;
+    }
+}
+
+/// One worker's handle on a service.
+pub trait ServiceWorker: Send {
+    /// Handles an HTTP request whose path this service serves; `None` when it does not serve
+    /// that path (the server then answers 404).
+    fn http(&mut self, req: &Request<'_, '_>, ctx: &Context, resp: &mut HttpResponse)
+        -> Option<(Kind, Outcome)>;
+
+    /// Handles one UDP datagram, appending the answer (if any) to `out`.
+    fn udp(&mut self, packet: &[u8], ctx: &Context, out: &mut Vec<u8>) -> (Kind, Outcome);
+}
+
+/// A background job a service runs on its own named thread until `stop` is set.
+pub struct Background {
+    /// The thread's name.
+    pub name: String,
+    /// The job; it must return soon after `stop` becomes true.
+    pub run: Box<dyn FnOnce(Arc<AtomicBool>) + Send>,
+}
+
+/// A service the server runs.
+pub trait Service: Send + Sync + 'static {
+    /// A handle for worker `index`.
+    fn worker(&self, index: usize) -> Box<dyn ServiceWorker>;
+
+    /// Appends the service's own Prometheus metrics (gauges and counters, with HELP and TYPE).
+    fn write_metrics(&self, out: &mut String);
+
+    /// The service's figures for `/stats`, as `(name, value)`.
+    fn stats(&self) -> Vec<(&'static str, u64)>;
+
+    /// Reloads what can be reloaded without a restart (SIGHUP); the text says what happened.
+    fn reload(&self) -> Result<String, String>;
+
+    /// Jobs to run on their own threads (expiry sweepers, flushers).
+    fn background(&self) -> Vec<Background>;
+}
+
+/// Seconds since this process first asked, from a monotonic clock: the one clock the server
+/// and every service share for ages and expiries.
+pub fn process_secs() -> u32 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs() as u32
+}

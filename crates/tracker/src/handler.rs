@@ -1,0 +1,399 @@
+//! The tracker's request handlers: one [`TrackerWorker`] per server worker, with its own
+//! random generator and scratch buffers, turning parsed requests into answers.
+
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use hotpath_service::{Context, HttpResponse, Kind, Outcome, Request, ServiceWorker};
+use hotpath_wire::bencode::{put_bytes, put_failure, put_int};
+use hotpath_wire::query::{self, Event, Id20};
+use hotpath_wire::udp;
+
+use crate::access::AccessView;
+use crate::store::{Counts, PeerAnnounce, Selection};
+use crate::Shared;
+
+/// Bodies at least this large are gzip-coded when the client accepts it.
+const GZIP_MIN: usize = 1024;
+
+/// One worker's tracker handler.
+pub struct TrackerWorker {
+    shared: Arc<Shared>,
+    rng: fastrand::Rng,
+    sel: Selection,
+    hashes: Vec<Id20>,
+    access: AccessView,
+    path: Vec<u8>,
+}
+
+fn compact4(ip: std::net::Ipv4Addr, port: u16) -> [u8; 6] {
+    let mut a = [0u8; 6];
+    a[..4].copy_from_slice(&ip.octets());
+    a[4..].copy_from_slice(&port.to_be_bytes());
+    a
+}
+
+fn compact6(ip: Ipv6Addr, port: u16) -> [u8; 18] {
+    let mut a = [0u8; 18];
+    a[..16].copy_from_slice(&ip.octets());
+    a[16..].copy_from_slice(&port.to_be_bytes());
+    a
+}
+
+/// The last address in a forwarding header (the one the nearest proxy added).
+fn forwarded_ip(value: &[u8]) -> Option<IpAddr> {
+    let last = value.rsplit(|&b| b == b',').next()?;
+    let text = std::str::from_utf8(last).ok()?.trim();
+    let ip: IpAddr = text
+        .parse()
+        .ok()
+        .or_else(|| text.parse::<SocketAddr>().ok().map(|s| s.ip()))?;
+    Some(ip.to_canonical())
+}
+
+impl TrackerWorker {
+    /// A handler for worker `index`.
+    pub fn new(shared: Arc<Shared>, index: usize) -> Self {
+        let access = shared.access.view();
+        Self {
+            rng: fastrand::Rng::with_seed(fastrand::u64(..) ^ index as u64),
+            shared,
+            sel: Selection::default(),
+            hashes: Vec::new(),
+            access,
+            path: Vec::new(),
+        }
+    }
+
+    fn interval(&mut self) -> u32 {
+        let cfg = &self.shared.cfg;
+        let jitter = cfg.interval_secs / 100 * cfg.interval_jitter_percent;
+        cfg.interval_secs + self.rng.u32(..=jitter)
+    }
+
+    fn check_access(&mut self, info_hash: &Id20) -> Option<&'static str> {
+        let reason = self.shared.access.check(&mut self.access, info_hash);
+        if reason.is_some() {
+            self.shared
+                .counters
+                .access_refused
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        reason
+    }
+
+    fn client_ip(&self, req: &Request<'_, '_>, ctx: &Context) -> Result<IpAddr, &'static str> {
+        let ip = ctx.peer.ip().to_canonical();
+        let cfg = &self.shared.cfg;
+        if cfg.real_ip_header.is_empty() || !cfg.trusted_proxies.iter().any(|n| n.contains(&ip)) {
+            return Ok(ip);
+        }
+        match req.header(&cfg.real_ip_header) {
+            None => Ok(ip),
+            Some(v) => forwarded_ip(v).ok_or("the proxy's client address header is malformed"),
+        }
+    }
+
+    fn announce_http(
+        &mut self,
+        req: &Request<'_, '_>,
+        ctx: &Context,
+        resp: &mut HttpResponse,
+    ) -> Result<(), &'static str> {
+        let a = query::parse_announce(req.query)?;
+        if let Some(reason) = self.check_access(&a.info_hash) {
+            return Err(reason);
+        }
+        let ip = self.client_ip(req, ctx)?;
+        let cfg = &self.shared.cfg;
+        let (v4, mut v6) = match ip {
+            IpAddr::V4(v4) => (Some(compact4(v4, a.port)), None),
+            IpAddr::V6(v6) => (None, Some(compact6(v6, a.port))),
+        };
+        if let (Some((addr, port)), true, true) = (a.ipv6, cfg.accept_ipv6_param, v6.is_none()) {
+            v6 = Some(compact6(addr, port.unwrap_or(a.port)));
+        }
+        let peer = PeerAnnounce {
+            info_hash: a.info_hash,
+            peer_id: a.peer_id,
+            v4,
+            v6,
+            seeder: a.left == 0 || a.event == Event::Paused,
+            event: a.event,
+            want: a.numwant.unwrap_or(cfg.numwant_default).min(cfg.numwant_max) as usize,
+            want_v4: v4.is_some(),
+            want_v6: v6.is_some(),
+        };
+        self.sel.clear();
+        self.sel.with_ids = !a.compact && !a.no_peer_id && cfg.keep_peer_ids;
+        let now = ctx.now as u16;
+        let c = self.shared.store.announce(&peer, now, &mut self.rng, &mut self.sel)?;
+        let interval = self.interval();
+        let min_interval = self.shared.cfg.min_interval_secs;
+        let out = &mut resp.body;
+        out.extend_from_slice(b"d8:complete");
+        put_int(out, i64::from(c.seeders));
+        out.extend_from_slice(b"10:downloaded");
+        put_int(out, i64::from(c.completed));
+        out.extend_from_slice(b"10:incomplete");
+        put_int(out, i64::from(c.leechers));
+        out.extend_from_slice(b"8:interval");
+        put_int(out, i64::from(interval));
+        out.extend_from_slice(b"12:min interval");
+        put_int(out, i64::from(min_interval));
+        if a.compact {
+            out.extend_from_slice(b"5:peers");
+            put_bytes(out, &self.sel.v4);
+            if peer.want_v6 {
+                out.extend_from_slice(b"6:peers6");
+                put_bytes(out, &self.sel.v6);
+            }
+        } else {
+            out.extend_from_slice(b"5:peersl");
+            let mut ids = self.sel.ids.iter();
+            let v4 = self.sel.v4.chunks_exact(6).map(|p| {
+                let ip = IpAddr::from(<[u8; 4]>::try_from(&p[..4]).expect("4 bytes"));
+                (ip, u16::from_be_bytes([p[4], p[5]]))
+            });
+            let v6 = self.sel.v6.chunks_exact(18).map(|p| {
+                let ip = IpAddr::from(<[u8; 16]>::try_from(&p[..16]).expect("16 bytes"));
+                (ip, u16::from_be_bytes([p[16], p[17]]))
+            });
+            for (ip, port) in v4.chain(v6) {
+                let text = ip.to_string();
+                out.extend_from_slice(b"d2:ip");
+                put_bytes(out, text.as_bytes());
+                if let Some(id) = ids.next() {
+                    out.extend_from_slice(b"7:peer id");
+                    put_bytes(out, id);
+                }
+                out.extend_from_slice(b"4:port");
+                put_int(out, i64::from(port));
+                out.push(b'e');
+            }
+            out.push(b'e');
+        }
+        out.push(b'e');
+        Ok(())
+    }
+
+    fn scrape_http(
+        &mut self,
+        req: &Request<'_, '_>,
+        resp: &mut HttpResponse,
+    ) -> Result<(), &'static str> {
+        let max = self.shared.cfg.max_scrape_hashes;
+        query::parse_scrape(req.query, max, &mut self.hashes)?;
+        let out = &mut resp.body;
+        out.extend_from_slice(b"d5:filesd");
+        let entry = |out: &mut Vec<u8>, hash: &Id20, c: Counts| {
+            put_bytes(out, hash);
+            out.extend_from_slice(b"d8:complete");
+            put_int(out, i64::from(c.seeders));
+            out.extend_from_slice(b"10:downloaded");
+            put_int(out, i64::from(c.completed));
+            out.extend_from_slice(b"10:incomplete");
+            put_int(out, i64::from(c.leechers));
+            out.push(b'e');
+        };
+        if self.hashes.is_empty() {
+            if !self.shared.cfg.full_scrape {
+                return Err("full scrape is disabled: name info_hash parameters");
+            }
+            let shared = self.shared.clone();
+            let mut view = shared.access.view();
+            shared.store.for_each(&mut |hash, c| {
+                if shared.access.check(&mut view, hash).is_none() {
+                    entry(out, hash, c);
+                }
+            });
+        } else {
+            // Dictionary keys must be sorted and unique.
+            self.hashes.sort_unstable();
+            self.hashes.dedup();
+            for i in 0..self.hashes.len() {
+                let hash = self.hashes[i];
+                if self.shared.access.check(&mut self.access, &hash).is_some() {
+                    continue;
+                }
+                entry(out, &hash, self.shared.store.scrape(&hash));
+            }
+        }
+        out.extend_from_slice(b"ee");
+        if req.accepts_gzip() && out.len() >= GZIP_MIN {
+            let mut enc = flate2::write::GzEncoder::new(
+                Vec::with_capacity(out.len() / 4),
+                flate2::Compression::fast(),
+            );
+            let gz = enc.write_all(out).and_then(|()| enc.finish());
+            if let Ok(gz) = gz {
+                resp.body = gz;
+                resp.extra_headers
+                    .extend_from_slice(b"Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n");
+            }
+        }
+        Ok(())
+    }
+
+    fn announce_udp(
+        &mut self,
+        r: &udp::AnnounceRequest<'_>,
+        ctx: &Context,
+        out: &mut Vec<u8>,
+        len: usize,
+    ) -> Outcome {
+        let ip = ctx.peer.ip().to_canonical();
+        if !self.shared.conn_ids.check(r.connection_id, ip, ctx.now) {
+            return self.bad_connection_id(r.transaction_id, out, len);
+        }
+        if let Some(reason) = self.check_access(&r.info_hash) {
+            udp::write_error(out, r.transaction_id, reason, usize::MAX);
+            return Outcome::Refused;
+        }
+        // BEP 41: the URL path is read (and checked well-formed) for the private mode to come.
+        r.options.url_data(&mut self.path);
+        let cfg = &self.shared.cfg;
+        let want = if r.num_want <= 0 {
+            cfg.numwant_default
+        } else {
+            (r.num_want as u32).min(cfg.numwant_max)
+        };
+        let (v4, v6) = match ip {
+            IpAddr::V4(v4) => (Some(compact4(v4, r.port)), None),
+            IpAddr::V6(v6) => (None, Some(compact6(v6, r.port))),
+        };
+        let peer = PeerAnnounce {
+            info_hash: r.info_hash,
+            peer_id: r.peer_id,
+            v4,
+            v6,
+            seeder: r.left == 0 || r.event == Event::Paused,
+            event: r.event,
+            want: want as usize,
+            want_v4: v4.is_some(),
+            want_v6: v6.is_some(),
+        };
+        self.sel.clear();
+        self.sel.with_ids = false;
+        let now = ctx.now as u16;
+        match self.shared.store.announce(&peer, now, &mut self.rng, &mut self.sel) {
+            Ok(c) => {
+                let interval = self.interval();
+                udp::write_announce_head(out, r.transaction_id, interval, c.leechers, c.seeders);
+                out.extend_from_slice(&self.sel.v4);
+                out.extend_from_slice(&self.sel.v6);
+                Outcome::Ok
+            }
+            Err(reason) => {
+                udp::write_error(out, r.transaction_id, reason, usize::MAX);
+                Outcome::Refused
+            }
+        }
+    }
+
+    fn bad_connection_id(&self, transaction_id: u32, out: &mut Vec<u8>, len: usize) -> Outcome {
+        self.shared
+            .counters
+            .bad_connection_ids
+            .fetch_add(1, Ordering::Relaxed);
+        udp::write_error(out, transaction_id, "connection id expired or invalid", len);
+        Outcome::Refused
+    }
+}
+
+fn fail(resp: &mut HttpResponse, reason: &str) {
+    resp.body.clear();
+    resp.extra_headers.clear();
+    put_failure(&mut resp.body, reason);
+}
+
+impl ServiceWorker for TrackerWorker {
+    fn http(
+        &mut self,
+        req: &Request<'_, '_>,
+        ctx: &Context,
+        resp: &mut HttpResponse,
+    ) -> Option<(Kind, Outcome)> {
+        let kind = match req.path {
+            "/announce" => Kind::Announce,
+            "/scrape" => Kind::Scrape,
+            _ => return None,
+        };
+        resp.content_type = "text/plain";
+        if req.method != "GET" && req.method != "HEAD" {
+            fail(resp, "use GET");
+            resp.status = 405;
+            return Some((kind, Outcome::Refused));
+        }
+        let result = match kind {
+            Kind::Announce => self.announce_http(req, ctx, resp),
+            _ => self.scrape_http(req, resp),
+        };
+        // Failures are answered with 200 and a bencoded reason, as clients expect; the
+        // request was framed correctly, so the connection stays usable.
+        match result {
+            Ok(()) => Some((kind, Outcome::Ok)),
+            Err(reason) => {
+                fail(resp, reason);
+                Some((kind, Outcome::Refused))
+            }
+        }
+    }
+
+    fn udp(&mut self, packet: &[u8], ctx: &Context, out: &mut Vec<u8>) -> (Kind, Outcome) {
+        let len = packet.len();
+        match udp::parse_request(packet) {
+            Err(udp::ParseError::Drop) => (Kind::Other, Outcome::Dropped),
+            Err(udp::ParseError::Error {
+                transaction_id,
+                message,
+            }) => {
+                udp::write_error(out, transaction_id, message, len);
+                (Kind::Other, Outcome::Refused)
+            }
+            Ok(udp::Request::Connect { transaction_id }) => {
+                let ip = ctx.peer.ip().to_canonical();
+                let id = self.shared.conn_ids.issue(ip, ctx.now);
+                udp::write_connect(out, transaction_id, id);
+                (Kind::Connect, Outcome::Ok)
+            }
+            Ok(udp::Request::Announce(r)) => (Kind::Announce, self.announce_udp(&r, ctx, out, len)),
+            Ok(udp::Request::Scrape {
+                connection_id,
+                transaction_id,
+                info_hashes,
+            }) => {
+                let ip = ctx.peer.ip().to_canonical();
+                if !self.shared.conn_ids.check(connection_id, ip, ctx.now) {
+                    return (Kind::Scrape, self.bad_connection_id(transaction_id, out, len));
+                }
+                udp::write_scrape_head(out, transaction_id);
+                for hash in info_hashes.chunks_exact(20) {
+                    let hash: Id20 = hash.try_into().expect("20 bytes");
+                    let c = if self.shared.access.check(&mut self.access, &hash).is_some() {
+                        Counts::default()
+                    } else {
+                        self.shared.store.scrape(&hash)
+                    };
+                    udp::write_scrape_entry(out, c.seeders, c.completed, c.leechers);
+                }
+                (Kind::Scrape, Outcome::Ok)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarded_takes_the_last_entry() {
+        assert_eq!(forwarded_ip(b"203.0.113.9, 10.0.0.1"), Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(forwarded_ip(b"::ffff:1.2.3.4"), Some("1.2.3.4".parse().unwrap()));
+        assert_eq!(forwarded_ip(b"[2001:db8::1]:80"), Some("2001:db8::1".parse().unwrap()));
+        assert_eq!(forwarded_ip(b"nonsense"), None);
+    }
+}

@@ -1,0 +1,171 @@
+//! hotpath's BitTorrent tracker: open mode, in memory, over HTTP (BEP 3, 7, 23, 48) and UDP
+//! (BEP 15, 41).
+//!
+//! Owns: the swarm table ([`swarm`], [`store`]), peer selection and expiry, the access list
+//! ([`access`]), UDP connection ids ([`connid`]), and the handlers that turn parsed requests
+//! into answers ([`handler`]). Must not: open sockets (the server does) or speak SQL (the store
+//! crate will, fed by deltas).
+
+pub mod access;
+pub mod connid;
+pub mod handler;
+pub mod store;
+pub mod swarm;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hotpath_config::Config;
+use hotpath_service::{Background, Service, ServiceWorker};
+
+use access::AccessList;
+use connid::ConnectionIds;
+use store::{Caps, Store, Table};
+
+/// Counters of what the tracker refused or expired (the server counts requests).
+#[derive(Debug, Default)]
+pub struct TrackerCounters {
+    /// UDP requests with a forged or expired connection id.
+    pub bad_connection_ids: AtomicU64,
+    /// Announces and scrape entries refused by the access list.
+    pub access_refused: AtomicU64,
+    /// Peers dropped by the sweeper.
+    pub peers_expired: AtomicU64,
+    /// Torrents freed by the sweeper.
+    pub torrents_freed: AtomicU64,
+    /// Completed sweeper passes over all shards.
+    pub sweeps: AtomicU64,
+}
+
+/// State shared by every worker.
+pub struct Shared {
+    /// The tracker settings.
+    pub cfg: hotpath_config::TrackerConfig,
+    /// The swarm table.
+    pub store: Box<dyn Store>,
+    /// The access list.
+    pub access: AccessList,
+    /// UDP connection ids.
+    pub conn_ids: ConnectionIds,
+    /// Counters.
+    pub counters: TrackerCounters,
+}
+
+/// The tracker service.
+pub struct Tracker {
+    shared: Arc<Shared>,
+}
+
+impl Tracker {
+    /// Builds the tracker from the config; fails when the access list cannot be read.
+    pub fn new(config: &Config) -> Result<Tracker, String> {
+        let cfg = config.tracker.clone();
+        let caps = Caps {
+            max_torrents: cfg.max_torrents,
+            max_peers_per_torrent: cfg.max_peers_per_torrent,
+        };
+        let store: Box<dyn Store> = if cfg.keep_peer_ids {
+            Box::new(Table::<20>::new(cfg.shards, caps))
+        } else {
+            Box::new(Table::<0>::new(cfg.shards, caps))
+        };
+        let access = AccessList::load(config.access_list.mode, &config.access_list.path)?;
+        Ok(Tracker {
+            shared: Arc::new(Shared {
+                cfg,
+                store,
+                access,
+                conn_ids: ConnectionIds::random(),
+                counters: TrackerCounters::default(),
+            }),
+        })
+    }
+
+    /// The shared state (for tests and benchmarks that drive the swarm API directly).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+/// Runs the expiry sweeper: one shard at a time, spreading one pass over all shards across
+/// `sweep_interval_secs`, so no request waits for more than one shard's sweep.
+fn sweeper(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
+    let shards = shared.store.shards();
+    let pause = Duration::from_secs(u64::from(shared.cfg.sweep_interval_secs)) / shards as u32;
+    let timeout = shared.cfg.peer_timeout_secs as u16;
+    let mut i = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let now = hotpath_service::process_secs() as u16;
+        let (dropped, freed) = shared.store.sweep(i, now, timeout);
+        let c = &shared.counters;
+        c.peers_expired.fetch_add(dropped as u64, Ordering::Relaxed);
+        c.torrents_freed.fetch_add(freed as u64, Ordering::Relaxed);
+        i += 1;
+        if i == shards {
+            i = 0;
+            c.sweeps.fetch_add(1, Ordering::Relaxed);
+        }
+        std::thread::sleep(pause.max(Duration::from_millis(1)));
+    }
+}
+
+impl Service for Tracker {
+    fn worker(&self, index: usize) -> Box<dyn ServiceWorker> {
+        Box::new(handler::TrackerWorker::new(self.shared.clone(), index))
+    }
+
+    fn write_metrics(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let t = self.shared.store.totals();
+        let c = &self.shared.counters;
+        let gauges = [
+            ("hotpath_tracker_torrents", "Torrents tracked.", t.torrents),
+            ("hotpath_tracker_peers", "Peers tracked (both address families).", t.peers),
+            ("hotpath_tracker_seeders", "Seeders tracked.", t.seeders),
+            ("hotpath_tracker_leechers", "Leechers tracked.", t.peers - t.seeders),
+            ("hotpath_tracker_access_list_size", "Info hashes in the access list.", self.shared.access.len()),
+        ];
+        for (name, help, v) in gauges {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        }
+        let counters = [
+            ("hotpath_tracker_bad_connection_ids_total", "UDP requests with a forged or expired connection id.", &c.bad_connection_ids),
+            ("hotpath_tracker_access_refused_total", "Requests refused by the access list.", &c.access_refused),
+            ("hotpath_tracker_peers_expired_total", "Peers dropped by the expiry sweeper.", &c.peers_expired),
+            ("hotpath_tracker_torrents_freed_total", "Empty torrents freed by the sweeper.", &c.torrents_freed),
+            ("hotpath_tracker_sweeps_total", "Completed sweeper passes.", &c.sweeps),
+        ];
+        for (name, help, v) in counters {
+            let v = v.load(Ordering::Relaxed);
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        }
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        let t = self.shared.store.totals();
+        let c = &self.shared.counters;
+        vec![
+            ("torrents", t.torrents as u64),
+            ("peers", t.peers as u64),
+            ("seeders", t.seeders as u64),
+            ("leechers", (t.peers - t.seeders) as u64),
+            ("bad_connection_ids", c.bad_connection_ids.load(Ordering::Relaxed)),
+            ("access_refused", c.access_refused.load(Ordering::Relaxed)),
+            ("peers_expired", c.peers_expired.load(Ordering::Relaxed)),
+        ]
+    }
+
+    fn reload(&self) -> Result<String, String> {
+        let n = self.shared.access.reload()?;
+        Ok(format!("access list reloaded: {n} info hashes"))
+    }
+
+    fn background(&self) -> Vec<Background> {
+        let shared = self.shared.clone();
+        vec![Background {
+            name: "tracker-sweeper".into(),
+            run: Box::new(move |stop| sweeper(shared, stop)),
+        }]
+    }
+}

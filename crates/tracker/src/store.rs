@@ -1,0 +1,344 @@
+//! Operations on the swarm table, behind one object-safe trait so the tracker can pick the
+//! record layout (with or without peer ids) at start-up and the handlers stay non-generic.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use hotpath_wire::query::{Event, Id20};
+
+use crate::swarm::{Change, Swarms, Torrent};
+
+/// The counts a tracker reports for a torrent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Seeders (`complete`).
+    pub seeders: u32,
+    /// Leechers (`incomplete`).
+    pub leechers: u32,
+    /// Completed downloads (`downloaded`).
+    pub completed: u32,
+}
+
+/// One announce, after parsing and address resolution.
+#[derive(Debug, Clone)]
+pub struct PeerAnnounce {
+    /// The torrent.
+    pub info_hash: Id20,
+    /// The peer id.
+    pub peer_id: Id20,
+    /// The announcing address: IPv4 (6 bytes) ...
+    pub v4: Option<[u8; 6]>,
+    /// ... and/or IPv6 (18 bytes; also from BEP 7's `ipv6=`).
+    pub v6: Option<[u8; 18]>,
+    /// Seeder (left=0, or a BEP 21 partial seed).
+    pub seeder: bool,
+    /// The event.
+    pub event: Event,
+    /// Peers wanted (already capped).
+    pub want: usize,
+    /// Whether IPv4 peers are wanted.
+    pub want_v4: bool,
+    /// Whether IPv6 peers are wanted.
+    pub want_v6: bool,
+}
+
+/// The peers picked for an answer, as compact bytes, with their ids when kept and wanted.
+#[derive(Debug, Default)]
+pub struct Selection {
+    /// IPv4 peers, 6 bytes each.
+    pub v4: Vec<u8>,
+    /// IPv6 peers, 18 bytes each.
+    pub v6: Vec<u8>,
+    /// Peer ids in the order of `v4` then `v6`; empty when ids are not kept or not wanted.
+    pub ids: Vec<Id20>,
+    /// Whether to fill `ids`.
+    pub with_ids: bool,
+}
+
+impl Selection {
+    /// Empties the selection for the next request.
+    pub fn clear(&mut self) {
+        self.v4.clear();
+        self.v6.clear();
+        self.ids.clear();
+    }
+}
+
+/// Caps applied on announce.
+#[derive(Debug, Clone, Copy)]
+pub struct Caps {
+    /// Most torrents (0 = no cap).
+    pub max_torrents: usize,
+    /// Most peers per torrent and family (0 = no cap).
+    pub max_peers_per_torrent: usize,
+}
+
+/// Totals over all shards.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Totals {
+    /// Torrents.
+    pub torrents: usize,
+    /// Peers.
+    pub peers: usize,
+    /// Seeders.
+    pub seeders: usize,
+}
+
+/// The swarm table, whatever its record layout.
+pub trait Store: Send + Sync {
+    /// Applies an announce and fills `sel`; the error is a failure reason.
+    fn announce(
+        &self,
+        a: &PeerAnnounce,
+        now: u16,
+        rng: &mut fastrand::Rng,
+        sel: &mut Selection,
+    ) -> Result<Counts, &'static str>;
+
+    /// The counts of one torrent (zeros when unknown).
+    fn scrape(&self, info_hash: &Id20) -> Counts;
+
+    /// Calls `each` for every torrent, one shard locked at a time.
+    fn for_each(&self, each: &mut dyn FnMut(&Id20, Counts));
+
+    /// Expires peers older than `timeout` in shard `i`; returns (peers dropped, torrents freed).
+    fn sweep(&self, i: usize, now: u16, timeout: u16) -> (usize, usize);
+
+    /// Number of shards.
+    fn shards(&self) -> usize;
+
+    /// Totals over all shards.
+    fn totals(&self) -> Totals;
+}
+
+/// [`Swarms`] with the global torrent count used by the torrent cap.
+pub struct Table<const I: usize> {
+    swarms: Swarms<I>,
+    torrents: AtomicUsize,
+    caps: Caps,
+}
+
+impl<const I: usize> Table<I> {
+    /// An empty table.
+    pub fn new(shards: usize, caps: Caps) -> Self {
+        Self {
+            swarms: Swarms::new(shards),
+            torrents: AtomicUsize::new(0),
+            caps,
+        }
+    }
+}
+
+fn counts<const I: usize>(t: &Torrent<I>) -> Counts {
+    Counts {
+        seeders: t.seeders(),
+        leechers: t.leechers(),
+        completed: t.completed,
+    }
+}
+
+impl<const I: usize> Store for Table<I> {
+    fn announce(
+        &self,
+        a: &PeerAnnounce,
+        now: u16,
+        rng: &mut fastrand::Rng,
+        sel: &mut Selection,
+    ) -> Result<Counts, &'static str> {
+        let stopped = a.event == Event::Stopped;
+        let mut guard = self.swarms.shard(&a.info_hash).lock();
+        let shard = &mut *guard;
+        if !shard.torrents.contains_key(&a.info_hash) {
+            if stopped {
+                return Ok(Counts::default());
+            }
+            let cap = self.caps.max_torrents;
+            if cap != 0 && self.torrents.load(Ordering::Relaxed) >= cap {
+                return Err("tracker is full: it tracks as many torrents as it may");
+            }
+            self.torrents.fetch_add(1, Ordering::Relaxed);
+        }
+        let t = shard.torrents.entry(a.info_hash).or_default();
+        let (s0, p0) = (t.seeders(), t.seeders() + t.leechers());
+        let max = self.caps.max_peers_per_torrent;
+        // Whether this announce turned a leecher (or a new peer) into a seeder.
+        let mut became_seeder = false;
+        if let Some(addr) = a.v4 {
+            let (change, was) = t.v4.announce(addr, &a.peer_id, a.seeder, stopped, now, max);
+            became_seeder |= matches!(change, Change::Added | Change::Updated) && !was;
+        }
+        if let Some(addr) = a.v6 {
+            let set = t.v6.get_or_insert_with(Default::default);
+            let (change, was) = set.announce(addr, &a.peer_id, a.seeder, stopped, now, max);
+            if a.v4.is_none() {
+                became_seeder |= matches!(change, Change::Added | Change::Updated) && !was;
+            }
+            if set.is_empty() {
+                t.v6 = None;
+            }
+        }
+        if a.event == Event::Completed && a.seeder && became_seeder {
+            t.completed = t.completed.saturating_add(1);
+        }
+        if !stopped {
+            let own4 = a.v4.unwrap_or([0; 6]);
+            let own6 = a.v6.unwrap_or([0; 18]);
+            let mut left = a.want;
+            if a.want_v4 {
+                left -= t.v4.select(&own4, a.seeder, left, rng, |p| {
+                    sel.v4.extend_from_slice(p.addr());
+                    if sel.with_ids {
+                        if let Some(id) = p.peer_id() {
+                            sel.ids.push(id.try_into().expect("20-byte id"));
+                        }
+                    }
+                });
+            }
+            if let (true, Some(set)) = (a.want_v6, &t.v6) {
+                set.select(&own6, a.seeder, left, rng, |p| {
+                    sel.v6.extend_from_slice(p.addr());
+                    if sel.with_ids {
+                        if let Some(id) = p.peer_id() {
+                            sel.ids.push(id.try_into().expect("20-byte id"));
+                        }
+                    }
+                });
+            }
+        }
+        let c = counts(t);
+        let (s1, p1) = (c.seeders, c.seeders + c.leechers);
+        shard.seeders = shard.seeders + s1 as usize - s0 as usize;
+        shard.peers = shard.peers + p1 as usize - p0 as usize;
+        if t.is_empty() {
+            shard.torrents.remove(&a.info_hash);
+            self.torrents.fetch_sub(1, Ordering::Relaxed);
+        }
+        Ok(c)
+    }
+
+    fn scrape(&self, info_hash: &Id20) -> Counts {
+        let shard = self.swarms.shard(info_hash).lock();
+        shard.torrents.get(info_hash).map(counts).unwrap_or_default()
+    }
+
+    fn for_each(&self, each: &mut dyn FnMut(&Id20, Counts)) {
+        for i in 0..self.swarms.shard_count() {
+            let shard = self.swarms.shard_at(i).lock();
+            for (hash, t) in &shard.torrents {
+                each(hash, counts(t));
+            }
+        }
+    }
+
+    fn sweep(&self, i: usize, now: u16, timeout: u16) -> (usize, usize) {
+        let mut guard = self.swarms.shard_at(i).lock();
+        let shard = &mut *guard;
+        let (mut dropped, mut seeders, mut peers) = (0, 0, 0);
+        let before = shard.torrents.len();
+        shard.torrents.retain(|_, t| {
+            dropped += t.v4.expire(now, timeout);
+            if let Some(set) = &mut t.v6 {
+                dropped += set.expire(now, timeout);
+                if set.is_empty() {
+                    t.v6 = None;
+                }
+            }
+            seeders += t.seeders() as usize;
+            peers += (t.seeders() + t.leechers()) as usize;
+            !t.is_empty()
+        });
+        let freed = before - shard.torrents.len();
+        if shard.torrents.capacity() > 4 * shard.torrents.len() + 64 {
+            shard.torrents.shrink_to_fit();
+        }
+        shard.seeders = seeders;
+        shard.peers = peers;
+        self.torrents.fetch_sub(freed, Ordering::Relaxed);
+        (dropped, freed)
+    }
+
+    fn shards(&self) -> usize {
+        self.swarms.shard_count()
+    }
+
+    fn totals(&self) -> Totals {
+        let mut t = Totals::default();
+        for i in 0..self.swarms.shard_count() {
+            let shard = self.swarms.shard_at(i).lock();
+            t.torrents += shard.torrents.len();
+            t.peers += shard.peers;
+            t.seeders += shard.seeders;
+        }
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn announce(n: u8, seeder: bool, event: Event) -> PeerAnnounce {
+        PeerAnnounce {
+            info_hash: [1; 20],
+            peer_id: [n; 20],
+            v4: Some([127, 0, 0, 1, 0, n]),
+            v6: None,
+            seeder,
+            event,
+            want: 50,
+            want_v4: true,
+            want_v6: false,
+        }
+    }
+
+    #[test]
+    fn completed_counts_once_and_totals_follow() {
+        let table = Table::<20>::new(4, Caps { max_torrents: 0, max_peers_per_torrent: 0 });
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut sel = Selection { with_ids: true, ..Default::default() };
+        table.announce(&announce(1, true, Event::Started), 0, &mut rng, &mut sel).unwrap();
+        table.announce(&announce(2, false, Event::Started), 0, &mut rng, &mut sel).unwrap();
+        sel.clear();
+        let c = table.announce(&announce(2, true, Event::Completed), 1, &mut rng, &mut sel).unwrap();
+        assert_eq!(c, Counts { seeders: 2, leechers: 0, completed: 1 });
+        // A seeder is sent no seeders.
+        assert!(sel.v4.is_empty());
+        // A repeated completed event from a seeder does not count again.
+        let c = table.announce(&announce(2, true, Event::Completed), 2, &mut rng, &mut sel).unwrap();
+        assert_eq!(c.completed, 1);
+        let t = table.totals();
+        assert_eq!((t.torrents, t.peers, t.seeders), (1, 2, 2));
+        table.announce(&announce(1, true, Event::Stopped), 3, &mut rng, &mut sel).unwrap();
+        table.announce(&announce(2, true, Event::Stopped), 3, &mut rng, &mut sel).unwrap();
+        let t = table.totals();
+        assert_eq!((t.torrents, t.peers, t.seeders), (0, 0, 0));
+    }
+
+    #[test]
+    fn leecher_gets_peers_with_ids() {
+        let table = Table::<20>::new(1, Caps { max_torrents: 0, max_peers_per_torrent: 0 });
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut sel = Selection { with_ids: true, ..Default::default() };
+        table.announce(&announce(1, true, Event::None), 0, &mut rng, &mut sel).unwrap();
+        sel.clear();
+        table.announce(&announce(2, false, Event::None), 0, &mut rng, &mut sel).unwrap();
+        assert_eq!(sel.v4, vec![127, 0, 0, 1, 0, 1]);
+        assert_eq!(sel.ids, vec![[1; 20]]);
+    }
+
+    #[test]
+    fn caps_and_sweeps() {
+        let table = Table::<0>::new(2, Caps { max_torrents: 1, max_peers_per_torrent: 0 });
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut sel = Selection::default();
+        table.announce(&announce(1, false, Event::None), 0, &mut rng, &mut sel).unwrap();
+        let mut other = announce(1, false, Event::None);
+        other.info_hash = [2; 20];
+        assert!(table.announce(&other, 0, &mut rng, &mut sel).is_err());
+        let mut freed = 0;
+        for i in 0..table.shards() {
+            freed += table.sweep(i, 500, 100).1;
+        }
+        assert_eq!(freed, 1);
+        assert!(table.announce(&other, 500, &mut rng, &mut sel).is_ok());
+    }
+}
