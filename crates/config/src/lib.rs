@@ -92,7 +92,7 @@ section! {
         pub backlog: u32 = 4096,
         /// Open TCP connections one worker keeps at most; further ones are accepted and closed
         /// at once (and counted) so the backlog does not fill with connections nobody serves.
-        pub max_connections_per_worker: usize = 16384,
+        pub max_connections_per_worker: usize = 8192,
         /// Seconds a keep-alive connection may sit idle between requests before it is closed.
         pub idle_timeout_secs: u64 = 60,
         /// Seconds a client has to send a whole request head once it has started one
@@ -290,7 +290,10 @@ impl Config {
             return bad("tracker.interval_secs", "must be at least 1");
         }
         if t.min_interval_secs > t.interval_secs {
-            return bad("tracker.min_interval_secs", "must not exceed tracker.interval_secs");
+            return bad(
+                "tracker.min_interval_secs",
+                "must not exceed tracker.interval_secs",
+            );
         }
         if t.interval_jitter_percent > 50 {
             return bad("tracker.interval_jitter_percent", "at most 50");
@@ -299,7 +302,10 @@ impl Config {
             return bad("tracker.numwant_max", "at most 10000");
         }
         if t.numwant_default > t.numwant_max {
-            return bad("tracker.numwant_default", "must not exceed tracker.numwant_max");
+            return bad(
+                "tracker.numwant_default",
+                "must not exceed tracker.numwant_max",
+            );
         }
         // Peer ages are kept as 16-bit seconds; a timeout of 12 h leaves room for wrap-around.
         if t.peer_timeout_secs <= t.interval_secs || t.peer_timeout_secs > 43_200 {
@@ -323,7 +329,10 @@ impl Config {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
             if !valid {
-                return bad("tracker.real_ip_header", "must be a header name like X-Forwarded-For");
+                return bad(
+                    "tracker.real_ip_header",
+                    "must be a header name like X-Forwarded-For",
+                );
             }
             if t.trusted_proxies.is_empty() {
                 return bad(
@@ -333,10 +342,16 @@ impl Config {
             }
         }
         if self.access_list.mode != AccessListMode::Off && self.access_list.path.is_empty() {
-            return bad("access_list.path", "must name a file when access_list.mode is not off");
+            return bad(
+                "access_list.path",
+                "must name a file when access_list.mode is not off",
+            );
         }
         if self.listen.http.is_empty() && self.listen.udp.is_empty() {
-            return bad("listen", "at least one of listen.http and listen.udp is needed");
+            return bad(
+                "listen",
+                "at least one of listen.http and listen.udp is needed",
+            );
         }
         Ok(())
     }
@@ -420,7 +435,9 @@ mod tests {
 
     #[test]
     fn unknown_key_is_named() {
-        let err = Config::parse("[server]\nworkrs = 2\n").unwrap_err().to_string();
+        let err = Config::parse("[server]\nworkrs = 2\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("workrs"), "{err}");
         assert!(err.contains("server"), "{err}");
         let err = Config::parse("[serverx]\n").unwrap_err().to_string();
@@ -429,23 +446,38 @@ mod tests {
 
     #[test]
     fn wrong_type_is_named() {
-        let err = Config::parse("[tracker]\nnumwant_max = \"lots\"\n").unwrap_err().to_string();
+        let err = Config::parse("[tracker]\nnumwant_max = \"lots\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("tracker.numwant_max"), "{err}");
-        let err = Config::parse("[listen]\nhttp = [\"nope\"]\n").unwrap_err().to_string();
+        let err = Config::parse("[listen]\nhttp = [\"nope\"]\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("listen.http"), "{err}");
-        let err = Config::parse("[access_list]\nmode = \"maybe\"\n").unwrap_err().to_string();
+        let err = Config::parse("[access_list]\nmode = \"maybe\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("access_list.mode"), "{err}");
     }
 
     #[test]
     fn invalid_values_are_named() {
         let cases = [
-            ("[tracker]\nnumwant_default = 500\n", "tracker.numwant_default"),
+            (
+                "[tracker]\nnumwant_default = 500\n",
+                "tracker.numwant_default",
+            ),
             ("[tracker]\nshards = 100\n", "tracker.shards"),
-            ("[tracker]\npeer_timeout_secs = 10\n", "tracker.peer_timeout_secs"),
+            (
+                "[tracker]\npeer_timeout_secs = 10\n",
+                "tracker.peer_timeout_secs",
+            ),
             ("[server]\nbacklog = 0\n", "server.backlog"),
             ("[access_list]\nmode = \"allow\"\n", "access_list.path"),
-            ("[tracker]\nreal_ip_header = \"X-Real-IP\"\n", "tracker.trusted_proxies"),
+            (
+                "[tracker]\nreal_ip_header = \"X-Real-IP\"\n",
+                "tracker.trusted_proxies",
+            ),
             ("[listen]\nhttp = []\nudp = []\n", "listen"),
         ];
         for (text, key) in cases {

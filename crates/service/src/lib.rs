@@ -132,8 +132,12 @@ impl HttpResponse {
 pub trait ServiceWorker: Send {
     /// Handles an HTTP request whose path this service serves; `None` when it does not serve
     /// that path (the server then answers 404).
-    fn http(&mut self, req: &Request<'_, '_>, ctx: &Context, resp: &mut HttpResponse)
-        -> Option<(Kind, Outcome)>;
+    fn http(
+        &mut self,
+        req: &Request<'_, '_>,
+        ctx: &Context,
+        resp: &mut HttpResponse,
+    ) -> Option<(Kind, Outcome)>;
 
     /// Handles one UDP datagram, appending the answer (if any) to `out`.
     fn udp(&mut self, packet: &[u8], ctx: &Context, out: &mut Vec<u8>) -> (Kind, Outcome);

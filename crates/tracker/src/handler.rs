@@ -122,14 +122,20 @@ impl TrackerWorker {
             v6,
             seeder: a.left == 0 || a.event == Event::Paused,
             event: a.event,
-            want: a.numwant.unwrap_or(cfg.numwant_default).min(cfg.numwant_max) as usize,
+            want: a
+                .numwant
+                .unwrap_or(cfg.numwant_default)
+                .min(cfg.numwant_max) as usize,
             want_v4: v4.is_some(),
             want_v6: v6.is_some(),
         };
         self.sel.clear();
         self.sel.with_ids = !a.compact && !a.no_peer_id && cfg.keep_peer_ids;
         let now = ctx.now as u16;
-        let c = self.shared.store.announce(&peer, now, &mut self.rng, &mut self.sel)?;
+        let c = self
+            .shared
+            .store
+            .announce(&peer, now, &mut self.rng, &mut self.sel)?;
         let interval = self.interval();
         let min_interval = self.shared.cfg.min_interval_secs;
         let out = &mut resp.body;
@@ -278,7 +284,11 @@ impl TrackerWorker {
         self.sel.clear();
         self.sel.with_ids = false;
         let now = ctx.now as u16;
-        match self.shared.store.announce(&peer, now, &mut self.rng, &mut self.sel) {
+        match self
+            .shared
+            .store
+            .announce(&peer, now, &mut self.rng, &mut self.sel)
+        {
             Ok(c) => {
                 let interval = self.interval();
                 udp::write_announce_head(out, r.transaction_id, interval, c.leechers, c.seeders);
@@ -367,7 +377,10 @@ impl ServiceWorker for TrackerWorker {
             }) => {
                 let ip = ctx.peer.ip().to_canonical();
                 if !self.shared.conn_ids.check(connection_id, ip, ctx.now) {
-                    return (Kind::Scrape, self.bad_connection_id(transaction_id, out, len));
+                    return (
+                        Kind::Scrape,
+                        self.bad_connection_id(transaction_id, out, len),
+                    );
                 }
                 udp::write_scrape_head(out, transaction_id);
                 for hash in info_hashes.chunks_exact(20) {
@@ -391,9 +404,18 @@ mod tests {
 
     #[test]
     fn forwarded_takes_the_last_entry() {
-        assert_eq!(forwarded_ip(b"203.0.113.9, 10.0.0.1"), Some("10.0.0.1".parse().unwrap()));
-        assert_eq!(forwarded_ip(b"::ffff:1.2.3.4"), Some("1.2.3.4".parse().unwrap()));
-        assert_eq!(forwarded_ip(b"[2001:db8::1]:80"), Some("2001:db8::1".parse().unwrap()));
+        assert_eq!(
+            forwarded_ip(b"203.0.113.9, 10.0.0.1"),
+            Some("10.0.0.1".parse().unwrap())
+        );
+        assert_eq!(
+            forwarded_ip(b"::ffff:1.2.3.4"),
+            Some("1.2.3.4".parse().unwrap())
+        );
+        assert_eq!(
+            forwarded_ip(b"[2001:db8::1]:80"),
+            Some("2001:db8::1".parse().unwrap())
+        );
         assert_eq!(forwarded_ip(b"nonsense"), None);
     }
 }

@@ -121,24 +121,59 @@ impl Service for Tracker {
         let c = &self.shared.counters;
         let gauges = [
             ("hotpath_tracker_torrents", "Torrents tracked.", t.torrents),
-            ("hotpath_tracker_peers", "Peers tracked (both address families).", t.peers),
+            (
+                "hotpath_tracker_peers",
+                "Peers tracked (both address families).",
+                t.peers,
+            ),
             ("hotpath_tracker_seeders", "Seeders tracked.", t.seeders),
-            ("hotpath_tracker_leechers", "Leechers tracked.", t.peers - t.seeders),
-            ("hotpath_tracker_access_list_size", "Info hashes in the access list.", self.shared.access.len()),
+            (
+                "hotpath_tracker_leechers",
+                "Leechers tracked.",
+                t.peers - t.seeders,
+            ),
+            (
+                "hotpath_tracker_access_list_size",
+                "Info hashes in the access list.",
+                self.shared.access.len(),
+            ),
         ];
         for (name, help, v) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         }
         let counters = [
-            ("hotpath_tracker_bad_connection_ids_total", "UDP requests with a forged or expired connection id.", &c.bad_connection_ids),
-            ("hotpath_tracker_access_refused_total", "Requests refused by the access list.", &c.access_refused),
-            ("hotpath_tracker_peers_expired_total", "Peers dropped by the expiry sweeper.", &c.peers_expired),
-            ("hotpath_tracker_torrents_freed_total", "Empty torrents freed by the sweeper.", &c.torrents_freed),
-            ("hotpath_tracker_sweeps_total", "Completed sweeper passes.", &c.sweeps),
+            (
+                "hotpath_tracker_bad_connection_ids_total",
+                "UDP requests with a forged or expired connection id.",
+                &c.bad_connection_ids,
+            ),
+            (
+                "hotpath_tracker_access_refused_total",
+                "Requests refused by the access list.",
+                &c.access_refused,
+            ),
+            (
+                "hotpath_tracker_peers_expired_total",
+                "Peers dropped by the expiry sweeper.",
+                &c.peers_expired,
+            ),
+            (
+                "hotpath_tracker_torrents_freed_total",
+                "Empty torrents freed by the sweeper.",
+                &c.torrents_freed,
+            ),
+            (
+                "hotpath_tracker_sweeps_total",
+                "Completed sweeper passes.",
+                &c.sweeps,
+            ),
         ];
         for (name, help, v) in counters {
             let v = v.load(Ordering::Relaxed);
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
         }
     }
 
@@ -150,7 +185,10 @@ impl Service for Tracker {
             ("peers", t.peers as u64),
             ("seeders", t.seeders as u64),
             ("leechers", (t.peers - t.seeders) as u64),
-            ("bad_connection_ids", c.bad_connection_ids.load(Ordering::Relaxed)),
+            (
+                "bad_connection_ids",
+                c.bad_connection_ids.load(Ordering::Relaxed),
+            ),
             ("access_refused", c.access_refused.load(Ordering::Relaxed)),
             ("peers_expired", c.peers_expired.load(Ordering::Relaxed)),
         ]

@@ -217,7 +217,11 @@ impl<const I: usize> Store for Table<I> {
 
     fn scrape(&self, info_hash: &Id20) -> Counts {
         let shard = self.swarms.shard(info_hash).lock();
-        shard.torrents.get(info_hash).map(counts).unwrap_or_default()
+        shard
+            .torrents
+            .get(info_hash)
+            .map(counts)
+            .unwrap_or_default()
     }
 
     fn for_each(&self, each: &mut dyn FnMut(&Id20, Counts)) {
@@ -292,45 +296,94 @@ mod tests {
 
     #[test]
     fn completed_counts_once_and_totals_follow() {
-        let table = Table::<20>::new(4, Caps { max_torrents: 0, max_peers_per_torrent: 0 });
+        let table = Table::<20>::new(
+            4,
+            Caps {
+                max_torrents: 0,
+                max_peers_per_torrent: 0,
+            },
+        );
         let mut rng = fastrand::Rng::with_seed(1);
-        let mut sel = Selection { with_ids: true, ..Default::default() };
-        table.announce(&announce(1, true, Event::Started), 0, &mut rng, &mut sel).unwrap();
-        table.announce(&announce(2, false, Event::Started), 0, &mut rng, &mut sel).unwrap();
+        let mut sel = Selection {
+            with_ids: true,
+            ..Default::default()
+        };
+        table
+            .announce(&announce(1, true, Event::Started), 0, &mut rng, &mut sel)
+            .unwrap();
+        table
+            .announce(&announce(2, false, Event::Started), 0, &mut rng, &mut sel)
+            .unwrap();
         sel.clear();
-        let c = table.announce(&announce(2, true, Event::Completed), 1, &mut rng, &mut sel).unwrap();
-        assert_eq!(c, Counts { seeders: 2, leechers: 0, completed: 1 });
+        let c = table
+            .announce(&announce(2, true, Event::Completed), 1, &mut rng, &mut sel)
+            .unwrap();
+        assert_eq!(
+            c,
+            Counts {
+                seeders: 2,
+                leechers: 0,
+                completed: 1
+            }
+        );
         // A seeder is sent no seeders.
         assert!(sel.v4.is_empty());
         // A repeated completed event from a seeder does not count again.
-        let c = table.announce(&announce(2, true, Event::Completed), 2, &mut rng, &mut sel).unwrap();
+        let c = table
+            .announce(&announce(2, true, Event::Completed), 2, &mut rng, &mut sel)
+            .unwrap();
         assert_eq!(c.completed, 1);
         let t = table.totals();
         assert_eq!((t.torrents, t.peers, t.seeders), (1, 2, 2));
-        table.announce(&announce(1, true, Event::Stopped), 3, &mut rng, &mut sel).unwrap();
-        table.announce(&announce(2, true, Event::Stopped), 3, &mut rng, &mut sel).unwrap();
+        table
+            .announce(&announce(1, true, Event::Stopped), 3, &mut rng, &mut sel)
+            .unwrap();
+        table
+            .announce(&announce(2, true, Event::Stopped), 3, &mut rng, &mut sel)
+            .unwrap();
         let t = table.totals();
         assert_eq!((t.torrents, t.peers, t.seeders), (0, 0, 0));
     }
 
     #[test]
     fn leecher_gets_peers_with_ids() {
-        let table = Table::<20>::new(1, Caps { max_torrents: 0, max_peers_per_torrent: 0 });
+        let table = Table::<20>::new(
+            1,
+            Caps {
+                max_torrents: 0,
+                max_peers_per_torrent: 0,
+            },
+        );
         let mut rng = fastrand::Rng::with_seed(1);
-        let mut sel = Selection { with_ids: true, ..Default::default() };
-        table.announce(&announce(1, true, Event::None), 0, &mut rng, &mut sel).unwrap();
+        let mut sel = Selection {
+            with_ids: true,
+            ..Default::default()
+        };
+        table
+            .announce(&announce(1, true, Event::None), 0, &mut rng, &mut sel)
+            .unwrap();
         sel.clear();
-        table.announce(&announce(2, false, Event::None), 0, &mut rng, &mut sel).unwrap();
+        table
+            .announce(&announce(2, false, Event::None), 0, &mut rng, &mut sel)
+            .unwrap();
         assert_eq!(sel.v4, vec![127, 0, 0, 1, 0, 1]);
         assert_eq!(sel.ids, vec![[1; 20]]);
     }
 
     #[test]
     fn caps_and_sweeps() {
-        let table = Table::<0>::new(2, Caps { max_torrents: 1, max_peers_per_torrent: 0 });
+        let table = Table::<0>::new(
+            2,
+            Caps {
+                max_torrents: 1,
+                max_peers_per_torrent: 0,
+            },
+        );
         let mut rng = fastrand::Rng::with_seed(1);
         let mut sel = Selection::default();
-        table.announce(&announce(1, false, Event::None), 0, &mut rng, &mut sel).unwrap();
+        table
+            .announce(&announce(1, false, Event::None), 0, &mut rng, &mut sel)
+            .unwrap();
         let mut other = announce(1, false, Event::None);
         other.info_hash = [2; 20];
         assert!(table.announce(&other, 0, &mut rng, &mut sel).is_err());

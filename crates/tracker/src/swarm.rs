@@ -382,13 +382,22 @@ mod tests {
     fn announce_update_stop() {
         let mut s = PeerSet::<6, 0>::default();
         let id = [0; 20];
-        assert_eq!(s.announce(addr(1), &id, false, false, 0, 0).0, Change::Added);
+        assert_eq!(
+            s.announce(addr(1), &id, false, false, 0, 0).0,
+            Change::Added
+        );
         assert_eq!(s.announce(addr(2), &id, true, false, 0, 0).0, Change::Added);
         assert_eq!((s.seeders(), s.leechers()), (1, 1));
         // The leecher completes: updated in place, now a seeder.
-        assert_eq!(s.announce(addr(1), &id, true, false, 5, 0), (Change::Updated, false));
+        assert_eq!(
+            s.announce(addr(1), &id, true, false, 5, 0),
+            (Change::Updated, false)
+        );
         assert_eq!((s.seeders(), s.leechers()), (2, 0));
-        assert_eq!(s.announce(addr(2), &id, true, true, 5, 0), (Change::Removed, true));
+        assert_eq!(
+            s.announce(addr(2), &id, true, true, 5, 0),
+            (Change::Removed, true)
+        );
         assert_eq!((s.seeders(), s.leechers()), (1, 0));
         assert_eq!(s.announce(addr(9), &id, true, true, 5, 0).0, Change::None);
         // A cap of one peer refuses a second one.
@@ -407,7 +416,10 @@ mod tests {
             let mut got = Vec::new();
             s.select(&addr(0), true, 100, &mut rng, |p| got.push(p.addr));
             assert_eq!(got.len(), 5);
-            assert!(got.iter().all(|a| a[3] >= 5), "a seeder got a seeder: {got:?}");
+            assert!(
+                got.iter().all(|a| a[3] >= 5),
+                "a seeder got a seeder: {got:?}"
+            );
             let mut got = Vec::new();
             s.select(&addr(7), false, 3, &mut rng, |p| got.push(p.addr));
             assert_eq!(got.len(), 3);
@@ -425,7 +437,9 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(1);
         let mut hits = [0u32; 100];
         for _ in 0..10_000 {
-            s.select(&addr(1000), false, 10, &mut rng, |p| hits[p.addr[3] as usize] += 1);
+            s.select(&addr(1000), false, 10, &mut rng, |p| {
+                hits[p.addr[3] as usize] += 1
+            });
         }
         // Each peer is expected 1,000 times.
         assert!(hits.iter().all(|&h| (700..1300).contains(&h)), "{hits:?}");
@@ -449,7 +463,10 @@ mod tests {
         let dropped = s.expire(20_000u32 as u16, 100);
         check_invariants(&s);
         assert_eq!(before - dropped, s.len());
-        assert!(s.peers.iter().all(|p| p.peer_id() == Some(&[p.addr[3]; 20][..])));
+        assert!(s
+            .peers
+            .iter()
+            .all(|p| p.peer_id() == Some(&[p.addr[3]; 20][..])));
     }
 
     #[test]

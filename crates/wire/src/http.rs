@@ -2,7 +2,10 @@
 //! buffer, responses written into the caller's output buffer, and the client side (requests out,
 //! response heads in) for the load generator and tests.
 
-use httparse::{Header, Status};
+use std::mem::MaybeUninit;
+
+pub use httparse::Header;
+use httparse::Status;
 
 /// Hard limits applied while parsing a request. Each limit, when hit, yields a specific 4xx.
 #[derive(Debug, Clone, Copy)]
@@ -100,15 +103,24 @@ pub enum Parsed<'b, 'h> {
     Complete(Request<'b, 'h>, usize),
 }
 
+/// Storage for the headers of one request; no initialisation needed, so a stack array of it
+/// costs nothing until headers are written into it.
+pub type HeaderSlots<'b> = MaybeUninit<Header<'b>>;
+
+/// `N` uninitialised header slots.
+pub fn header_slots<'b, const N: usize>() -> [HeaderSlots<'b>; N] {
+    [const { MaybeUninit::uninit() }; N]
+}
+
 /// Parses one request from the front of `buf`, using `headers` as the header array (its length
 /// is the header-count limit).
 pub fn parse_request<'b, 'h>(
     buf: &'b [u8],
-    headers: &'h mut [Header<'b>],
+    headers: &'h mut [HeaderSlots<'b>],
     limits: &Limits,
 ) -> Result<Parsed<'b, 'h>, HttpError> {
-    let mut req = httparse::Request::new(headers);
-    let head_len = match req.parse(buf) {
+    let mut req = httparse::Request::new(&mut []);
+    let head_len = match req.parse_with_uninit_headers(buf, headers) {
         Ok(Status::Complete(n)) => n,
         Ok(Status::Partial) => {
             if buf.len() >= limits.max_header_bytes {
@@ -400,7 +412,7 @@ mod tests {
     };
 
     fn parse(buf: &[u8]) -> Result<Option<(String, String, bool, usize)>, HttpError> {
-        let mut headers = [httparse::EMPTY_HEADER; 8];
+        let mut headers = header_slots::<8>();
         match parse_request(buf, &mut headers, &LIMITS)? {
             Parsed::Incomplete => Ok(None),
             Parsed::Complete(r, n) => Ok(Some((
@@ -414,21 +426,29 @@ mod tests {
 
     #[test]
     fn keep_alive_rules() {
-        let r = parse(b"GET /a?x=1 HTTP/1.1\r\nHost: h\r\n\r\n").unwrap().unwrap();
+        let r = parse(b"GET /a?x=1 HTTP/1.1\r\nHost: h\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(r, ("/a".into(), "x=1".into(), true, 32));
-        let r = parse(b"GET /a HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap().unwrap();
+        let r = parse(b"GET /a HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(!r.2);
         let r = parse(b"GET /a HTTP/1.0\r\n\r\n").unwrap().unwrap();
         assert!(!r.2);
-        let r = parse(b"GET /a HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").unwrap().unwrap();
+        let r = parse(b"GET /a HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(r.2);
     }
 
     #[test]
     fn incomplete_and_body() {
         assert!(parse(b"GET /a HTTP/1.1\r\nHost:").unwrap().is_none());
-        assert!(parse(b"POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nab").unwrap().is_none());
-        let mut headers = [httparse::EMPTY_HEADER; 8];
+        assert!(parse(b"POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nab")
+            .unwrap()
+            .is_none());
+        let mut headers = header_slots::<8>();
         let buf = b"POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET";
         match parse_request(buf, &mut headers, &LIMITS).unwrap() {
             Parsed::Complete(r, n) => {
@@ -463,7 +483,7 @@ mod tests {
     fn gzip_negotiation() {
         let check = |value: &str| {
             let text = format!("GET / HTTP/1.1\r\nAccept-Encoding: {value}\r\n\r\n");
-            let mut headers = [httparse::EMPTY_HEADER; 8];
+            let mut headers = header_slots::<8>();
             match parse_request(text.as_bytes(), &mut headers, &LIMITS).unwrap() {
                 Parsed::Complete(r, _) => r.accepts_gzip(),
                 Parsed::Incomplete => panic!(),
@@ -501,7 +521,7 @@ mod tests {
     proptest! {
         #[test]
         fn never_panics(input in proptest::collection::vec(any::<u8>(), 0..512)) {
-            let mut headers = [httparse::EMPTY_HEADER; 8];
+            let mut headers = header_slots::<8>();
             let _ = parse_request(&input, &mut headers, &LIMITS);
             let _ = parse_response_head(&input);
         }

@@ -117,9 +117,7 @@ fn parse_u64(s: &[u8]) -> Option<u64> {
 /// Parses `numwant`: negative values (some clients send -1) mean "the default".
 fn parse_numwant(s: &[u8]) -> Result<Option<u32>, &'static str> {
     if let Some(rest) = s.strip_prefix(b"-") {
-        return parse_u64(rest)
-            .map(|_| None)
-            .ok_or("malformed numwant");
+        return parse_u64(rest).map(|_| None).ok_or("malformed numwant");
     }
     parse_u64(s)
         .map(|n| Some(n.min(u64::from(u32::MAX)) as u32))
@@ -168,7 +166,12 @@ pub fn parse_announce(query: &[u8]) -> Result<Announce, &'static str> {
             b"peer_id" => peer_id = Some(decode_id20(v).ok_or("malformed peer_id")?),
             b"port" => {
                 let p = parse_u64(v).ok_or("malformed port")?;
-                port = Some(u16::try_from(p).ok().filter(|&p| p != 0).ok_or("invalid port")?);
+                port = Some(
+                    u16::try_from(p)
+                        .ok()
+                        .filter(|&p| p != 0)
+                        .ok_or("invalid port")?,
+                );
             }
             b"uploaded" => a.uploaded = parse_u64(v).ok_or("malformed uploaded")?,
             b"downloaded" => a.downloaded = parse_u64(v).ok_or("malformed downloaded")?,
@@ -247,7 +250,11 @@ pub fn write_announce(out: &mut Vec<u8>, a: &Announce) {
     if let Some(n) = a.numwant {
         num(out, b"&numwant=", u64::from(n));
     }
-    out.extend_from_slice(if a.compact { b"&compact=1" } else { b"&compact=0" });
+    out.extend_from_slice(if a.compact {
+        b"&compact=1"
+    } else {
+        b"&compact=0"
+    });
     if a.no_peer_id {
         out.extend_from_slice(b"&no_peer_id=1");
     }
@@ -320,14 +327,33 @@ mod tests {
             ("peer_id=-HP0001-abcdefghijkl&port=70000", "invalid port"),
             ("peer_id=-HP0001-abcdefghijkl&port=0", "invalid port"),
             ("peer_id=-HP0001-abcdefghijkl&port=x", "malformed port"),
-            ("peer_id=-HP0001-abcdefghijkl&port=1&left=-1", "malformed left"),
-            ("peer_id=-HP0001-abcdefghijkl&port=1&uploaded=99999999999999999999999", "malformed uploaded"),
-            ("peer_id=-HP0001-abcdefghijkl&port=1&event=bogus", "unknown event"),
-            ("peer_id=-HP0001-abcdefghijkl&port=1&numwant=x", "malformed numwant"),
-            ("peer_id=-HP0001-abcdefghijkl&port=1&ipv6=zz", "malformed ipv6"),
+            (
+                "peer_id=-HP0001-abcdefghijkl&port=1&left=-1",
+                "malformed left",
+            ),
+            (
+                "peer_id=-HP0001-abcdefghijkl&port=1&uploaded=99999999999999999999999",
+                "malformed uploaded",
+            ),
+            (
+                "peer_id=-HP0001-abcdefghijkl&port=1&event=bogus",
+                "unknown event",
+            ),
+            (
+                "peer_id=-HP0001-abcdefghijkl&port=1&numwant=x",
+                "malformed numwant",
+            ),
+            (
+                "peer_id=-HP0001-abcdefghijkl&port=1&ipv6=zz",
+                "malformed ipv6",
+            ),
         ];
         for (q, want) in cases {
-            assert_eq!(parse_announce(format!("{ok_ih}&{q}").as_bytes()), Err(want), "{q}");
+            assert_eq!(
+                parse_announce(format!("{ok_ih}&{q}").as_bytes()),
+                Err(want),
+                "{q}"
+            );
         }
         let a = parse_announce(
             format!("{ok_ih}&peer_id=-HP0001-abcdefghijkl&port=1&numwant=-1").as_bytes(),
@@ -348,7 +374,10 @@ mod tests {
         let mut out = Vec::new();
         parse_scrape(&q, 10, &mut out).unwrap();
         assert_eq!(out, vec![[0; 20], [1; 20], [2; 20]]);
-        assert_eq!(parse_scrape(&q, 2, &mut out), Err("too many info hashes in one scrape"));
+        assert_eq!(
+            parse_scrape(&q, 2, &mut out),
+            Err("too many info hashes in one scrape")
+        );
         parse_scrape(b"", 2, &mut out).unwrap();
         assert!(out.is_empty());
     }

@@ -158,7 +158,7 @@ pub fn parse_request(b: &[u8]) -> Result<Request<'_>, ParseError> {
         }
         ACTION_SCRAPE => {
             let hashes = &b[16..];
-            if hashes.is_empty() || hashes.len() % 20 != 0 {
+            if hashes.is_empty() || !hashes.len().is_multiple_of(20) {
                 return Err(err("malformed scrape"));
             }
             if hashes.len() / 20 > MAX_SCRAPE_HASHES {
@@ -374,7 +374,7 @@ pub fn parse_response(b: &[u8]) -> Result<Response<'_>, &'static str> {
             seeders: u32_at(b, 16),
             peers: &b[20..],
         }),
-        ACTION_SCRAPE if (b.len() - 8) % 12 == 0 => Ok(Response::Scrape {
+        ACTION_SCRAPE if (b.len() - 8).is_multiple_of(12) => Ok(Response::Scrape {
             transaction_id,
             entries: &b[8..],
         }),
@@ -413,14 +413,19 @@ mod tests {
     fn connect_round_trip() {
         let mut b = Vec::new();
         write_connect_request(&mut b, 42);
-        assert_eq!(parse_request(&b), Ok(Request::Connect { transaction_id: 42 }));
+        assert_eq!(
+            parse_request(&b),
+            Ok(Request::Connect { transaction_id: 42 })
+        );
         b[0] ^= 1;
         assert_eq!(parse_request(&b), Err(ParseError::Drop));
     }
 
     #[test]
     fn announce_round_trip_with_url_data() {
-        let opts = [2, 5, b'/', b'a', b'n', b'n', b'o', 1, 2, 3, b'?', b'x', b'y', 0, 9, 9];
+        let opts = [
+            2, 5, b'/', b'a', b'n', b'n', b'o', 1, 2, 3, b'?', b'x', b'y', 0, 9, 9,
+        ];
         let a = announce(&opts);
         let mut b = Vec::new();
         write_announce_request(&mut b, &a);
@@ -440,14 +445,20 @@ mod tests {
         write_announce_request(&mut b, &announce(&[2, 10, b'x']));
         assert_eq!(
             parse_request(&b),
-            Err(ParseError::Error { transaction_id: 9, message: "malformed options" })
+            Err(ParseError::Error {
+                transaction_id: 9,
+                message: "malformed options"
+            })
         );
         let mut b = Vec::new();
         write_announce_request(&mut b, &announce(&[]));
         b.truncate(97);
         assert_eq!(
             parse_request(&b),
-            Err(ParseError::Error { transaction_id: 9, message: "malformed announce" })
+            Err(ParseError::Error {
+                transaction_id: 9,
+                message: "malformed announce"
+            })
         );
         let mut b = Vec::new();
         write_scrape_request(&mut b, 1, 2, &[[0; 20]; 75]);
@@ -457,7 +468,13 @@ mod tests {
         assert!(matches!(parse_request(&b), Err(ParseError::Error { .. })));
         let mut b = vec![0; 16];
         b[11] = 9;
-        assert!(matches!(parse_request(&b), Err(ParseError::Error { message: "unknown action", .. })));
+        assert!(matches!(
+            parse_request(&b),
+            Err(ParseError::Error {
+                message: "unknown action",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -467,7 +484,10 @@ mod tests {
         assert_eq!(out.len(), 16);
         assert_eq!(
             parse_response(&out),
-            Ok(Response::Error { transaction_id: 1, message: b"a long m" })
+            Ok(Response::Error {
+                transaction_id: 1,
+                message: b"a long m"
+            })
         );
     }
 

@@ -1,0 +1,394 @@
+//! hotpath's network server: one worker thread per core, each with its own SO_REUSEPORT TCP
+//! listeners and UDP sockets and its own event loop ([`worker`]); HTTP/1.1 with keep-alive and
+//! pipelining; batched UDP ([`udp`]); admin endpoints; start-up host checks ([`host`]); signals
+//! and drained shutdown.
+//!
+//! Owns: sockets, connection state, timers, framing, request metrics. Must not: know any
+//! service's rules (services plug in through `hotpath_service::Service`).
+
+pub mod host;
+pub mod listen;
+pub mod metrics;
+pub mod udp;
+pub mod worker;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use hotpath_config::{effective_workers, Config};
+use hotpath_service::{process_secs, Service};
+
+use listen::{Addresses, ListenerKind};
+use metrics::WorkerMetrics;
+use worker::{Setup, Shared, Worker};
+
+/// Server errors, by what failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A socket could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Some other start-up step failed.
+    #[error("cannot start: {0}")]
+    Start(#[from] std::io::Error),
+    /// A worker or background thread died.
+    #[error("thread {0} died; stopping")]
+    ThreadDied(String),
+}
+
+/// A started server: its bound addresses and the means to stop it.
+pub struct RunningServer {
+    addrs: Addresses,
+    stop: Arc<AtomicBool>,
+    wakers: Vec<mio::Waker>,
+    threads: Vec<JoinHandle<()>>,
+    died: Receiver<String>,
+    service: Arc<dyn Service>,
+}
+
+/// Tells the supervisor when a thread ends by panicking (or returning an error).
+struct DeathNotice {
+    name: String,
+    tx: mpsc::Sender<String>,
+    clean: bool,
+}
+
+impl Drop for DeathNotice {
+    fn drop(&mut self) {
+        if !self.clean || std::thread::panicking() {
+            let _ = self.tx.send(self.name.clone());
+        }
+    }
+}
+
+/// Binds `addr` once, for the first worker, so port 0 resolves to a concrete port that every
+/// other worker then shares.
+fn first_bind<T>(
+    addr: SocketAddr,
+    bind: impl Fn(SocketAddr) -> std::io::Result<T>,
+    local: impl Fn(&T) -> std::io::Result<SocketAddr>,
+) -> Result<(T, SocketAddr), ServerError> {
+    let s = bind(addr).map_err(|source| ServerError::Bind { addr, source })?;
+    let resolved = local(&s)?;
+    Ok((s, resolved))
+}
+
+impl RunningServer {
+    /// Binds every socket, starts the workers and the service's background jobs.
+    pub fn start(config: &Config, service: Arc<dyn Service>) -> Result<RunningServer, ServerError> {
+        let cfg = &config.server;
+        let workers = effective_workers(cfg.workers);
+        let _ = process_secs();
+        let needed = (workers * cfg.max_connections_per_worker) as u64 + 64;
+        host::check(cfg.backlog, needed);
+
+        // Resolve and bind the first worker's sockets; the others bind the resolved addresses.
+        let mut addrs = Addresses::default();
+        let mut first_tcp = Vec::new();
+        let mut first_udp = Vec::new();
+        let tcp_wanted = listen::with_ipv6(&config.listen.http, config.listen.ipv6)
+            .into_iter()
+            .map(|(a, v6)| (a, v6, ListenerKind::Http))
+            .chain(
+                config
+                    .listen
+                    .admin
+                    .iter()
+                    .map(|a| (*a, false, ListenerKind::Admin)),
+            );
+        for (addr, optional, kind) in tcp_wanted {
+            match first_bind(
+                addr,
+                |a| listen::tcp_listener(a, cfg.backlog),
+                |l| l.local_addr(),
+            ) {
+                Ok((l, resolved)) => {
+                    first_tcp.push((mio::net::TcpListener::from_std(l), kind));
+                    addrs.tcp.push((resolved, kind));
+                }
+                Err(e) if optional => log::info!("no IPv6 listener: {e}"),
+                Err(e) => return Err(e),
+            }
+        }
+        for (addr, optional) in listen::with_ipv6(&config.listen.udp, config.listen.ipv6) {
+            let bind = |a| listen::udp_socket(a, cfg.udp_recv_buffer, cfg.udp_send_buffer);
+            match first_bind(addr, bind, |s| s.local_addr()) {
+                Ok((s, resolved)) => {
+                    first_udp.push(mio::net::UdpSocket::from_std(s));
+                    addrs.udp.push(resolved);
+                }
+                Err(e) if optional => log::info!("no IPv6 UDP socket: {e}"),
+                Err(e) => return Err(e),
+            }
+        }
+
+        let mut setups = Vec::with_capacity(workers);
+        let mut wakers = Vec::with_capacity(workers);
+        for index in 0..workers {
+            let (tcp, udp) = if index == 0 {
+                (
+                    std::mem::take(&mut first_tcp),
+                    std::mem::take(&mut first_udp),
+                )
+            } else {
+                let mut tcp = Vec::new();
+                for &(addr, kind) in &addrs.tcp {
+                    let l = listen::tcp_listener(addr, cfg.backlog)
+                        .map_err(|source| ServerError::Bind { addr, source })?;
+                    tcp.push((mio::net::TcpListener::from_std(l), kind));
+                }
+                let mut udp = Vec::new();
+                for &addr in &addrs.udp {
+                    let s = listen::udp_socket(addr, cfg.udp_recv_buffer, cfg.udp_send_buffer)
+                        .map_err(|source| ServerError::Bind { addr, source })?;
+                    udp.push(mio::net::UdpSocket::from_std(s));
+                }
+                (tcp, udp)
+            };
+            let poll = mio::Poll::new()?;
+            wakers.push(worker::waker(&poll)?);
+            setups.push(Setup {
+                index,
+                poll,
+                tcp,
+                udp,
+            });
+        }
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let access_log = cfg.access_log.then(|| {
+            let (tx, rx) = mpsc::sync_channel::<String>(65_536);
+            std::thread::Builder::new()
+                .name("access-log".into())
+                .spawn(move || access_log_writer(rx))
+                .expect("spawn the access log thread");
+            tx
+        });
+        let metrics: Arc<[WorkerMetrics]> =
+            (0..workers).map(|_| WorkerMetrics::default()).collect();
+        let shared = Arc::new(Shared {
+            cfg: cfg.clone(),
+            service: service.clone(),
+            metrics,
+            stop: stop.clone(),
+            access_log,
+            workers,
+        });
+        let (died_tx, died) = mpsc::channel();
+        let mut threads = Vec::new();
+        for setup in setups {
+            let name = format!("worker-{}", setup.index);
+            let shared = shared.clone();
+            let tx = died_tx.clone();
+            let thread_name = name.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(name.clone())
+                    .spawn(move || {
+                        let mut notice = DeathNotice {
+                            name: thread_name,
+                            tx,
+                            clean: false,
+                        };
+                        // Built on its own thread: the batch buffers hold raw pointers and stay here.
+                        match Worker::new(setup, shared).and_then(Worker::run) {
+                            Ok(()) => notice.clean = true,
+                            Err(e) => log::error!("{}: event loop failed: {e}", notice.name),
+                        }
+                    })?,
+            );
+        }
+        for job in service.background() {
+            let tx = died_tx.clone();
+            let stop = stop.clone();
+            let name = job.name.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(name.clone())
+                    .spawn(move || {
+                        let mut notice = DeathNotice {
+                            name,
+                            tx,
+                            clean: false,
+                        };
+                        (job.run)(stop);
+                        notice.clean = true;
+                    })?,
+            );
+        }
+        for (addr, kind) in &addrs.tcp {
+            log::info!(
+                "listening on {addr} ({})",
+                match kind {
+                    ListenerKind::Http => "HTTP",
+                    ListenerKind::Admin => "admin",
+                }
+            );
+        }
+        for addr in &addrs.udp {
+            log::info!("listening on {addr} (UDP)");
+        }
+        log::info!("{workers} workers started");
+        Ok(RunningServer {
+            addrs,
+            stop,
+            wakers,
+            threads,
+            died,
+            service,
+        })
+    }
+
+    /// The first bound address of the given kind.
+    pub fn tcp_addr(&self, kind: ListenerKind) -> Option<SocketAddr> {
+        self.addrs
+            .tcp
+            .iter()
+            .find(|(_, k)| *k == kind)
+            .map(|(a, _)| *a)
+    }
+
+    /// Every bound address.
+    pub fn addresses(&self) -> &Addresses {
+        &self.addrs
+    }
+
+    /// The first HTTP listener's address.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.tcp_addr(ListenerKind::Http)
+    }
+
+    /// The first admin listener's address.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.tcp_addr(ListenerKind::Admin)
+    }
+
+    /// The first UDP socket's address.
+    pub fn udp_addr(&self) -> Option<SocketAddr> {
+        self.addrs.udp.first().copied()
+    }
+
+    /// Reloads the service (what SIGHUP does).
+    pub fn reload(&self) {
+        match self.service.reload() {
+            Ok(msg) => log::info!("{msg}"),
+            Err(e) => log::error!("reload failed, keeping the old state: {e}"),
+        }
+    }
+
+    /// Waits up to `timeout` for a thread to die; returns its name if one did.
+    pub fn thread_died(&self, timeout: Duration) -> Option<String> {
+        self.died.recv_timeout(timeout).ok()
+    }
+
+    /// Stops accepting, lets workers finish in-flight answers, stops background jobs, and joins
+    /// every thread. Errors name a thread that died.
+    pub fn shutdown(self) -> Result<(), ServerError> {
+        self.stop.store(true, Ordering::Release);
+        for w in &self.wakers {
+            let _ = w.wake();
+        }
+        let mut died = None;
+        for t in self.threads {
+            let name = t.thread().name().unwrap_or("?").to_string();
+            if t.join().is_err() {
+                died = Some(name);
+            }
+        }
+        if let Ok(name) = self.died.try_recv() {
+            died.get_or_insert(name);
+        }
+        match died {
+            Some(name) => Err(ServerError::ThreadDied(name)),
+            None => Ok(()),
+        }
+    }
+}
+
+fn access_log_writer(rx: Receiver<String>) {
+    use std::io::Write as _;
+    let stderr = std::io::stderr();
+    let mut batch = String::new();
+    while let Ok(line) = rx.recv() {
+        batch.push_str(&line);
+        batch.push('\n');
+        while let Ok(line) = rx.try_recv() {
+            batch.push_str(&line);
+            batch.push('\n');
+            if batch.len() > 1 << 16 {
+                break;
+            }
+        }
+        let _ = stderr.lock().write_all(batch.as_bytes());
+        batch.clear();
+    }
+}
+
+/// The `/stats` document.
+pub(crate) fn stats_json(shared: &Shared) -> String {
+    let t = metrics::totals(&shared.metrics);
+    let mut requests = serde_json::Map::new();
+    for (p, proto) in metrics::PROTOCOLS.iter().enumerate() {
+        let mut kinds = serde_json::Map::new();
+        for kind in hotpath_service::Kind::ALL {
+            let mut outcomes = serde_json::Map::new();
+            for outcome in hotpath_service::Outcome::ALL {
+                outcomes.insert(
+                    outcome.label().into(),
+                    t.requests[p][kind as usize][outcome as usize].into(),
+                );
+            }
+            kinds.insert(kind.label().into(), outcomes.into());
+        }
+        requests.insert((*proto).into(), kinds.into());
+    }
+    let mut service = serde_json::Map::new();
+    for (k, v) in shared.service.stats() {
+        service.insert(k.into(), v.into());
+    }
+    serde_json::json!({
+        "uptime_secs": process_secs(),
+        "workers": shared.workers,
+        "connections": t.connections,
+        "connections_accepted": t.accepted,
+        "connections_rejected": t.rejected,
+        "connections_timed_out": t.timeouts,
+        "udp_datagrams_received": t.udp_in,
+        "udp_datagrams_sent": t.udp_out,
+        "requests": requests,
+        "tracker": service,
+    })
+    .to_string()
+}
+
+/// Runs the server until SIGTERM or SIGINT (drained shutdown, `Ok`) or until a thread dies
+/// (`Err` naming it). SIGHUP reloads the service.
+pub fn run(config: &Config, service: Arc<dyn Service>) -> Result<(), ServerError> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    let server = RunningServer::start(config, service)?;
+    loop {
+        if let Some(name) = server.thread_died(Duration::from_millis(200)) {
+            log::error!("thread {name} died; stopping");
+            let _ = server.shutdown();
+            return Err(ServerError::ThreadDied(name));
+        }
+        for sig in signals.pending() {
+            if sig == SIGHUP {
+                server.reload();
+            } else {
+                log::info!("signal {sig}: stopping (in-flight requests are answered first)");
+                return server.shutdown();
+            }
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Socket set-up: every worker gets its own SO_REUSEPORT TCP listeners and UDP sockets on the
+//! same addresses, so the kernel spreads connections and datagrams over workers with no shared
+//! accept queue and no thundering herd.
+
+use std::io;
+use std::net::{Ipv6Addr, SocketAddr};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// What a TCP listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenerKind {
+    /// Services (tracker) and /healthz.
+    Http,
+    /// /metrics, /stats and /healthz.
+    Admin,
+}
+
+/// The addresses every worker binds, resolved once so port 0 becomes one concrete port shared
+/// by all workers.
+#[derive(Debug, Clone, Default)]
+pub struct Addresses {
+    /// TCP listeners and their kind.
+    pub tcp: Vec<(SocketAddr, ListenerKind)>,
+    /// UDP sockets.
+    pub udp: Vec<SocketAddr>,
+}
+
+/// A TCP listener with SO_REUSEPORT, non-blocking.
+pub fn tcp_listener(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.set_nodelay(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(backlog.min(i32::MAX as u32) as i32)?;
+    Ok(socket.into())
+}
+
+/// A UDP socket with SO_REUSEPORT and the requested buffer sizes, non-blocking.
+pub fn udp_socket(
+    addr: SocketAddr,
+    recv_buf: usize,
+    send_buf: usize,
+) -> io::Result<std::net::UdpSocket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    // The kernel caps these at net.core.rmem_max / wmem_max; a smaller buffer still works.
+    let _ = socket.set_recv_buffer_size(recv_buf);
+    let _ = socket.set_send_buffer_size(send_buf);
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+/// The configured addresses plus, when `ipv6` is on, `[::]` at the port of each `0.0.0.0`.
+pub fn with_ipv6(addrs: &[SocketAddr], ipv6: bool) -> Vec<(SocketAddr, bool)> {
+    let mut out: Vec<(SocketAddr, bool)> = addrs.iter().map(|a| (*a, false)).collect();
+    if ipv6 {
+        for a in addrs {
+            if a.ip().is_unspecified() && a.is_ipv4() {
+                let v6 = SocketAddr::from((Ipv6Addr::UNSPECIFIED, a.port()));
+                if !addrs.contains(&v6) {
+                    out.push((v6, true));
+                }
+            }
+        }
+    }
+    out
+}

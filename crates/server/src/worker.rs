@@ -1,0 +1,607 @@
+//! One worker: an event loop (epoll through mio, edge-triggered) over this worker's own
+//! listeners, UDP sockets and connections. A request is read, parsed, handled and answered on
+//! this thread with no hand-off; all pipelined requests of one read are answered with one write.
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mio::net::{TcpListener, TcpStream, UdpSocket};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use hotpath_config::ServerConfig;
+use hotpath_service::{
+    process_secs, Context, HttpResponse, Kind, Outcome, Request, Service, ServiceWorker,
+};
+use hotpath_wire::http::{self, header_slots, Head, Limits, Parsed};
+
+use crate::listen::ListenerKind;
+use crate::metrics::{self, WorkerMetrics};
+use crate::udp::Batch;
+
+/// Token of the waker that shutdown uses.
+pub const WAKER: Token = Token(0);
+const LISTENER_BASE: usize = 1;
+const UDP_BASE: usize = 1 << 10;
+const CONN_BASE: usize = 1 << 20;
+/// The header array's size on the stack; `server.max_headers` is at most this.
+const HEADER_SLOTS: usize = 256;
+const READ_BUF_START: usize = 4096;
+
+/// What every worker shares.
+pub struct Shared {
+    /// Server settings.
+    pub cfg: ServerConfig,
+    /// The service that handles requests.
+    pub service: Arc<dyn Service>,
+    /// Every worker's metrics (for /metrics and /stats).
+    pub metrics: Arc<[WorkerMetrics]>,
+    /// Set once to stop.
+    pub stop: Arc<AtomicBool>,
+    /// Where access log lines go, when enabled.
+    pub access_log: Option<SyncSender<String>>,
+    /// Worker count, for /stats.
+    pub workers: usize,
+}
+
+/// What a worker is handed at start.
+pub struct Setup {
+    /// Its index.
+    pub index: usize,
+    /// Its poll instance (the waker is registered on it).
+    pub poll: Poll,
+    /// Its TCP listeners.
+    pub tcp: Vec<(TcpListener, ListenerKind)>,
+    /// Its UDP sockets.
+    pub udp: Vec<UdpSocket>,
+}
+
+struct Conn {
+    stream: TcpStream,
+    peer: SocketAddr,
+    kind: ListenerKind,
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    out: Vec<u8>,
+    out_pos: usize,
+    /// Process-clock second of the last activity (read or write).
+    last_active: u32,
+    /// When the first byte of a still-incomplete request arrived.
+    partial_since: Option<u32>,
+    /// Close once `out` is sent.
+    closing: bool,
+}
+
+impl Conn {
+    fn pending_out(&self) -> usize {
+        self.out.len() - self.out_pos
+    }
+}
+
+/// The per-request half of a worker, split from the connection table so a request can be
+/// handled while its connection is borrowed.
+struct Handler {
+    shared: Arc<Shared>,
+    index: usize,
+    service: Box<dyn ServiceWorker>,
+    resp: HttpResponse,
+    limits: Limits,
+    max_headers: usize,
+    date: [u8; 29],
+    date_secs: u64,
+    now: u32,
+    stopping: bool,
+}
+
+impl Handler {
+    fn metrics(&self) -> &WorkerMetrics {
+        &self.shared.metrics[self.index]
+    }
+
+    fn tick(&mut self) {
+        self.now = process_secs();
+        let unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if unix != self.date_secs {
+            self.date_secs = unix;
+            self.date = http::http_date(unix);
+        }
+    }
+
+    /// Answers every complete request in the connection's read buffer, stopping when the output
+    /// buffer reaches its cap (the rest is answered once the client reads).
+    fn process(&mut self, conn: &mut Conn) {
+        let max_out = self.shared.cfg.max_output_bytes;
+        while conn.rstart < conn.rend && !conn.closing && conn.pending_out() < max_out {
+            let started = Instant::now();
+            let mut slots = header_slots::<HEADER_SLOTS>();
+            let buf = &conn.rbuf[conn.rstart..conn.rend];
+            match http::parse_request(buf, &mut slots[..self.max_headers], &self.limits) {
+                Ok(Parsed::Incomplete) => {
+                    conn.partial_since.get_or_insert(self.now);
+                    return;
+                }
+                Ok(Parsed::Complete(req, used)) => {
+                    let keep = self.respond(&req, conn.peer, conn.kind, &mut conn.out, started);
+                    conn.rstart += used;
+                    conn.partial_since = None;
+                    conn.closing = !keep;
+                }
+                Err(e) => {
+                    self.metrics().http_errors.add(1);
+                    self.resp.reset();
+                    self.resp.body.extend_from_slice(e.reason.as_bytes());
+                    self.resp.body.push(b'\n');
+                    let head = Head {
+                        status: e.status,
+                        content_type: "text/plain",
+                        extra: b"",
+                    };
+                    http::write_response(
+                        &mut conn.out,
+                        &head,
+                        &self.date,
+                        false,
+                        1,
+                        &self.resp.body,
+                    );
+                    let nanos = started.elapsed().as_nanos() as u64;
+                    self.metrics()
+                        .request(metrics::HTTP, Kind::Other, Outcome::Refused, nanos);
+                    conn.closing = true;
+                    conn.rstart = conn.rend;
+                }
+            }
+        }
+        if conn.rstart == conn.rend {
+            conn.rstart = 0;
+            conn.rend = 0;
+            conn.partial_since = None;
+        }
+    }
+
+    fn respond(
+        &mut self,
+        req: &Request<'_, '_>,
+        peer: SocketAddr,
+        kind: ListenerKind,
+        out: &mut Vec<u8>,
+        started: Instant,
+    ) -> bool {
+        self.resp.reset();
+        let ctx = Context {
+            peer,
+            now: self.now,
+        };
+        let (k, outcome) = match (kind, req.path) {
+            (_, "/healthz") => {
+                self.resp.content_type = "application/json";
+                self.resp.body.extend_from_slice(b"{\"status\":\"ok\"}");
+                (Kind::Health, Outcome::Ok)
+            }
+            (ListenerKind::Admin, "/metrics") => {
+                self.resp.content_type = "text/plain; version=0.0.4";
+                let mut text = String::with_capacity(8192);
+                metrics::write_prometheus(&metrics::totals(&self.shared.metrics), &mut text);
+                self.shared.service.write_metrics(&mut text);
+                self.resp.body = text.into_bytes();
+                (Kind::Admin, Outcome::Ok)
+            }
+            (ListenerKind::Admin, "/stats") => {
+                self.resp.content_type = "application/json";
+                self.resp.body = crate::stats_json(&self.shared).into_bytes();
+                (Kind::Admin, Outcome::Ok)
+            }
+            (ListenerKind::Http, _) => match self.service.http(req, &ctx, &mut self.resp) {
+                Some(handled) => handled,
+                None => self.not_found(),
+            },
+            (ListenerKind::Admin, _) => self.not_found(),
+        };
+        let keep = req.keep_alive && !self.resp.close && !self.stopping;
+        let head = Head {
+            status: self.resp.status,
+            content_type: self.resp.content_type,
+            extra: &self.resp.extra_headers,
+        };
+        http::write_response(
+            out,
+            &head,
+            &self.date,
+            keep,
+            req.minor_version,
+            &self.resp.body,
+        );
+        if req.method == "HEAD" {
+            // Same head (with the GET's Content-Length), no body.
+            out.truncate(out.len() - self.resp.body.len());
+        }
+        let nanos = started.elapsed().as_nanos() as u64;
+        self.metrics().request(metrics::HTTP, k, outcome, nanos);
+        if let Some(log) = &self.shared.access_log {
+            let line = format!(
+                "{} \"{} {}\" {} {} {}us",
+                peer.ip(),
+                req.method,
+                req.path,
+                self.resp.status,
+                self.resp.body.len(),
+                nanos / 1000
+            );
+            if let Err(TrySendError::Full(_)) = log.try_send(line) {
+                self.metrics().access_log_dropped.add(1);
+            }
+        }
+        keep
+    }
+
+    fn not_found(&mut self) -> (Kind, Outcome) {
+        self.resp.status = 404;
+        self.resp.content_type = "text/plain";
+        self.resp.body.clear();
+        self.resp.body.extend_from_slice(b"not found\n");
+        (Kind::Other, Outcome::Refused)
+    }
+}
+
+/// A running worker's loop state.
+pub struct Worker {
+    poll: Poll,
+    tcp: Vec<Option<(TcpListener, ListenerKind)>>,
+    udp: Vec<Option<UdpSocket>>,
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    open: usize,
+    batch: Batch,
+    h: Handler,
+    last_sweep: u32,
+}
+
+impl Worker {
+    /// Registers the sockets and builds the worker.
+    pub fn new(setup: Setup, shared: Arc<Shared>) -> io::Result<Worker> {
+        let Setup {
+            index,
+            poll,
+            mut tcp,
+            mut udp,
+        } = setup;
+        for (i, (l, _)) in tcp.iter_mut().enumerate() {
+            poll.registry()
+                .register(l, Token(LISTENER_BASE + i), Interest::READABLE)?;
+        }
+        for (i, s) in udp.iter_mut().enumerate() {
+            poll.registry()
+                .register(s, Token(UDP_BASE + i), Interest::READABLE)?;
+        }
+        let cfg = &shared.cfg;
+        let limits = Limits {
+            max_header_bytes: cfg.max_header_bytes,
+            max_url_bytes: cfg.max_url_bytes,
+            max_body_bytes: cfg.max_body_bytes,
+        };
+        let h = Handler {
+            service: shared.service.worker(index),
+            resp: HttpResponse::default(),
+            limits,
+            max_headers: cfg.max_headers.min(HEADER_SLOTS),
+            date: http::http_date(0),
+            date_secs: 0,
+            now: process_secs(),
+            stopping: false,
+            index,
+            shared: shared.clone(),
+        };
+        Ok(Worker {
+            poll,
+            tcp: tcp.into_iter().map(Some).collect(),
+            udp: udp.into_iter().map(Some).collect(),
+            conns: Vec::new(),
+            free: Vec::new(),
+            open: 0,
+            batch: Batch::new(shared.cfg.udp_batch),
+            last_sweep: process_secs(),
+            h,
+        })
+    }
+
+    /// Runs until shutdown has drained (or its grace period ran out).
+    pub fn run(mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        let mut grace_until: Option<Instant> = None;
+        loop {
+            let timeout = if grace_until.is_some() {
+                Duration::from_millis(20)
+            } else {
+                Duration::from_millis(500)
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            self.h.tick();
+            for ev in events.iter() {
+                let t = ev.token().0;
+                if t >= CONN_BASE {
+                    self.drive(t - CONN_BASE);
+                } else if t >= UDP_BASE {
+                    self.udp_ready(t - UDP_BASE);
+                } else if t >= LISTENER_BASE {
+                    self.accept(t - LISTENER_BASE);
+                }
+            }
+            if grace_until.is_none() && self.h.shared.stop.load(Ordering::Acquire) {
+                grace_until = Some(
+                    Instant::now() + Duration::from_secs(self.h.shared.cfg.shutdown_grace_secs),
+                );
+                self.begin_shutdown();
+            }
+            if let Some(deadline) = grace_until {
+                if self.open == 0 || Instant::now() >= deadline {
+                    if self.open > 0 {
+                        log::warn!("worker {}: closing {} connections still busy at the end of the shutdown grace period", self.h.index, self.open);
+                    }
+                    return Ok(());
+                }
+            }
+            if self.h.now != self.last_sweep {
+                self.last_sweep = self.h.now;
+                self.sweep_timeouts();
+            }
+        }
+    }
+
+    fn begin_shutdown(&mut self) {
+        self.h.stopping = true;
+        for l in self.tcp.iter_mut() {
+            if let Some((mut l, _)) = l.take() {
+                let _ = self.poll.registry().deregister(&mut l);
+            }
+        }
+        for s in self.udp.iter_mut() {
+            if let Some(mut s) = s.take() {
+                let _ = self.poll.registry().deregister(&mut s);
+            }
+        }
+        // Idle connections go now; busy ones finish their answers first.
+        for slot in 0..self.conns.len() {
+            let idle = self.conns[slot]
+                .as_ref()
+                .is_some_and(|c| c.pending_out() == 0 && c.rstart == c.rend);
+            if idle {
+                self.close(slot);
+            } else if let Some(c) = self.conns[slot].as_mut() {
+                c.closing = c.rstart == c.rend;
+            }
+        }
+    }
+
+    fn accept(&mut self, i: usize) {
+        let max = self.h.shared.cfg.max_connections_per_worker;
+        loop {
+            let Some((listener, kind)) = self.tcp[i].as_ref() else {
+                return;
+            };
+            let kind = *kind;
+            match listener.accept() {
+                Ok((stream, peer)) => {
+                    let m = &self.h.shared.metrics[self.h.index];
+                    if self.open >= max {
+                        m.rejected.add(1);
+                        drop(stream);
+                        continue;
+                    }
+                    m.accepted.add(1);
+                    let _ = stream.set_nodelay(true);
+                    self.add_conn(stream, peer, kind);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE and friends: log rarely, keep serving the open connections.
+                    log::warn!("worker {}: accept failed: {e}", self.h.index);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn add_conn(&mut self, mut stream: TcpStream, peer: SocketAddr, kind: ListenerKind) {
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.conns.push(None);
+            self.conns.len() - 1
+        });
+        let token = Token(CONN_BASE + slot);
+        if let Err(e) = self.poll.registry().register(
+            &mut stream,
+            token,
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            log::warn!("worker {}: cannot register a connection: {e}", self.h.index);
+            self.free.push(slot);
+            return;
+        }
+        self.conns[slot] = Some(Conn {
+            stream,
+            peer,
+            kind,
+            rbuf: vec![0; READ_BUF_START],
+            rstart: 0,
+            rend: 0,
+            out: Vec::new(),
+            out_pos: 0,
+            last_active: self.h.now,
+            partial_since: None,
+            closing: false,
+        });
+        self.open += 1;
+        self.h.shared.metrics[self.h.index]
+            .connections
+            .set(self.open as u64);
+        // Data may already be waiting (edge-triggered: no event will say so again).
+        self.drive(slot);
+    }
+
+    fn close(&mut self, slot: usize) {
+        if let Some(mut c) = self.conns[slot].take() {
+            let _ = self.poll.registry().deregister(&mut c.stream);
+            self.free.push(slot);
+            self.open -= 1;
+            self.h.shared.metrics[self.h.index]
+                .connections
+                .set(self.open as u64);
+        }
+    }
+
+    /// Sends what is pending, answers what is buffered, reads what has arrived (answering as it
+    /// goes), and sends again: at most one write per batch of pipelined requests.
+    fn drive(&mut self, slot: usize) {
+        let max_total = self.h.limits.max_header_bytes + self.h.limits.max_body_bytes;
+        let max_out = self.h.shared.cfg.max_output_bytes;
+        let Some(conn) = self.conns[slot].as_mut() else {
+            return;
+        };
+        let mut dead = !flush(conn);
+        if !dead {
+            self.h.process(conn);
+        }
+        while !dead && !conn.closing && conn.pending_out() < max_out {
+            if conn.rend == conn.rbuf.len() {
+                if conn.rstart > 0 {
+                    conn.rbuf.copy_within(conn.rstart..conn.rend, 0);
+                    conn.rend -= conn.rstart;
+                    conn.rstart = 0;
+                } else if conn.rbuf.len() < max_total {
+                    let grown = (conn.rbuf.len() * 2).min(max_total);
+                    conn.rbuf.resize(grown, 0);
+                } else {
+                    // Cannot happen: the parser refuses heads and bodies beyond the limits.
+                    dead = true;
+                    break;
+                }
+            }
+            let room = conn.rbuf.len() - conn.rend;
+            match conn.stream.read(&mut conn.rbuf[conn.rend..]) {
+                Ok(0) => {
+                    // The client closed its side: answer what it sent, then close.
+                    conn.closing = true;
+                    self.h.process(conn);
+                    conn.closing = true;
+                }
+                Ok(n) => {
+                    conn.rend += n;
+                    conn.last_active = self.h.now;
+                    self.h.process(conn);
+                    if n < room {
+                        // A short read drained the socket; new data brings a new edge.
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => dead = true,
+            }
+        }
+        if !dead {
+            dead = !flush(conn);
+        }
+        if !dead && conn.pending_out() > 0 {
+            conn.last_active = self.h.now;
+        }
+        if dead || (conn.closing && conn.pending_out() == 0) {
+            self.close(slot);
+        }
+    }
+
+    fn udp_ready(&mut self, i: usize) {
+        loop {
+            let Some(socket) = self.udp[i].as_ref() else {
+                return;
+            };
+            let n = match self.batch.recv(socket) {
+                Ok(n) => n,
+                Err(e) => {
+                    log::debug!("worker {}: recvmmsg: {e}", self.h.index);
+                    return;
+                }
+            };
+            if n == 0 {
+                return;
+            }
+            let m = &self.h.shared.metrics[self.h.index];
+            m.udp_in.add(n as u64);
+            for j in 0..n {
+                let started = Instant::now();
+                let ctx = Context {
+                    peer: self.batch.from[j],
+                    now: self.h.now,
+                };
+                let mut out = std::mem::take(&mut self.batch.outs[j]);
+                out.clear();
+                let (kind, outcome) = self.h.service.udp(self.batch.datagram(j), &ctx, &mut out);
+                self.batch.outs[j] = out;
+                let nanos = started.elapsed().as_nanos() as u64;
+                m.request(metrics::UDP, kind, outcome, nanos);
+            }
+            let (sent, failed) = self.batch.send(socket);
+            m.udp_out.add(sent as u64);
+            m.udp_send_errors.add(failed as u64);
+            if n < self.batch.size() {
+                return;
+            }
+        }
+    }
+
+    /// Closes connections that idled too long or are too slow sending a request or reading an
+    /// answer (slowloris, slow readers).
+    fn sweep_timeouts(&mut self) {
+        let now = self.h.now;
+        let idle = self.h.shared.cfg.idle_timeout_secs as u32;
+        let slow = self.h.shared.cfg.header_timeout_secs as u32;
+        for slot in 0..self.conns.len() {
+            let expired = self.conns[slot].as_ref().is_some_and(|c| {
+                if let Some(since) = c.partial_since {
+                    now.saturating_sub(since) >= slow
+                } else if c.pending_out() > 0 {
+                    now.saturating_sub(c.last_active) >= slow
+                } else {
+                    now.saturating_sub(c.last_active) >= idle
+                }
+            });
+            if expired {
+                self.h.shared.metrics[self.h.index].timeouts.add(1);
+                self.close(slot);
+            }
+        }
+    }
+}
+
+/// Writes what is pending; false when the connection is dead.
+fn flush(conn: &mut Conn) -> bool {
+    while conn.out_pos < conn.out.len() {
+        match conn.stream.write(&conn.out[conn.out_pos..]) {
+            Ok(0) => return false,
+            Ok(n) => conn.out_pos += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+    conn.out.clear();
+    conn.out_pos = 0;
+    if conn.out.capacity() > 1 << 16 {
+        conn.out.shrink_to(1 << 12);
+    }
+    true
+}
+
+/// The waker a worker's poll uses for shutdown.
+pub fn waker(poll: &Poll) -> io::Result<Waker> {
+    Waker::new(poll.registry(), WAKER)
+}
