@@ -1,0 +1,256 @@
+//! Helpers for the integration tests: a server on loopback port 0 and small raw clients.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::time::Duration;
+
+use hotpath_config::Config;
+use hotpath_server::RunningServer;
+use hotpath_wire::bencode;
+use hotpath_wire::http::parse_response_head;
+use hotpath_wire::query::{percent_encode, write_announce, Announce, Event};
+use hotpath_wire::udp;
+
+/// A config listening on loopback port 0 only, with 2 workers.
+pub fn test_config() -> Config {
+    let mut c = Config::default();
+    c.listen.http = vec!["127.0.0.1:0".parse().unwrap()];
+    c.listen.udp = vec!["127.0.0.1:0".parse().unwrap()];
+    c.listen.admin = vec!["127.0.0.1:0".parse().unwrap()];
+    c.listen.ipv6 = false;
+    c.server.workers = 2;
+    c.server.shutdown_grace_secs = 2;
+    c
+}
+
+pub fn start(config: &Config) -> RunningServer {
+    hotpath::start(config).expect("server starts")
+}
+
+/// A response: status, head text and body.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub head: String,
+    pub body: Vec<u8>,
+    pub close: bool,
+}
+
+/// A keep-alive HTTP client on one connection.
+pub struct Client {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn send(&mut self, raw: &[u8]) {
+        self.stream.write_all(raw).unwrap();
+    }
+
+    /// Reads one response; `None` when the server closed the connection first.
+    pub fn read(&mut self) -> Option<Resp> {
+        self.read_response(false)
+    }
+
+    /// Reads the answer to a HEAD request (no body, whatever Content-Length says).
+    pub fn read_head(&mut self) -> Option<Resp> {
+        self.read_response(true)
+    }
+
+    fn read_response(&mut self, head_only: bool) -> Option<Resp> {
+        loop {
+            if let Ok(Some(h)) = parse_response_head(&self.buf) {
+                let len = if head_only {
+                    0
+                } else {
+                    h.content_length.unwrap_or(0)
+                };
+                if self.buf.len() >= h.head_len + len {
+                    let head = String::from_utf8_lossy(&self.buf[..h.head_len]).into_owned();
+                    let body = self.buf[h.head_len..h.head_len + len].to_vec();
+                    self.buf.drain(..h.head_len + len);
+                    return Some(Resp {
+                        status: h.status,
+                        head,
+                        body,
+                        close: h.close,
+                    });
+                }
+            }
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    pub fn get(&mut self, target: &str) -> Resp {
+        self.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        self.read().expect("a response")
+    }
+
+    /// Whether the server closed the connection (read returns 0 or an error) within `wait`.
+    pub fn closed_within(&mut self, wait: Duration) -> bool {
+        self.stream.set_read_timeout(Some(wait)).unwrap();
+        let mut b = [0u8; 1024];
+        loop {
+            match self.stream.read(&mut b) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    return false
+                }
+                Err(_) => return true,
+            }
+        }
+    }
+}
+
+/// An announce for `hash` from a client with id number `n` on `port`.
+pub fn announce(hash: [u8; 20], n: u8, port: u16, left: u64, event: Event) -> Announce {
+    let mut peer_id = *b"-HP0001-000000000000";
+    peer_id[19] = n;
+    Announce {
+        info_hash: hash,
+        peer_id,
+        port,
+        uploaded: 0,
+        downloaded: 0,
+        left,
+        event,
+        compact: true,
+        no_peer_id: false,
+        numwant: None,
+        key: None,
+        ipv6: None,
+    }
+}
+
+pub fn announce_target(a: &Announce) -> String {
+    let mut q = Vec::new();
+    write_announce(&mut q, a);
+    format!("/announce?{}", String::from_utf8(q).unwrap())
+}
+
+pub fn scrape_target(hashes: &[[u8; 20]]) -> String {
+    let mut q = b"/scrape?".to_vec();
+    for h in hashes {
+        q.extend_from_slice(b"info_hash=");
+        percent_encode(&mut q, h);
+        q.push(b'&');
+    }
+    String::from_utf8(q).unwrap()
+}
+
+/// The failure reason of a bencoded body, if it is one.
+pub fn failure(body: &[u8]) -> Option<String> {
+    let v = bencode::decode(body).ok()?;
+    v.get("failure reason")
+        .and_then(|r| r.as_bytes())
+        .map(|r| String::from_utf8_lossy(r).into_owned())
+}
+
+/// An integer field of a bencoded dictionary body.
+pub fn int(body: &[u8], key: &str) -> i64 {
+    let v = bencode::decode(body)
+        .unwrap_or_else(|e| panic!("{e:?}: {:?}", String::from_utf8_lossy(body)));
+    v.get(key)
+        .and_then(|x| x.as_int())
+        .unwrap_or_else(|| panic!("no {key}"))
+}
+
+/// The compact peers (`key` = "peers" or "peers6") of an announce answer.
+pub fn peers(body: &[u8], key: &str) -> Vec<u8> {
+    let v = bencode::decode(body).unwrap();
+    v.get(key)
+        .and_then(|x| x.as_bytes())
+        .unwrap_or_default()
+        .to_vec()
+}
+
+/// A UDP tracker client.
+pub struct Udp {
+    pub socket: UdpSocket,
+    pub server: SocketAddr,
+    pub connection_id: u64,
+}
+
+impl Udp {
+    pub fn new(server: SocketAddr) -> Udp {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(2000)))
+            .unwrap();
+        Udp {
+            socket,
+            server,
+            connection_id: 0,
+        }
+    }
+
+    /// Sends a datagram and waits up to `wait` for an answer.
+    pub fn exchange(&self, packet: &[u8], wait: Duration) -> Option<Vec<u8>> {
+        self.socket.set_read_timeout(Some(wait)).unwrap();
+        self.socket.send_to(packet, self.server).unwrap();
+        let mut buf = [0u8; 4096];
+        match self.socket.recv_from(&mut buf) {
+            Ok((n, _)) => Some(buf[..n].to_vec()),
+            Err(_) => None,
+        }
+    }
+
+    pub fn connect(&mut self) {
+        let mut p = Vec::new();
+        udp::write_connect_request(&mut p, 77);
+        let r = self
+            .exchange(&p, Duration::from_secs(2))
+            .expect("connect answer");
+        match udp::parse_response(&r).unwrap() {
+            udp::Response::Connect {
+                transaction_id: 77,
+                connection_id,
+            } => self.connection_id = connection_id,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    pub fn announce(&self, hash: [u8; 20], n: u8, port: u16, left: u64, event: Event) -> Vec<u8> {
+        let a = udp::AnnounceRequest {
+            connection_id: self.connection_id,
+            transaction_id: 5,
+            info_hash: hash,
+            peer_id: [n; 20],
+            downloaded: 0,
+            left,
+            uploaded: 0,
+            event,
+            ip: 0,
+            key: 1,
+            num_want: -1,
+            port,
+            options: udp::Options(&[
+                2, 9, b'/', b'a', b'n', b'n', b'o', b'u', b'n', b'c', b'e', 0,
+            ]),
+        };
+        let mut p = Vec::new();
+        udp::write_announce_request(&mut p, &a);
+        self.exchange(&p, Duration::from_secs(2))
+            .expect("announce answer")
+    }
+}
