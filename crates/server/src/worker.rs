@@ -224,11 +224,14 @@ impl Handler {
         let nanos = started.elapsed().as_nanos() as u64;
         self.metrics().request(metrics::HTTP, k, outcome, nanos);
         if let Some(log) = &self.shared.access_log {
+            let query = String::from_utf8_lossy(req.query);
             let line = format!(
-                "{} \"{} {}\" {} {} {}us",
+                "{} \"{} {}{}{}\" {} {} {}us",
                 peer.ip(),
                 req.method,
                 req.path,
+                if query.is_empty() { "" } else { "?" },
+                query,
                 self.resp.status,
                 self.resp.body.len(),
                 nanos / 1000

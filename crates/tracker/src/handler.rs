@@ -121,6 +121,7 @@ impl TrackerWorker {
             v4,
             v6,
             seeder: a.left == 0 || a.event == Event::Paused,
+            complete: a.left == 0,
             event: a.event,
             want: a
                 .numwant
@@ -276,6 +277,7 @@ impl TrackerWorker {
             v4,
             v6,
             seeder: r.left == 0 || r.event == Event::Paused,
+            complete: r.left == 0,
             event: r.event,
             want: want as usize,
             want_v4: v4.is_some(),

@@ -31,6 +31,8 @@ pub struct PeerAnnounce {
     pub v6: Option<[u8; 18]>,
     /// Seeder (left=0, or a BEP 21 partial seed).
     pub seeder: bool,
+    /// The download is complete (left=0).
+    pub complete: bool,
     /// The event.
     pub event: Event,
     /// Peers wanted (already capped).
@@ -160,23 +162,29 @@ impl<const I: usize> Store for Table<I> {
         let t = shard.torrents.entry(a.info_hash).or_default();
         let (s0, p0) = (t.seeders(), t.seeders() + t.leechers());
         let max = self.caps.max_peers_per_torrent;
-        // Whether this announce turned a leecher (or a new peer) into a seeder.
-        let mut became_seeder = false;
+        // A snatch is counted once per download: when a peer known as a leecher reports
+        // left=0 (whatever its event: some clients go straight to `stopped`), or when a peer
+        // the tracker did not know announces `completed`.
+        let snatch = |change: Change, was_seeder: bool| match change {
+            Change::Updated | Change::Removed => a.complete && !was_seeder,
+            Change::Added => a.event == Event::Completed,
+            Change::None => false,
+        };
+        let mut snatched = None;
         if let Some(addr) = a.v4 {
             let (change, was) = t.v4.announce(addr, &a.peer_id, a.seeder, stopped, now, max);
-            became_seeder |= matches!(change, Change::Added | Change::Updated) && !was;
+            snatched = Some(snatch(change, was));
         }
         if let Some(addr) = a.v6 {
             let set = t.v6.get_or_insert_with(Default::default);
             let (change, was) = set.announce(addr, &a.peer_id, a.seeder, stopped, now, max);
-            if a.v4.is_none() {
-                became_seeder |= matches!(change, Change::Added | Change::Updated) && !was;
-            }
+            // A dual-stack announce counts once, by its IPv4 record when it has one.
+            snatched.get_or_insert(snatch(change, was));
             if set.is_empty() {
                 t.v6 = None;
             }
         }
-        if a.event == Event::Completed && a.seeder && became_seeder {
+        if snatched == Some(true) {
             t.completed = t.completed.saturating_add(1);
         }
         if !stopped {
@@ -287,6 +295,7 @@ mod tests {
             v4: Some([127, 0, 0, 1, 0, n]),
             v6: None,
             seeder,
+            complete: seeder,
             event,
             want: 50,
             want_v4: true,
@@ -343,6 +352,46 @@ mod tests {
             .unwrap();
         let t = table.totals();
         assert_eq!((t.torrents, t.peers, t.seeders), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_leecher_stopping_complete_is_a_snatch() {
+        let table = Table::<0>::new(
+            1,
+            Caps {
+                max_torrents: 0,
+                max_peers_per_torrent: 0,
+            },
+        );
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut sel = Selection::default();
+        table
+            .announce(&announce(1, true, Event::Started), 0, &mut rng, &mut sel)
+            .unwrap();
+        table
+            .announce(&announce(2, false, Event::Started), 0, &mut rng, &mut sel)
+            .unwrap();
+        let c = table
+            .announce(&announce(2, true, Event::Stopped), 1, &mut rng, &mut sel)
+            .unwrap();
+        assert_eq!(
+            c,
+            Counts {
+                seeders: 1,
+                leechers: 0,
+                completed: 1
+            }
+        );
+        // A seeder restarting (new to the tracker, left=0, started) is no new snatch.
+        let c = table
+            .announce(&announce(3, true, Event::Started), 2, &mut rng, &mut sel)
+            .unwrap();
+        assert_eq!(c.completed, 1);
+        // An unknown peer announcing completed (the tracker restarted mid-download) is one.
+        let c = table
+            .announce(&announce(4, true, Event::Completed), 2, &mut rng, &mut sel)
+            .unwrap();
+        assert_eq!(c.completed, 2);
     }
 
     #[test]

@@ -1,0 +1,191 @@
+#!/usr/bin/python3
+"""Real BitTorrent clients meeting only through a hotpath tracker.
+
+A python3-libtorrent session seeds a generated file; a leecher (a second libtorrent session, or
+aria2c) downloads it. DHT, local peer discovery, PEX, UPnP and NAT-PMP are off, so the only way
+the leecher can learn of the seeder is the tracker. Succeeds (exit 0, one JSON line) when the
+leecher holds a byte-identical copy; fails (exit 1, the reason) otherwise or after --timeout.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import libtorrent as lt
+
+
+def settings(port):
+    return {
+        "listen_interfaces": f"127.0.0.1:{port}",
+        "enable_dht": False,
+        "enable_lsd": False,
+        "enable_upnp": False,
+        "enable_natpmp": False,
+        "allow_multiple_connections_per_ip": True,
+        "alert_mask": lt.alert.category_t.error_notification
+        | lt.alert.category_t.tracker_notification
+        | lt.alert.category_t.status_notification,
+        "announce_to_all_trackers": True,
+        "user_agent": "hotpath-test",
+        # Loopback peers must not be treated as "local" and skipped.
+        "enable_incoming_utp": True,
+        "enable_outgoing_utp": True,
+    }
+
+
+def session(port):
+    # flags=0: no default plugins, so no ut_pex and no ut_metadata.
+    try:
+        return lt.session(settings(port), 0)
+    except TypeError:
+        return lt.session(settings(port))
+
+
+def make_torrent(workdir, tracker, size):
+    seed_dir = os.path.join(workdir, "seed")
+    os.makedirs(seed_dir, exist_ok=True)
+    path = os.path.join(seed_dir, "payload.bin")
+    rng = random.Random(42)
+    with open(path, "wb") as f:
+        f.write(bytes(rng.getrandbits(8) for _ in range(size)))
+    fs = lt.file_storage()
+    lt.add_files(fs, path)
+    # v1 only: aria2 does not speak BitTorrent v2 and hashes hybrid torrents differently.
+    t = lt.create_torrent(fs, 32768, flags=lt.create_torrent.v1_only)
+    t.add_tracker(tracker)
+    t.set_creator("hotpath tests")
+    lt.set_piece_hashes(t, seed_dir)
+    torrent_path = os.path.join(workdir, "payload.torrent")
+    with open(torrent_path, "wb") as f:
+        f.write(lt.bencode(t.generate()))
+    return seed_dir, path, torrent_path
+
+
+def sha1(path):
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        h.update(f.read())
+    return h.hexdigest()
+
+
+def drain(ses, log):
+    for a in ses.pop_alerts():
+        if isinstance(a, (lt.tracker_error_alert, lt.tracker_warning_alert, lt.tracker_reply_alert)):
+            log.append(f"{type(a).__name__}: {a.message()}")
+
+
+def wait_announced(ses, handle, deadline, log):
+    while time.time() < deadline:
+        for a in ses.pop_alerts():
+            if isinstance(a, lt.tracker_reply_alert):
+                return
+            if isinstance(a, lt.tracker_error_alert):
+                log.append(f"seeder tracker error: {a.message()}")
+        time.sleep(0.1)
+    raise SystemExit(fail("the seeder's announce got no tracker reply", log))
+
+
+def scrape_downloaded(scrape_url, info_hash, deadline):
+    """Polls the tracker's HTTP scrape until the torrent shows a completed download."""
+    url = scrape_url + "?info_hash=" + urllib.parse.quote(info_hash)
+    downloaded = 0
+    while time.time() < deadline:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            files = lt.bdecode(r.read()).get(b"files", {})
+        downloaded = files.get(info_hash, {}).get(b"downloaded", 0)
+        if downloaded >= 1:
+            break
+        time.sleep(0.2)
+    return downloaded
+
+
+def fail(reason, log):
+    print(json.dumps({"ok": False, "reason": reason, "log": log[-20:]}))
+    return 1
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--tracker", required=True)
+    p.add_argument("--workdir", required=True)
+    p.add_argument("--scrape", required=True, help="the tracker's HTTP scrape URL")
+    p.add_argument("--leecher", choices=["libtorrent", "aria2"], default="libtorrent")
+    p.add_argument("--size", type=int, default=1 << 20)
+    p.add_argument("--timeout", type=float, default=90)
+    p.add_argument("--seed-port", type=int, default=0)
+    p.add_argument("--leech-port", type=int, default=0)
+    args = p.parse_args()
+    deadline = time.time() + args.timeout
+    log = []
+
+    seed_dir, payload, torrent_path = make_torrent(args.workdir, args.tracker, args.size)
+    info = lt.torrent_info(torrent_path)
+
+    seeder = session(args.seed_port)
+    sh = seeder.add_torrent({"ti": info, "save_path": seed_dir})
+    sh.force_recheck()
+    while not sh.status().is_seeding:
+        if time.time() > deadline:
+            return fail("the seeder never finished checking its file", log)
+        time.sleep(0.1)
+    sh.force_reannounce()
+    wait_announced(seeder, sh, deadline, log)
+
+    leech_dir = os.path.join(args.workdir, "leech")
+    os.makedirs(leech_dir, exist_ok=True)
+    got = os.path.join(leech_dir, os.path.basename(payload))
+    if args.leecher == "libtorrent":
+        leecher = session(args.leech_port)
+        lh = leecher.add_torrent({"ti": info, "save_path": leech_dir})
+        while not lh.status().is_seeding:
+            drain(leecher, log)
+            drain(seeder, log)
+            if time.time() > deadline:
+                s = lh.status()
+                return fail(f"the leecher stalled at {s.progress:.0%} with {s.num_peers} peers", log)
+            time.sleep(0.2)
+    else:
+        cmd = [
+            "aria2c", "--enable-dht=false", "--enable-dht6=false", "--bt-enable-lpd=false",
+            "--enable-peer-exchange=false", "--seed-time=0", "--check-integrity=true",
+            "--file-allocation=none", "--summary-interval=0", "--console-log-level=warn",
+            f"--listen-port={args.leech_port or 6891}", "--bt-tracker-interval=5",
+            f"--dir={leech_dir}", torrent_path,
+        ]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True,
+                                  timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            return fail("aria2c did not finish in time", log)
+        log.append(done.stdout[-2000:])
+        log.append(done.stderr[-2000:])
+        if done.returncode != 0:
+            return fail(f"aria2c exited {done.returncode}", log)
+
+    if not os.path.exists(got) or sha1(got) != sha1(payload):
+        return fail("the downloaded file differs from the seeded one", log)
+    # The seeder is still in the swarm, so the torrent (and its snatch count) is still tracked.
+    v1 = info.info_hashes().v1.to_bytes()
+    downloaded = scrape_downloaded(args.scrape, v1, deadline)
+    if downloaded < 1:
+        return fail("the tracker never counted the completed download", log)
+    print(json.dumps({
+        "ok": True,
+        "leecher": args.leecher,
+        "bytes": args.size,
+        "sha1": sha1(got),
+        "info_hash": str(info.info_hashes().v1),
+        "downloaded": downloaded,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
