@@ -1,0 +1,81 @@
+//! Memory per peer: loads N distinct IPv4 peers over M torrents through the swarm API (the same
+//! `Store::announce` the handlers call, without sockets) and prints the process's RSS per peer.
+//!
+//! `cargo run --release -p hotpath-tracker --example peer_memory -- [PEERS] [TORRENTS] [ids]`
+//! (defaults: 10,000,000 peers over 2,000,000 torrents; `ids` keeps peer ids).
+
+use std::time::Instant;
+
+use hotpath_tracker::store::{Caps, PeerAnnounce, Selection, Store, Table};
+use hotpath_wire::query::Event;
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kb * 1024
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let peers: u64 = args.get(1).map_or(10_000_000, |s| s.parse().expect("PEERS"));
+    let torrents: u64 = args.get(2).map_or(2_000_000, |s| s.parse().expect("TORRENTS"));
+    let ids = args.get(3).is_some_and(|s| s == "ids");
+    let caps = Caps {
+        max_torrents: 0,
+        max_peers_per_torrent: 0,
+    };
+    let base = rss_bytes();
+    let store: Box<dyn Store> = if ids {
+        Box::new(Table::<20>::new(1024, caps))
+    } else {
+        Box::new(Table::<0>::new(1024, caps))
+    };
+    let mut rng = fastrand::Rng::with_seed(7);
+    let mut sel = Selection::default();
+    let started = Instant::now();
+    let mut a = PeerAnnounce {
+        info_hash: [0; 20],
+        peer_id: [0; 20],
+        v4: None,
+        v6: None,
+        seeder: false,
+        complete: false,
+        event: Event::Started,
+        want: 0,
+        want_v4: true,
+        want_v6: false,
+    };
+    for i in 0..peers {
+        // Torrent i % M with a pseudo-random but fixed hash; peer i gets a distinct address.
+        let t = i % torrents;
+        let h = t.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        a.info_hash[..8].copy_from_slice(&h.to_le_bytes());
+        a.info_hash[12..20].copy_from_slice(&h.rotate_left(17).to_le_bytes());
+        a.peer_id[..8].copy_from_slice(&i.to_le_bytes());
+        let ip = (i as u32).wrapping_mul(2_654_435_761);
+        let mut addr = [0u8; 6];
+        addr[..4].copy_from_slice(&ip.to_be_bytes());
+        addr[4..].copy_from_slice(&(6881 + (i >> 32) as u16).to_be_bytes());
+        a.v4 = Some(addr);
+        a.seeder = rng.u8(..4) == 0;
+        sel.clear();
+        store
+            .announce(&a, 0, &mut rng, &mut sel)
+            .expect("no caps are set");
+    }
+    let elapsed = started.elapsed();
+    let totals = store.totals();
+    let rss = rss_bytes();
+    println!(
+        "{{\"peers\":{},\"torrents\":{},\"peer_ids\":{ids},\"rss_bytes\":{rss},\"baseline_rss_bytes\":{base},\"bytes_per_peer_all_in\":{:.1},\"bytes_per_peer_table\":{:.1},\"announces_per_sec\":{:.0}}}",
+        totals.peers,
+        totals.torrents,
+        rss as f64 / totals.peers as f64,
+        (rss - base) as f64 / totals.peers as f64,
+        peers as f64 / elapsed.as_secs_f64()
+    );
+}
