@@ -21,8 +21,12 @@ fn rss_bytes() -> u64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let peers: u64 = args.get(1).map_or(10_000_000, |s| s.parse().expect("PEERS"));
-    let torrents: u64 = args.get(2).map_or(2_000_000, |s| s.parse().expect("TORRENTS"));
+    let peers: u64 = args
+        .get(1)
+        .map_or(10_000_000, |s| s.parse().expect("PEERS"));
+    let torrents: u64 = args
+        .get(2)
+        .map_or(2_000_000, |s| s.parse().expect("TORRENTS"));
     let ids = args.get(3).is_some_and(|s| s == "ids");
     let caps = Caps {
         max_torrents: 0,

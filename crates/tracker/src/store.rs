@@ -172,18 +172,19 @@ impl<const I: usize> Store for Table<I> {
         };
         let mut snatched = None;
         if let Some(addr) = a.v4 {
-            let (change, was) = t.v4.announce(addr, &a.peer_id, a.seeder, stopped, now, max);
+            let (change, was) = t
+                .v4()
+                .announce(addr, &a.peer_id, a.seeder, stopped, now, max);
             snatched = Some(snatch(change, was));
         }
         if let Some(addr) = a.v6 {
-            let set = t.v6.get_or_insert_with(Default::default);
-            let (change, was) = set.announce(addr, &a.peer_id, a.seeder, stopped, now, max);
+            let (change, was) = t
+                .v6()
+                .announce(addr, &a.peer_id, a.seeder, stopped, now, max);
             // A dual-stack announce counts once, by its IPv4 record when it has one.
             snatched.get_or_insert(snatch(change, was));
-            if set.is_empty() {
-                t.v6 = None;
-            }
         }
+        t.tidy();
         if snatched == Some(true) {
             t.completed = t.completed.saturating_add(1);
         }
@@ -191,23 +192,20 @@ impl<const I: usize> Store for Table<I> {
             let own4 = a.v4.unwrap_or([0; 6]);
             let own6 = a.v6.unwrap_or([0; 18]);
             let mut left = a.want;
+            let with_ids = sel.with_ids;
             if a.want_v4 {
-                left -= t.v4.select(&own4, a.seeder, left, rng, |p| {
+                left -= t.select_v4(&own4, a.seeder, left, rng, |p| {
                     sel.v4.extend_from_slice(p.addr());
-                    if sel.with_ids {
-                        if let Some(id) = p.peer_id() {
-                            sel.ids.push(id.try_into().expect("20-byte id"));
-                        }
+                    if let (true, Some(id)) = (with_ids, p.peer_id()) {
+                        sel.ids.push(id.try_into().expect("20-byte id"));
                     }
                 });
             }
-            if let (true, Some(set)) = (a.want_v6, &t.v6) {
-                set.select(&own6, a.seeder, left, rng, |p| {
+            if a.want_v6 {
+                t.select_v6(&own6, a.seeder, left, rng, |p| {
                     sel.v6.extend_from_slice(p.addr());
-                    if sel.with_ids {
-                        if let Some(id) = p.peer_id() {
-                            sel.ids.push(id.try_into().expect("20-byte id"));
-                        }
+                    if let (true, Some(id)) = (with_ids, p.peer_id()) {
+                        sel.ids.push(id.try_into().expect("20-byte id"));
                     }
                 });
             }
@@ -247,13 +245,7 @@ impl<const I: usize> Store for Table<I> {
         let (mut dropped, mut seeders, mut peers) = (0, 0, 0);
         let before = shard.torrents.len();
         shard.torrents.retain(|_, t| {
-            dropped += t.v4.expire(now, timeout);
-            if let Some(set) = &mut t.v6 {
-                dropped += set.expire(now, timeout);
-                if set.is_empty() {
-                    t.v6 = None;
-                }
-            }
+            dropped += t.expire(now, timeout);
             seeders += t.seeders() as usize;
             peers += (t.seeders() + t.leechers()) as usize;
             !t.is_empty()

@@ -7,8 +7,10 @@
 //! capped at 12 h so they never wrap), and optionally the peer id: 8 bytes for an IPv4 peer.
 //!
 //! In each peer set the seeders come first and the leechers after them, so seeder and leecher
-//! counts are O(1) and "send a seeder only leechers" is a range. Sets of more than
-//! [`INDEX_AT`] peers also keep an address index so an announce never scans a big swarm.
+//! counts are O(1) and "send a seeder only leechers" is a range. Sets of [`INDEX_AT`] peers or
+//! more also keep an address index so an announce never scans a big swarm. A torrent is 40
+//! bytes in the table (64 with its key); the index and IPv6 peers, which few torrents have,
+//! live behind one pointer.
 //! Peer selection takes a window at a random offset of the eligible range (wrapping), so it
 //! costs O(numwant) whatever the swarm's size; removals move the last peer into the gap, which
 //! keeps reshuffling the order over time.
@@ -47,24 +49,16 @@ impl<const A: usize, const I: usize> Record<A, I> {
     }
 }
 
-/// The peers of one address family of one torrent.
-#[derive(Debug)]
-pub struct PeerSet<const A: usize, const I: usize> {
-    /// Seeders in `[0, seeders)`, leechers after.
-    peers: Vec<Record<A, I>>,
-    seeders: u32,
-    /// Address -> position, only for sets of at least [`INDEX_AT`] peers.
-    index: Option<Box<HashMap<[u8; A], u32>>>,
-}
+/// An address index: address -> position in the peer records.
+pub type Index<const A: usize> = HashMap<[u8; A], u32>;
 
-impl<const A: usize, const I: usize> Default for PeerSet<A, I> {
-    fn default() -> Self {
-        Self {
-            peers: Vec::new(),
-            seeders: 0,
-            index: None,
-        }
-    }
+/// The peers of one address family of one torrent, borrowed from wherever the torrent keeps
+/// them: the records (seeders in `[0, seeders)`, leechers after), the seeder count, and the
+/// address index when the set is large enough to have one.
+pub struct PeerSet<'a, const A: usize, const I: usize> {
+    peers: &'a mut Vec<Record<A, I>>,
+    seeders: &'a mut u32,
+    index: Option<&'a mut Index<A>>,
 }
 
 /// What an announce did to a peer set.
@@ -80,27 +74,7 @@ pub enum Change {
     None,
 }
 
-impl<const A: usize, const I: usize> PeerSet<A, I> {
-    /// Seeders in the set.
-    pub fn seeders(&self) -> u32 {
-        self.seeders
-    }
-
-    /// Leechers in the set.
-    pub fn leechers(&self) -> u32 {
-        self.peers.len() as u32 - self.seeders
-    }
-
-    /// Peers in the set.
-    pub fn len(&self) -> usize {
-        self.peers.len()
-    }
-
-    /// Whether the set is empty.
-    pub fn is_empty(&self) -> bool {
-        self.peers.is_empty()
-    }
-
+impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
     fn find(&self, addr: &[u8; A]) -> Option<usize> {
         match &self.index {
             Some(index) => index.get(addr).map(|&i| i as usize),
@@ -120,21 +94,18 @@ impl<const A: usize, const I: usize> PeerSet<A, I> {
     }
 
     fn remove_at(&mut self, mut i: usize) {
-        let seeders = self.seeders as usize;
+        let seeders = *self.seeders as usize;
         if i < seeders {
             // Keep seeders contiguous: move the gap to the seeder/leecher boundary first.
             self.swap(i, seeders - 1);
             i = seeders - 1;
-            self.seeders -= 1;
+            *self.seeders -= 1;
         }
         let last = self.peers.len() - 1;
         self.swap(i, last);
         let gone = self.peers.pop().expect("set is not empty");
         if let Some(index) = &mut self.index {
             index.remove(&gone.addr);
-            if self.peers.len() < INDEX_AT / 2 {
-                self.index = None;
-            }
         }
         if self.peers.capacity() > 2 * self.peers.len() + 4 {
             self.peers.shrink_to_fit();
@@ -142,23 +113,24 @@ impl<const A: usize, const I: usize> PeerSet<A, I> {
     }
 
     fn set_seeder(&mut self, i: usize, seeder: bool) -> usize {
-        let boundary = self.seeders as usize;
+        let boundary = *self.seeders as usize;
         match (i < boundary, seeder) {
             (false, true) => {
                 self.swap(i, boundary);
-                self.seeders += 1;
+                *self.seeders += 1;
                 boundary
             }
             (true, false) => {
                 self.swap(i, boundary - 1);
-                self.seeders -= 1;
+                *self.seeders -= 1;
                 boundary - 1
             }
             _ => i,
         }
     }
 
-    /// Applies an announce; `max_peers` 0 means no cap.
+    /// Applies an announce; `max_peers` 0 means no cap. Returns what changed and whether the
+    /// peer was a seeder before.
     pub fn announce(
         &mut self,
         addr: [u8; A],
@@ -169,7 +141,7 @@ impl<const A: usize, const I: usize> PeerSet<A, I> {
         max_peers: usize,
     ) -> (Change, bool) {
         let found = self.find(&addr);
-        let was_seeder = found.is_some_and(|i| i < self.seeders as usize);
+        let was_seeder = found.is_some_and(|i| i < *self.seeders as usize);
         let change = match found {
             Some(i) if stopped => {
                 self.remove_at(i);
@@ -199,14 +171,6 @@ impl<const A: usize, const I: usize> PeerSet<A, I> {
                 let i = self.peers.len() - 1;
                 if let Some(index) = &mut self.index {
                     index.insert(addr, i as u32);
-                } else if self.peers.len() >= INDEX_AT {
-                    let index = self
-                        .peers
-                        .iter()
-                        .enumerate()
-                        .map(|(i, p)| (p.addr, i as u32))
-                        .collect();
-                    self.index = Some(Box::new(index));
                 }
                 if seeder {
                     self.set_seeder(i, true);
@@ -215,38 +179,6 @@ impl<const A: usize, const I: usize> PeerSet<A, I> {
             }
         };
         (change, was_seeder)
-    }
-
-    /// Calls `each` with up to `want` peers for a client at `own` address: only leechers when
-    /// the client is a seeder, never the client itself, starting at a random offset.
-    pub fn select(
-        &self,
-        own: &[u8; A],
-        seeder: bool,
-        want: usize,
-        rng: &mut fastrand::Rng,
-        mut each: impl FnMut(&Record<A, I>),
-    ) -> usize {
-        let range = if seeder {
-            &self.peers[self.seeders as usize..]
-        } else {
-            &self.peers[..]
-        };
-        if range.is_empty() || want == 0 {
-            return 0;
-        }
-        let start = rng.usize(..range.len());
-        let mut sent = 0;
-        for p in range[start..].iter().chain(&range[..start]) {
-            if sent == want {
-                break;
-            }
-            if &p.addr != own {
-                each(p);
-                sent += 1;
-            }
-        }
-        sent
     }
 
     /// Drops peers not seen for more than `timeout` seconds; returns how many were dropped.
@@ -263,42 +195,188 @@ impl<const A: usize, const I: usize> PeerSet<A, I> {
         }
         dropped
     }
+}
 
-    /// Heap bytes this set holds (records and index), for the memory report.
-    pub fn heap_bytes(&self) -> usize {
-        self.peers.capacity() * std::mem::size_of::<Record<A, I>>()
-            + self.index.as_ref().map_or(0, |ix| {
-                ix.capacity() * (A + 4 + 1) + std::mem::size_of::<HashMap<[u8; A], u32>>()
-            })
+/// Calls `each` with up to `want` of `peers` (seeders first, `seeders` of them) for a client at
+/// `own`: only leechers when the client is a seeder, never the client itself, starting at a
+/// random offset. Returns how many were given.
+pub fn select<const A: usize, const I: usize>(
+    peers: &[Record<A, I>],
+    seeders: u32,
+    own: &[u8; A],
+    seeder: bool,
+    want: usize,
+    rng: &mut fastrand::Rng,
+    mut each: impl FnMut(&Record<A, I>),
+) -> usize {
+    let range = if seeder {
+        &peers[seeders as usize..]
+    } else {
+        peers
+    };
+    if range.is_empty() || want == 0 {
+        return 0;
+    }
+    let start = rng.usize(..range.len());
+    let mut sent = 0;
+    for p in range[start..].iter().chain(&range[..start]) {
+        if sent == want {
+            break;
+        }
+        if &p.addr != own {
+            each(p);
+            sent += 1;
+        }
+    }
+    sent
+}
+
+/// Builds or drops an index so that sets of [`INDEX_AT`] peers or more have one and sets of
+/// fewer than half that do not (the gap keeps a set at the edge from flapping).
+fn fit_index<const A: usize, const I: usize>(peers: &[Record<A, I>], index: &mut Option<Index<A>>) {
+    if peers.len() >= INDEX_AT && index.is_none() {
+        *index = Some(
+            peers
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.addr, i as u32))
+                .collect(),
+        );
+    } else if peers.len() < INDEX_AT / 2 && index.is_some() {
+        *index = None;
     }
 }
 
-/// One torrent: its IPv4 peers inline, its IPv6 peers behind a pointer (most swarms have none),
-/// and its snatch count.
-#[derive(Debug, Default)]
+/// What few torrents need: the IPv4 index of a large swarm, and IPv6 peers.
+#[derive(Debug)]
+struct Extra<const I: usize> {
+    index4: Option<Index<6>>,
+    v6: Vec<Record<18, I>>,
+    seeders6: u32,
+    index6: Option<Index<18>>,
+}
+
+impl<const I: usize> Default for Extra<I> {
+    fn default() -> Self {
+        Self {
+            index4: None,
+            v6: Vec::new(),
+            seeders6: 0,
+            index6: None,
+        }
+    }
+}
+
+/// One torrent: 40 bytes in the table (so a table entry with its key is 64), its IPv4 records
+/// behind one pointer, and what few torrents need behind another.
+#[derive(Debug)]
 pub struct Torrent<const I: usize> {
-    /// IPv4 peers.
-    pub v4: PeerSet<6, I>,
-    /// IPv6 peers, allocated on the first one.
-    pub v6: Option<Box<PeerSet<18, I>>>,
-    /// Completed downloads seen (event=completed).
+    v4: Vec<Record<6, I>>,
+    seeders4: u32,
+    /// Completed downloads seen (snatches).
     pub completed: u32,
+    extra: Option<Box<Extra<I>>>,
+}
+
+impl<const I: usize> Default for Torrent<I> {
+    fn default() -> Self {
+        Self {
+            v4: Vec::new(),
+            seeders4: 0,
+            completed: 0,
+            extra: None,
+        }
+    }
 }
 
 impl<const I: usize> Torrent<I> {
+    /// The IPv4 peer set.
+    pub fn v4(&mut self) -> PeerSet<'_, 6, I> {
+        PeerSet {
+            peers: &mut self.v4,
+            seeders: &mut self.seeders4,
+            index: self.extra.as_mut().and_then(|e| e.index4.as_mut()),
+        }
+    }
+
+    /// The IPv6 peer set (allocating the extra part on first use).
+    pub fn v6(&mut self) -> PeerSet<'_, 18, I> {
+        let e = self.extra.get_or_insert_with(Default::default);
+        PeerSet {
+            peers: &mut e.v6,
+            seeders: &mut e.seeders6,
+            index: e.index6.as_mut(),
+        }
+    }
+
+    /// Builds or drops indexes and the extra part after a change.
+    pub fn tidy(&mut self) {
+        if self.v4.len() >= INDEX_AT && self.extra.is_none() {
+            self.extra = Some(Box::default());
+        }
+        if let Some(e) = &mut self.extra {
+            fit_index(&self.v4, &mut e.index4);
+            fit_index(&e.v6, &mut e.index6);
+            if e.index4.is_none() && e.v6.is_empty() && e.index6.is_none() {
+                self.extra = None;
+            }
+        }
+    }
+
+    /// Up to `want` IPv4 peers for a client at `own` (see [`select`]).
+    pub fn select_v4(
+        &self,
+        own: &[u8; 6],
+        seeder: bool,
+        want: usize,
+        rng: &mut fastrand::Rng,
+        each: impl FnMut(&Record<6, I>),
+    ) -> usize {
+        select(&self.v4, self.seeders4, own, seeder, want, rng, each)
+    }
+
+    /// Up to `want` IPv6 peers for a client at `own` (see [`select`]).
+    pub fn select_v6(
+        &self,
+        own: &[u8; 18],
+        seeder: bool,
+        want: usize,
+        rng: &mut fastrand::Rng,
+        each: impl FnMut(&Record<18, I>),
+    ) -> usize {
+        match &self.extra {
+            Some(e) => select(&e.v6, e.seeders6, own, seeder, want, rng, each),
+            None => 0,
+        }
+    }
+
+    /// Drops peers older than `timeout`; returns how many.
+    pub fn expire(&mut self, now: u16, timeout: u16) -> usize {
+        let mut dropped = self.v4().expire(now, timeout);
+        if self.extra.is_some() {
+            dropped += self.v6().expire(now, timeout);
+        }
+        self.tidy();
+        dropped
+    }
+
     /// Seeders of both families.
     pub fn seeders(&self) -> u32 {
-        self.v4.seeders() + self.v6.as_ref().map_or(0, |s| s.seeders())
+        self.seeders4 + self.extra.as_ref().map_or(0, |e| e.seeders6)
     }
 
     /// Leechers of both families.
     pub fn leechers(&self) -> u32 {
-        self.v4.leechers() + self.v6.as_ref().map_or(0, |s| s.leechers())
+        let v6 = self
+            .extra
+            .as_ref()
+            .map_or(0, |e| e.v6.len() as u32 - e.seeders6);
+        self.v4.len() as u32 - self.seeders4 + v6
     }
 
     /// Whether no peer is left.
     pub fn is_empty(&self) -> bool {
-        self.v4.is_empty() && self.v6.as_ref().is_none_or(|s| s.is_empty())
+        self.v4.is_empty() && self.extra.as_ref().is_none_or(|e| e.v6.is_empty())
     }
 }
 
@@ -359,69 +437,84 @@ mod tests {
         a
     }
 
-    fn check_invariants<const A: usize, const I: usize>(s: &PeerSet<A, I>) {
-        if let Some(index) = &s.index {
-            assert_eq!(index.len(), s.peers.len());
-            for (i, p) in s.peers.iter().enumerate() {
-                assert_eq!(index[&p.addr] as usize, i);
+    fn check_invariants<const I: usize>(t: &Torrent<I>) {
+        let index = t.extra.as_ref().and_then(|e| e.index4.as_ref());
+        match index {
+            Some(index) => {
+                assert_eq!(index.len(), t.v4.len());
+                for (i, p) in t.v4.iter().enumerate() {
+                    assert_eq!(index[&p.addr] as usize, i);
+                }
+                assert!(t.v4.len() >= INDEX_AT / 2);
             }
-        } else {
-            assert!(s.peers.len() < INDEX_AT);
+            None => assert!(t.v4.len() < INDEX_AT),
         }
-        assert!(s.seeders as usize <= s.peers.len());
+        assert!(t.seeders4 as usize <= t.v4.len());
+    }
+
+    fn announce<const I: usize>(
+        t: &mut Torrent<I>,
+        n: u32,
+        seeder: bool,
+        stopped: bool,
+        now: u16,
+        max: usize,
+    ) -> (Change, bool) {
+        let r = t
+            .v4()
+            .announce(addr(n), &[n as u8; 20], seeder, stopped, now, max);
+        t.tidy();
+        r
     }
 
     #[test]
-    fn record_sizes() {
+    fn sizes() {
         assert_eq!(std::mem::size_of::<Record<6, 0>>(), 8);
         assert_eq!(std::mem::size_of::<Record<18, 0>>(), 20);
         assert_eq!(std::mem::size_of::<Record<6, 20>>(), 28);
+        assert_eq!(std::mem::size_of::<Torrent<0>>(), 40);
+        assert_eq!(std::mem::size_of::<(Id20, Torrent<0>)>(), 64);
     }
 
     #[test]
     fn announce_update_stop() {
-        let mut s = PeerSet::<6, 0>::default();
-        let id = [0; 20];
-        assert_eq!(
-            s.announce(addr(1), &id, false, false, 0, 0).0,
-            Change::Added
-        );
-        assert_eq!(s.announce(addr(2), &id, true, false, 0, 0).0, Change::Added);
-        assert_eq!((s.seeders(), s.leechers()), (1, 1));
+        let mut t = Torrent::<0>::default();
+        assert_eq!(announce(&mut t, 1, false, false, 0, 0).0, Change::Added);
+        assert_eq!(announce(&mut t, 2, true, false, 0, 0).0, Change::Added);
+        assert_eq!((t.seeders(), t.leechers()), (1, 1));
         // The leecher completes: updated in place, now a seeder.
         assert_eq!(
-            s.announce(addr(1), &id, true, false, 5, 0),
+            announce(&mut t, 1, true, false, 5, 0),
             (Change::Updated, false)
         );
-        assert_eq!((s.seeders(), s.leechers()), (2, 0));
+        assert_eq!((t.seeders(), t.leechers()), (2, 0));
         assert_eq!(
-            s.announce(addr(2), &id, true, true, 5, 0),
+            announce(&mut t, 2, true, true, 5, 0),
             (Change::Removed, true)
         );
-        assert_eq!((s.seeders(), s.leechers()), (1, 0));
-        assert_eq!(s.announce(addr(9), &id, true, true, 5, 0).0, Change::None);
+        assert_eq!((t.seeders(), t.leechers()), (1, 0));
+        assert_eq!(announce(&mut t, 9, true, true, 5, 0).0, Change::None);
         // A cap of one peer refuses a second one.
-        assert_eq!(s.announce(addr(3), &id, false, false, 5, 1).0, Change::None);
+        assert_eq!(announce(&mut t, 3, false, false, 5, 1).0, Change::None);
     }
 
     #[test]
     fn selection_excludes_self_and_seeders_for_seeders() {
-        let mut s = PeerSet::<6, 0>::default();
-        let id = [0; 20];
+        let mut t = Torrent::<0>::default();
         for n in 0..10 {
-            s.announce(addr(n), &id, n < 5, false, 0, 0);
+            announce(&mut t, n, n < 5, false, 0, 0);
         }
         let mut rng = fastrand::Rng::with_seed(7);
         for _ in 0..50 {
             let mut got = Vec::new();
-            s.select(&addr(0), true, 100, &mut rng, |p| got.push(p.addr));
+            t.select_v4(&addr(0), true, 100, &mut rng, |p| got.push(p.addr));
             assert_eq!(got.len(), 5);
             assert!(
                 got.iter().all(|a| a[3] >= 5),
                 "a seeder got a seeder: {got:?}"
             );
             let mut got = Vec::new();
-            s.select(&addr(7), false, 3, &mut rng, |p| got.push(p.addr));
+            t.select_v4(&addr(7), false, 3, &mut rng, |p| got.push(p.addr));
             assert_eq!(got.len(), 3);
             assert!(!got.contains(&addr(7)));
         }
@@ -429,15 +522,14 @@ mod tests {
 
     #[test]
     fn selection_is_fair() {
-        let mut s = PeerSet::<6, 0>::default();
-        let id = [0; 20];
+        let mut t = Torrent::<0>::default();
         for n in 0..100 {
-            s.announce(addr(n), &id, false, false, 0, 0);
+            announce(&mut t, n, false, false, 0, 0);
         }
         let mut rng = fastrand::Rng::with_seed(1);
         let mut hits = [0u32; 100];
         for _ in 0..10_000 {
-            s.select(&addr(1000), false, 10, &mut rng, |p| {
+            t.select_v4(&addr(1000), false, 10, &mut rng, |p| {
                 hits[p.addr[3] as usize] += 1
             });
         }
@@ -447,35 +539,56 @@ mod tests {
 
     #[test]
     fn index_stays_consistent_under_churn() {
-        let mut s = PeerSet::<6, 20>::default();
+        let mut t = Torrent::<20>::default();
         let mut rng = fastrand::Rng::with_seed(3);
         for step in 0..20_000u32 {
             let n = rng.u32(..200);
-            let id = [n as u8; 20];
             let stopped = rng.u8(..4) == 0;
-            s.announce(addr(n), &id, rng.bool(), stopped, step as u16, 0);
+            announce(&mut t, n, rng.bool(), stopped, step as u16, 0);
             if step % 997 == 0 {
-                check_invariants(&s);
+                check_invariants(&t);
             }
         }
-        check_invariants(&s);
-        let before = s.len();
-        let dropped = s.expire(20_000u32 as u16, 100);
-        check_invariants(&s);
-        assert_eq!(before - dropped, s.len());
-        assert!(s
-            .peers
+        check_invariants(&t);
+        let before = t.v4.len();
+        let dropped = t.expire(20_000u32 as u16, 100);
+        check_invariants(&t);
+        assert_eq!(before - dropped, t.v4.len());
+        assert!(t
+            .v4
             .iter()
             .all(|p| p.peer_id() == Some(&[p.addr[3]; 20][..])));
+        // Shrinking below the threshold drops the index and the extra part.
+        for n in 0..200 {
+            announce(&mut t, n, false, true, 0, 0);
+        }
+        assert!(t.is_empty() && t.extra.is_none());
+    }
+
+    #[test]
+    fn ipv6_lives_in_the_extra_part() {
+        let mut t = Torrent::<0>::default();
+        let mut a6 = [0u8; 18];
+        a6[0] = 0x20;
+        t.v6().announce(a6, &[0; 20], true, false, 0, 0);
+        t.tidy();
+        assert_eq!((t.seeders(), t.leechers()), (1, 0));
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut got = 0;
+        t.select_v6(&[0; 18], false, 10, &mut rng, |_| got += 1);
+        assert_eq!(got, 1);
+        t.v6().announce(a6, &[0; 20], true, true, 0, 0);
+        t.tidy();
+        assert!(t.is_empty() && t.extra.is_none());
     }
 
     #[test]
     fn expiry_wraps() {
-        let mut s = PeerSet::<6, 0>::default();
-        s.announce(addr(1), &[0; 20], false, false, 65_530, 0);
-        s.announce(addr(2), &[0; 20], false, false, 100, 0);
+        let mut t = Torrent::<0>::default();
+        announce(&mut t, 1, false, false, 65_530, 0);
+        announce(&mut t, 2, false, false, 100, 0);
         // At 200 (wrapped), peer 1 is 206 s old and peer 2 is 100 s old.
-        assert_eq!(s.expire(200, 150), 1);
-        assert_eq!(s.len(), 1);
+        assert_eq!(t.expire(200, 150), 1);
+        assert_eq!(t.v4.len(), 1);
     }
 }
