@@ -364,6 +364,7 @@ pub(crate) fn stats_json(shared: &Shared) -> String {
         "connections_timed_out": t.timeouts,
         "udp_datagrams_received": t.udp_in,
         "udp_datagrams_sent": t.udp_out,
+        "udp_batches": t.udp_batches,
         "requests": requests,
         "tracker": service,
     })

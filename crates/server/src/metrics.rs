@@ -66,6 +66,8 @@ pub struct WorkerMetrics {
     pub http_errors: Counter,
     /// Datagrams received.
     pub udp_in: Counter,
+    /// recvmmsg calls that returned datagrams.
+    pub udp_batches: Counter,
     /// Datagrams sent.
     pub udp_out: Counter,
     /// Datagrams whose answer could not be sent (send buffer full or an error).
@@ -78,14 +80,26 @@ impl WorkerMetrics {
     /// Counts one request and its handling time.
     #[inline]
     pub fn request(&self, protocol: usize, kind: Kind, outcome: Outcome, nanos: u64) {
+        self.count(protocol, kind, outcome);
+        self.latency(1, nanos);
+    }
+
+    /// Counts one request (its time is recorded with [`WorkerMetrics::latency`]).
+    #[inline]
+    pub fn count(&self, protocol: usize, kind: Kind, outcome: Outcome) {
         self.requests[protocol][kind as usize][outcome as usize].add(1);
+    }
+
+    /// Records that `n` requests each took `nanos` (a batch answered together).
+    #[inline]
+    pub fn latency(&self, n: u64, nanos: u64) {
         let us = nanos / 1000;
         let bucket = LATENCY_BOUNDS_US
             .iter()
             .position(|&b| us <= b)
             .unwrap_or(LATENCY_BOUNDS_US.len());
-        self.latency[bucket].add(1);
-        self.latency_sum_ns.add(nanos);
+        self.latency[bucket].add(n);
+        self.latency_sum_ns.add(n * nanos);
     }
 }
 
@@ -110,6 +124,8 @@ pub struct Totals {
     pub http_errors: u64,
     /// Datagrams in.
     pub udp_in: u64,
+    /// Receive batches.
+    pub udp_batches: u64,
     /// Datagrams out.
     pub udp_out: u64,
     /// Datagrams not sent.
@@ -139,6 +155,7 @@ pub fn totals(workers: &[WorkerMetrics]) -> Totals {
         t.timeouts += w.timeouts.get();
         t.http_errors += w.http_errors.get();
         t.udp_in += w.udp_in.get();
+        t.udp_batches += w.udp_batches.get();
         t.udp_out += w.udp_out.get();
         t.udp_send_errors += w.udp_send_errors.get();
         t.access_log_dropped += w.access_log_dropped.get();
@@ -163,7 +180,7 @@ pub fn write_prometheus(t: &Totals, out: &mut String) {
             }
         }
     }
-    out.push_str("# HELP hotpath_request_duration_seconds Time from a request's arrival in a read batch to its answer being ready.\n");
+    out.push_str("# HELP hotpath_request_duration_seconds Time from a request's read to its answer being ready (UDP: to its batch being sent).\n");
     out.push_str("# TYPE hotpath_request_duration_seconds histogram\n");
     let mut cumulative = 0;
     for (i, bound) in LATENCY_BOUNDS_US.iter().enumerate() {

@@ -537,10 +537,13 @@ impl Worker {
             if n == 0 {
                 return;
             }
+            // Every answer of a batch leaves in the same sendmmsg, so each request's time is the
+            // batch's: one clock pair per batch, not per datagram.
+            let started = Instant::now();
             let m = &self.h.shared.metrics[self.h.index];
             m.udp_in.add(n as u64);
+            m.udp_batches.add(1);
             for j in 0..n {
-                let started = Instant::now();
                 let ctx = Context {
                     peer: self.batch.from[j],
                     now: self.h.now,
@@ -549,10 +552,10 @@ impl Worker {
                 out.clear();
                 let (kind, outcome) = self.h.service.udp(self.batch.datagram(j), &ctx, &mut out);
                 self.batch.outs[j] = out;
-                let nanos = started.elapsed().as_nanos() as u64;
-                m.request(metrics::UDP, kind, outcome, nanos);
+                m.count(metrics::UDP, kind, outcome);
             }
             let (sent, failed) = self.batch.send(socket);
+            m.latency(n as u64, started.elapsed().as_nanos() as u64);
             m.udp_out.add(sent as u64);
             m.udp_send_errors.add(failed as u64);
             if n < self.batch.size() {

@@ -3,6 +3,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use hashbrown::hash_map::Entry;
+
 use hotpath_wire::query::{Event, Id20};
 
 use crate::swarm::{Change, Swarms, Torrent};
@@ -149,17 +151,21 @@ impl<const I: usize> Store for Table<I> {
         let stopped = a.event == Event::Stopped;
         let mut guard = self.swarms.shard(&a.info_hash).lock();
         let shard = &mut *guard;
-        if !shard.torrents.contains_key(&a.info_hash) {
-            if stopped {
-                return Ok(Counts::default());
+        // One hash lookup whether the torrent is known or new.
+        let t = match shard.torrents.entry(a.info_hash) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                if stopped {
+                    return Ok(Counts::default());
+                }
+                let cap = self.caps.max_torrents;
+                if cap != 0 && self.torrents.load(Ordering::Relaxed) >= cap {
+                    return Err("tracker is full: it tracks as many torrents as it may");
+                }
+                self.torrents.fetch_add(1, Ordering::Relaxed);
+                v.insert(Torrent::default())
             }
-            let cap = self.caps.max_torrents;
-            if cap != 0 && self.torrents.load(Ordering::Relaxed) >= cap {
-                return Err("tracker is full: it tracks as many torrents as it may");
-            }
-            self.torrents.fetch_add(1, Ordering::Relaxed);
-        }
-        let t = shard.torrents.entry(a.info_hash).or_default();
+        };
         let (s0, p0) = (t.seeders(), t.seeders() + t.leechers());
         let max = self.caps.max_peers_per_torrent;
         // A snatch is counted once per download: when a peer known as a leecher reports
