@@ -1,6 +1,8 @@
 //! The `hotpath` binary's command line, run as a user would.
 
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn hotpath() -> Command {
@@ -83,4 +85,86 @@ fn serve_stops_cleanly_on_sigterm() {
     };
     assert!(status.success(), "{status:?}");
     std::fs::remove_file(file).unwrap();
+}
+
+/// Reads the child's log until it says it is listening over HTTP; returns that address.
+fn http_address(child: &mut Child) -> (String, std::thread::JoinHandle<()>) {
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                if rest.ends_with("(HTTP)") {
+                    let _ = tx.send(rest.trim_end_matches(" (HTTP)").to_string());
+                }
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("hotpath logged its HTTP address");
+    (addr, reader)
+}
+
+fn announce_failure(addr: &str, hash_hex: &str) -> Option<String> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let hash: String = (0..20)
+        .map(|i| format!("%{}", &hash_hex[2 * i..2 * i + 2]))
+        .collect();
+    write!(
+        s,
+        "GET /announce?info_hash={hash}&peer_id=-HP0001-000000000000&port=7000 HTTP/1.0\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = Vec::new();
+    s.read_to_end(&mut body).unwrap();
+    let text = String::from_utf8_lossy(&body).into_owned();
+    text.contains("failure reason").then_some(text)
+}
+
+#[test]
+fn sighup_reloads_the_access_list() {
+    let allowed = "aa".repeat(20);
+    let later = "bb".repeat(20);
+    let list = temp("access.txt", &format!("{allowed}\n"));
+    let config = temp(
+        "hup.toml",
+        &format!(
+            "[listen]\nhttp = [\"127.0.0.1:0\"]\nudp = []\nadmin = []\nipv6 = false\n[access_list]\nmode = \"allow\"\npath = \"{}\"\n",
+            list.display()
+        ),
+    );
+    let mut child = hotpath()
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (addr, _reader) = http_address(&mut child);
+    assert_eq!(announce_failure(&addr, &allowed), None);
+    assert!(announce_failure(&addr, &later).is_some());
+    std::fs::write(&list, format!("{allowed}\n{later}\n")).unwrap();
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while announce_failure(&addr, &later).is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP did not reload the access list"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    std::fs::remove_file(list).unwrap();
+    std::fs::remove_file(config).unwrap();
 }

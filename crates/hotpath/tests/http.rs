@@ -547,3 +547,41 @@ fn shutdown_answers_in_flight_and_stops_accepting() {
         "still accepting after shutdown"
     );
 }
+
+#[test]
+fn the_sweeper_expires_silent_peers_and_frees_empty_torrents() {
+    let mut config = test_config();
+    config.tracker.interval_secs = 1;
+    config.tracker.min_interval_secs = 1;
+    config.tracker.peer_timeout_secs = 2;
+    config.tracker.sweep_interval_secs = 1;
+    let server = start(&config);
+    let mut c = Client::connect(server.http_addr().unwrap());
+    c.get(&announce_target(&announce(H, 1, 7001, 0, Event::Started)));
+    c.get(&announce_target(&announce(
+        [0x44; 20],
+        2,
+        7002,
+        5,
+        Event::Started,
+    )));
+    let mut admin = Client::connect(server.admin_addr().unwrap());
+    let stats = |admin: &mut Client| -> serde_json::Value {
+        serde_json::from_slice(&admin.get("/stats").body).unwrap()
+    };
+    assert_eq!(stats(&mut admin)["tracker"]["peers"], 2);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let v = stats(&mut admin);
+        if v["tracker"]["peers"] == 0 && v["tracker"]["torrents"] == 0 {
+            assert!(v["tracker"]["peers_expired"].as_u64().unwrap() >= 2, "{v}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "peers were not expired: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    server.shutdown().unwrap();
+}
