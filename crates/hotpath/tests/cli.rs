@@ -5,6 +5,18 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A spawned hotpath that is killed if the test ends (or panics) while it still runs.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 fn hotpath() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hotpath"))
 }
@@ -62,12 +74,15 @@ fn serve_stops_cleanly_on_sigterm() {
         "serve.toml",
         "[listen]\nhttp = [\"127.0.0.1:0\"]\nudp = [\"127.0.0.1:0\"]\nadmin = []\nipv6 = false\n",
     );
-    let mut child = hotpath()
-        .args(["serve", "--config"])
-        .arg(&file)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Reaped(
+        hotpath()
+            .args(["serve", "--config"])
+            .arg(&file)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut child.0;
     std::thread::sleep(Duration::from_millis(500));
     let pid = child.id().to_string();
     assert!(Command::new("kill")

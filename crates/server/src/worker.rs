@@ -30,6 +30,8 @@ const CONN_BASE: usize = 1 << 20;
 /// The header array's size on the stack; `server.max_headers` is at most this.
 const HEADER_SLOTS: usize = 256;
 const READ_BUF_START: usize = 4096;
+/// Buffers of closed connections kept for new ones (saves an allocation per connection).
+const SPARE_BUFFERS: usize = 256;
 
 /// What every worker shares.
 pub struct Shared {
@@ -74,6 +76,8 @@ struct Conn {
     partial_since: Option<u32>,
     /// Close once `out` is sent.
     closing: bool,
+    /// Registered with epoll (done lazily: a connection answered and closed on accept never is).
+    registered: bool,
 }
 
 impl Conn {
@@ -259,6 +263,7 @@ pub struct Worker {
     udp: Vec<Option<UdpSocket>>,
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
+    spare: Vec<(Vec<u8>, Vec<u8>)>,
     open: usize,
     batch: Batch,
     h: Handler,
@@ -306,6 +311,7 @@ impl Worker {
             udp: udp.into_iter().map(Some).collect(),
             conns: Vec::new(),
             free: Vec::new(),
+            spare: Vec::new(),
             open: 0,
             batch: Batch::new(shared.cfg.udp_batch),
             last_sweep: process_secs(),
@@ -401,7 +407,7 @@ impl Worker {
                         continue;
                     }
                     m.accepted.add(1);
-                    let _ = stream.set_nodelay(true);
+                    // TCP_NODELAY is inherited from the listener: no setsockopt per connection.
                     self.add_conn(stream, peer, kind);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -415,45 +421,47 @@ impl Worker {
         }
     }
 
-    fn add_conn(&mut self, mut stream: TcpStream, peer: SocketAddr, kind: ListenerKind) {
+    fn add_conn(&mut self, stream: TcpStream, peer: SocketAddr, kind: ListenerKind) {
         let slot = self.free.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.conns.len() - 1
         });
-        let token = Token(CONN_BASE + slot);
-        if let Err(e) = self.poll.registry().register(
-            &mut stream,
-            token,
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
-            log::warn!("worker {}: cannot register a connection: {e}", self.h.index);
-            self.free.push(slot);
-            return;
-        }
+        let (rbuf, out) = self
+            .spare
+            .pop()
+            .unwrap_or_else(|| (vec![0; READ_BUF_START], Vec::new()));
         self.conns[slot] = Some(Conn {
             stream,
             peer,
             kind,
-            rbuf: vec![0; READ_BUF_START],
+            rbuf,
             rstart: 0,
             rend: 0,
-            out: Vec::new(),
+            out,
             out_pos: 0,
             last_active: self.h.now,
             partial_since: None,
             closing: false,
+            registered: false,
         });
         self.open += 1;
         self.h.shared.metrics[self.h.index]
             .connections
             .set(self.open as u64);
-        // Data may already be waiting (edge-triggered: no event will say so again).
+        // The request has usually arrived with the connection: answer it now. The connection
+        // is registered with epoll only if it outlives this (see `drive`).
         self.drive(slot);
     }
 
     fn close(&mut self, slot: usize) {
-        if let Some(mut c) = self.conns[slot].take() {
-            let _ = self.poll.registry().deregister(&mut c.stream);
+        if let Some(c) = self.conns[slot].take() {
+            // Dropping the stream closes the socket, which also removes it from epoll: no
+            // epoll_ctl per connection. Its buffers are kept for the next connection.
+            let Conn { rbuf, mut out, .. } = c;
+            if self.spare.len() < SPARE_BUFFERS && rbuf.len() == READ_BUF_START {
+                out.clear();
+                self.spare.push((rbuf, out));
+            }
             self.free.push(slot);
             self.open -= 1;
             self.h.shared.metrics[self.h.index]
@@ -519,6 +527,24 @@ impl Worker {
         }
         if dead || (conn.closing && conn.pending_out() == 0) {
             self.close(slot);
+            return;
+        }
+        if !conn.registered {
+            // Adding an fd reports readiness it already has, so nothing that arrived since the
+            // last read is missed.
+            let token = Token(CONN_BASE + slot);
+            let interest = Interest::READABLE | Interest::WRITABLE;
+            match self
+                .poll
+                .registry()
+                .register(&mut conn.stream, token, interest)
+            {
+                Ok(()) => conn.registered = true,
+                Err(e) => {
+                    log::warn!("worker {}: cannot register a connection: {e}", self.h.index);
+                    self.close(slot);
+                }
+            }
         }
     }
 
