@@ -500,9 +500,8 @@ impl Worker {
             let room = conn.rbuf.len() - conn.rend;
             match conn.stream.read(&mut conn.rbuf[conn.rend..]) {
                 Ok(0) => {
-                    // The client closed its side: answer what it sent, then close.
-                    conn.closing = true;
-                    self.h.process(conn);
+                    // The client closed its side. What it sent before was answered as it was
+                    // read, so send what is pending and close.
                     conn.closing = true;
                 }
                 Ok(n) => {

@@ -69,7 +69,8 @@ impl TrackerWorker {
 
     fn interval(&mut self) -> u32 {
         let cfg = &self.shared.cfg;
-        let jitter = cfg.interval_secs / 100 * cfg.interval_jitter_percent;
+        let jitter =
+            (u64::from(cfg.interval_secs) * u64::from(cfg.interval_jitter_percent) / 100) as u32;
         cfg.interval_secs + self.rng.u32(..=jitter)
     }
 
