@@ -42,6 +42,35 @@ fn compact6(ip: Ipv6Addr, port: u16) -> [u8; 18] {
     a
 }
 
+/// An announce from `ip:port`, wanting peers of its own address family.
+fn peer_announce(
+    ip: IpAddr,
+    port: u16,
+    info_hash: &Id20,
+    peer_id: &Id20,
+    left: u64,
+    event: Event,
+    want: u32,
+) -> PeerAnnounce {
+    let (v4, v6) = match ip {
+        IpAddr::V4(v4) => (Some(compact4(v4, port)), None),
+        IpAddr::V6(v6) => (None, Some(compact6(v6, port))),
+    };
+    PeerAnnounce {
+        info_hash: *info_hash,
+        peer_id: *peer_id,
+        v4,
+        v6,
+        // BEP 21: a partial seed (event=paused) wants nothing, so it is treated as a seeder.
+        seeder: left == 0 || event == Event::Paused,
+        complete: left == 0,
+        event,
+        want: want as usize,
+        want_v4: v4.is_some(),
+        want_v6: v6.is_some(),
+    }
+}
+
 /// The last address in a forwarding header (the one the nearest proxy added).
 fn forwarded_ip(value: &[u8]) -> Option<IpAddr> {
     let last = value.rsplit(|&b| b == b',').next()?;
@@ -109,28 +138,16 @@ impl TrackerWorker {
         }
         let ip = self.client_ip(req, ctx)?;
         let cfg = &self.shared.cfg;
-        let (v4, mut v6) = match ip {
-            IpAddr::V4(v4) => (Some(compact4(v4, a.port)), None),
-            IpAddr::V6(v6) => (None, Some(compact6(v6, a.port))),
-        };
-        if let (Some((addr, port)), true, true) = (a.ipv6, cfg.accept_ipv6_param, v6.is_none()) {
-            v6 = Some(compact6(addr, port.unwrap_or(a.port)));
+        let want = a
+            .numwant
+            .unwrap_or(cfg.numwant_default)
+            .min(cfg.numwant_max);
+        let mut peer = peer_announce(ip, a.port, &a.info_hash, &a.peer_id, a.left, a.event, want);
+        if let (Some((addr, port)), true, None) = (a.ipv6, cfg.accept_ipv6_param, peer.v6) {
+            // BEP 7: an IPv4 client also listening on IPv6 is added there too, and gets peers6.
+            peer.v6 = Some(compact6(addr, port.unwrap_or(a.port)));
+            peer.want_v6 = true;
         }
-        let peer = PeerAnnounce {
-            info_hash: a.info_hash,
-            peer_id: a.peer_id,
-            v4,
-            v6,
-            seeder: a.left == 0 || a.event == Event::Paused,
-            complete: a.left == 0,
-            event: a.event,
-            want: a
-                .numwant
-                .unwrap_or(cfg.numwant_default)
-                .min(cfg.numwant_max) as usize,
-            want_v4: v4.is_some(),
-            want_v6: v6.is_some(),
-        };
         self.sel.clear();
         self.sel.with_ids = !a.compact && !a.no_peer_id && cfg.keep_peer_ids;
         let now = ctx.now as u16;
@@ -268,22 +285,7 @@ impl TrackerWorker {
         } else {
             (r.num_want as u32).min(cfg.numwant_max)
         };
-        let (v4, v6) = match ip {
-            IpAddr::V4(v4) => (Some(compact4(v4, r.port)), None),
-            IpAddr::V6(v6) => (None, Some(compact6(v6, r.port))),
-        };
-        let peer = PeerAnnounce {
-            info_hash: r.info_hash,
-            peer_id: r.peer_id,
-            v4,
-            v6,
-            seeder: r.left == 0 || r.event == Event::Paused,
-            complete: r.left == 0,
-            event: r.event,
-            want: want as usize,
-            want_v4: v4.is_some(),
-            want_v6: v6.is_some(),
-        };
+        let peer = peer_announce(ip, r.port, &r.info_hash, &r.peer_id, r.left, r.event, want);
         self.sel.clear();
         self.sel.with_ids = false;
         let now = ctx.now as u16;

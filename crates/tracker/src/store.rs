@@ -286,6 +286,14 @@ impl<const I: usize> Store for Table<I> {
 mod tests {
     use super::*;
 
+    fn table<const I: usize>(shards: usize, max_torrents: usize) -> Table<I> {
+        let caps = Caps {
+            max_torrents,
+            max_peers_per_torrent: 0,
+        };
+        Table::new(shards, caps)
+    }
+
     fn announce(n: u8, seeder: bool, event: Event) -> PeerAnnounce {
         PeerAnnounce {
             info_hash: [1; 20],
@@ -303,13 +311,7 @@ mod tests {
 
     #[test]
     fn completed_counts_once_and_totals_follow() {
-        let table = Table::<20>::new(
-            4,
-            Caps {
-                max_torrents: 0,
-                max_peers_per_torrent: 0,
-            },
-        );
+        let table = table::<20>(4, 0);
         let mut rng = fastrand::Rng::with_seed(1);
         let mut sel = Selection {
             with_ids: true,
@@ -354,13 +356,7 @@ mod tests {
 
     #[test]
     fn a_leecher_stopping_complete_is_a_snatch() {
-        let table = Table::<0>::new(
-            1,
-            Caps {
-                max_torrents: 0,
-                max_peers_per_torrent: 0,
-            },
-        );
+        let table = table::<0>(1, 0);
         let mut rng = fastrand::Rng::with_seed(1);
         let mut sel = Selection::default();
         table
@@ -394,13 +390,7 @@ mod tests {
 
     #[test]
     fn leecher_gets_peers_with_ids() {
-        let table = Table::<20>::new(
-            1,
-            Caps {
-                max_torrents: 0,
-                max_peers_per_torrent: 0,
-            },
-        );
+        let table = table::<20>(1, 0);
         let mut rng = fastrand::Rng::with_seed(1);
         let mut sel = Selection {
             with_ids: true,
@@ -419,13 +409,7 @@ mod tests {
 
     #[test]
     fn caps_and_sweeps() {
-        let table = Table::<0>::new(
-            2,
-            Caps {
-                max_torrents: 1,
-                max_peers_per_torrent: 0,
-            },
-        );
+        let table = table::<0>(2, 1);
         let mut rng = fastrand::Rng::with_seed(1);
         let mut sel = Selection::default();
         table
