@@ -33,10 +33,12 @@ fn main() {
         max_peers_per_torrent: 0,
     };
     let base = rss_bytes();
+    // The shard count users get by default.
+    let shards = hotpath_config::TrackerConfig::default().shards;
     let store: Box<dyn Store> = if ids {
-        Box::new(Table::<20>::new(1024, caps))
+        Box::new(Table::<20>::new(shards, caps))
     } else {
-        Box::new(Table::<0>::new(1024, caps))
+        Box::new(Table::<0>::new(shards, caps))
     };
     let mut rng = fastrand::Rng::with_seed(7);
     let mut sel = Selection::default();
