@@ -42,6 +42,17 @@ fn compact6(ip: Ipv6Addr, port: u16) -> [u8; 18] {
     a
 }
 
+/// Appends `complete`, `downloaded` and `incomplete` (in key order), as announce answers and
+/// scrape entries both start.
+fn put_counts(out: &mut Vec<u8>, c: Counts) {
+    out.extend_from_slice(b"8:complete");
+    put_int(out, i64::from(c.seeders));
+    out.extend_from_slice(b"10:downloaded");
+    put_int(out, i64::from(c.completed));
+    out.extend_from_slice(b"10:incomplete");
+    put_int(out, i64::from(c.leechers));
+}
+
 /// An announce from `ip:port`, wanting peers of its own address family.
 fn peer_announce(
     ip: IpAddr,
@@ -158,12 +169,8 @@ impl TrackerWorker {
         let interval = self.interval();
         let min_interval = self.shared.cfg.min_interval_secs;
         let out = &mut resp.body;
-        out.extend_from_slice(b"d8:complete");
-        put_int(out, i64::from(c.seeders));
-        out.extend_from_slice(b"10:downloaded");
-        put_int(out, i64::from(c.completed));
-        out.extend_from_slice(b"10:incomplete");
-        put_int(out, i64::from(c.leechers));
+        out.push(b'd');
+        put_counts(out, c);
         out.extend_from_slice(b"8:interval");
         put_int(out, i64::from(interval));
         out.extend_from_slice(b"12:min interval");
@@ -215,12 +222,8 @@ impl TrackerWorker {
         out.extend_from_slice(b"d5:filesd");
         let entry = |out: &mut Vec<u8>, hash: &Id20, c: Counts| {
             put_bytes(out, hash);
-            out.extend_from_slice(b"d8:complete");
-            put_int(out, i64::from(c.seeders));
-            out.extend_from_slice(b"10:downloaded");
-            put_int(out, i64::from(c.completed));
-            out.extend_from_slice(b"10:incomplete");
-            put_int(out, i64::from(c.leechers));
+            out.push(b'd');
+            put_counts(out, c);
             out.push(b'e');
         };
         if self.hashes.is_empty() {
