@@ -25,7 +25,6 @@ pub struct TrackerWorker {
     sel: Selection,
     hashes: Vec<Id20>,
     access: AccessView,
-    path: Vec<u8>,
 }
 
 fn compact4(ip: std::net::Ipv4Addr, port: u16) -> [u8; 6] {
@@ -103,7 +102,6 @@ impl TrackerWorker {
             sel: Selection::default(),
             hashes: Vec::new(),
             access,
-            path: Vec::new(),
         }
     }
 
@@ -280,8 +278,6 @@ impl TrackerWorker {
             udp::write_error(out, r.transaction_id, reason, usize::MAX);
             return Outcome::Refused;
         }
-        // BEP 41: the URL path is read (and checked well-formed) for the private mode to come.
-        r.options.url_data(&mut self.path);
         let cfg = &self.shared.cfg;
         let want = if r.num_want <= 0 {
             cfg.numwant_default
