@@ -27,13 +27,27 @@ enum Command {
         #[arg(long)]
         check: Option<PathBuf>,
     },
+    /// Load-test a server: HTTP/1.1 or the BEP 15 UDP tracker mix, closed loop or a fixed
+    /// rate, with latency percentiles, errors by class and objectives (exit status 2 when
+    /// one is missed).
+    Bench(Box<hotpath_bench::Args>),
+    /// Check this host's kernel and process limits against the configuration (exit status 1
+    /// when one would break a configured limit).
+    Doctor {
+        /// The config file to check against; the defaults without it.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Print the findings as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
     match hotpath::run(cli_command(cli.command)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             log::error!("{e:#}");
             ExitCode::FAILURE
@@ -45,5 +59,7 @@ fn cli_command(c: Command) -> hotpath::Command {
     match c {
         Command::Serve { config } => hotpath::Command::Serve { config },
         Command::Config { check } => hotpath::Command::Config { check },
+        Command::Bench(args) => hotpath::Command::Bench(args),
+        Command::Doctor { config, json } => hotpath::Command::Doctor { config, json },
     }
 }

@@ -88,8 +88,7 @@ impl RunningServer {
         let cfg = &config.server;
         let workers = effective_workers(cfg.workers);
         let _ = process_secs();
-        let needed = (workers * cfg.max_connections_per_worker) as u64 + 64;
-        host::check(cfg.backlog, needed);
+        host::raise_nofile();
 
         // Resolve and bind the first worker's sockets; the others bind the resolved addresses.
         let mut addrs = Addresses::default();

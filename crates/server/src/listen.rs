@@ -53,9 +53,15 @@ pub fn udp_socket(
     }
     socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
-    // The kernel caps these at net.core.rmem_max / wmem_max; a smaller buffer still works.
-    let _ = socket.set_recv_buffer_size(recv_buf);
-    let _ = socket.set_send_buffer_size(send_buf);
+    // The kernel caps these at net.core.rmem_max / wmem_max unless the process may force them
+    // (CAP_NET_ADMIN); a smaller buffer still works. hotpath doctor reports the cap.
+    use nix::sys::socket::{setsockopt, sockopt};
+    if setsockopt(&socket, sockopt::RcvBufForce, &recv_buf).is_err() {
+        let _ = socket.set_recv_buffer_size(recv_buf);
+    }
+    if setsockopt(&socket, sockopt::SndBufForce, &send_buf).is_err() {
+        let _ = socket.set_send_buffer_size(send_buf);
+    }
     socket.bind(&addr.into())?;
     Ok(socket.into())
 }

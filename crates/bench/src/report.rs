@@ -1,0 +1,407 @@
+//! A run's figures as one value: printed as text for people, as JSON for scripts, and as a
+//! self-contained HTML page with plots (see [`crate::html`]).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::slo::{self, Figures, Outcome};
+use crate::stats::Recorder;
+use crate::units::fmt_nanos;
+
+/// The standard latency quantiles reported.
+pub const QUANTILES: [(&str, f64); 6] = [
+    ("p50", 0.5),
+    ("p90", 0.9),
+    ("p99", 0.99),
+    ("p99.9", 0.999),
+    ("p99.99", 0.9999),
+    ("max", 1.0),
+];
+
+/// Latency figures in microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    /// Mean.
+    pub mean: f64,
+    /// Quantiles by name (p50 … max).
+    #[serde(flatten)]
+    pub quantiles: BTreeMap<String, f64>,
+}
+
+impl Latency {
+    fn of(h: &Histogram<u64>) -> Self {
+        let quantiles = QUANTILES
+            .iter()
+            .map(|(name, q)| (name.to_string(), us(h, *q)))
+            .collect();
+        Self {
+            mean: round(h.mean() / 1e3),
+            quantiles,
+        }
+    }
+
+    /// A quantile by name, in microseconds.
+    pub fn get(&self, name: &str) -> f64 {
+        self.quantiles.get(name).copied().unwrap_or(f64::NAN)
+    }
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn us(h: &Histogram<u64>, q: f64) -> f64 {
+    if h.is_empty() {
+        return 0.0;
+    }
+    round(h.value_at_quantile(q) as f64 / 1e3)
+}
+
+/// Request counts over the measured period.
+#[derive(Debug, Clone, Serialize)]
+pub struct Counts {
+    /// Requests sent.
+    pub sent: u64,
+    /// Answered without error.
+    pub ok: u64,
+    /// Errors of every class.
+    pub errors: u64,
+    /// Sent more than 1 ms after their intended time (open model).
+    pub late: u64,
+    /// Due but never sent (open model).
+    pub unsent: u64,
+    /// Connections opened (HTTP).
+    pub connects: u64,
+}
+
+/// One second of the measured period.
+#[derive(Debug, Clone, Serialize)]
+pub struct Tick {
+    /// Seconds since the end of the warm-up.
+    pub second: usize,
+    /// Answered requests.
+    pub ok: u64,
+    /// Errors.
+    pub errors: u64,
+    /// Median latency, us.
+    pub p50_us: f64,
+    /// 99th percentile, us.
+    pub p99_us: f64,
+    /// Slowest, us.
+    pub max_us: f64,
+}
+
+/// The load generator's own CPU use over the measured period.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Cpu {
+    /// User CPU seconds.
+    pub user_secs: f64,
+    /// System CPU seconds.
+    pub system_secs: f64,
+    /// Requests sent per CPU second of the load generator: its own speed.
+    pub sent_per_cpu_sec: f64,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The tool and its version.
+    pub tool: String,
+    /// The scenario's name, when one was used.
+    pub scenario: Option<String>,
+    /// The target.
+    pub url: String,
+    /// `http` or `udp`.
+    pub protocol: String,
+    /// `closed` (as fast as answers come) or `open` (a fixed rate).
+    pub model: String,
+    /// The open model's rate, requests/s.
+    pub target_rate: Option<f64>,
+    /// Connections (HTTP) or sockets (UDP).
+    pub connections: usize,
+    /// Load threads.
+    pub threads: usize,
+    /// Whether HTTP connections were reused.
+    pub keepalive: Option<bool>,
+    /// Warm-up left out, seconds.
+    pub warmup_secs: f64,
+    /// Measured period, seconds.
+    pub duration_secs: f64,
+    /// Request counts.
+    pub requests: Counts,
+    /// Answered requests per second.
+    pub rate: f64,
+    /// Latency from the intended send time (coordinated-omission corrected), us.
+    pub latency_us: Latency,
+    /// Latency from the actual send time, us (equal to `latency_us` in the closed loop).
+    pub service_time_us: Latency,
+    /// The latency distribution: (percentile, us) points for plotting.
+    pub percentiles: Vec<(f64, f64)>,
+    /// Errors by class.
+    pub errors: BTreeMap<String, u64>,
+    /// Per-second figures.
+    pub timeline: Vec<Tick>,
+    /// The load generator's CPU use.
+    pub cpu: Cpu,
+    /// Objectives and how the run did.
+    pub slo: Vec<Outcome>,
+    /// Whether every objective was met.
+    pub slo_met: bool,
+}
+
+/// What a report is built from besides the merged record.
+pub struct Meta<'a> {
+    /// The plan.
+    pub plan: &'a crate::Plan,
+    /// CPU use over the measured period.
+    pub cpu: Cpu,
+}
+
+/// The percentile points plotted: dense where tails live (90, 99, 99.9 …).
+fn curve(h: &Histogram<u64>) -> Vec<(f64, f64)> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    // x = -log10(1 - q) from 0 (p0) to 5 (p99.999), 20 steps a decade.
+    for i in 0..=100 {
+        let x = i as f64 / 20.0;
+        let q = 1.0 - 10f64.powf(-x);
+        out.push((round(q * 100.0 * 1000.0) / 1000.0, us(h, q)));
+    }
+    out.push((100.0, us(h, 1.0)));
+    out
+}
+
+impl Report {
+    /// Builds the report from the merged record.
+    pub fn new(rec: &Recorder, meta: Meta<'_>) -> Self {
+        let plan = meta.plan;
+        let secs = plan.duration.as_secs_f64();
+        let (protocol, keepalive) = match &plan.target {
+            crate::Target::Http { keepalive, .. } => ("http", Some(*keepalive)),
+            crate::Target::Udp { .. } => ("udp", None),
+        };
+        let rate = rec.ok as f64 / secs;
+        let errors = rec.error_count();
+        let mut quantile: Vec<(f64, f64)> = QUANTILES
+            .iter()
+            .map(|(_, q)| (*q, rec.latency.value_at_quantile(*q) as f64))
+            .collect();
+        for q in slo::quantiles(&plan.slos) {
+            quantile.push((q, rec.latency.value_at_quantile(q) as f64));
+        }
+        let figures = Figures {
+            quantile,
+            mean: rec.latency.mean(),
+            errors,
+            sent: rec.sent,
+            late: rec.late,
+            unsent: rec.unsent,
+            rate,
+        };
+        let slo = slo::check(&plan.slos, &figures);
+        let cpu_secs = meta.cpu.user_secs + meta.cpu.system_secs;
+        let cpu = Cpu {
+            sent_per_cpu_sec: if cpu_secs > 0.0 {
+                (rec.sent as f64 / cpu_secs).round()
+            } else {
+                0.0
+            },
+            ..meta.cpu
+        };
+        let timeline = rec
+            .seconds
+            .iter()
+            .enumerate()
+            .take(secs.ceil() as usize)
+            .map(|(second, s)| Tick {
+                second,
+                ok: s.responses,
+                errors: s.errors,
+                p50_us: us(&s.latency, 0.5),
+                p99_us: us(&s.latency, 0.99),
+                max_us: us(&s.latency, 1.0),
+            })
+            .collect();
+        Self {
+            tool: format!("hotpath bench {}", env!("CARGO_PKG_VERSION")),
+            scenario: plan.scenario.clone(),
+            url: plan.url.clone(),
+            protocol: protocol.into(),
+            model: if plan.rate.is_some() {
+                "open"
+            } else {
+                "closed"
+            }
+            .into(),
+            target_rate: plan.rate,
+            connections: plan.connections,
+            threads: plan.threads,
+            keepalive,
+            warmup_secs: plan.warmup.as_secs_f64(),
+            duration_secs: secs,
+            requests: Counts {
+                sent: rec.sent,
+                ok: rec.ok,
+                errors,
+                late: rec.late,
+                unsent: rec.unsent,
+                connects: rec.connects,
+            },
+            rate: rate.round(),
+            latency_us: Latency::of(&rec.latency),
+            service_time_us: Latency::of(&rec.service),
+            percentiles: curve(&rec.latency),
+            errors: rec.errors.clone(),
+            timeline,
+            cpu,
+            slo_met: slo.iter().all(|o| o.met),
+            slo,
+        }
+    }
+
+    /// The report as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report serializes")
+    }
+
+    /// The report as text for a terminal.
+    pub fn to_text(&self) -> String {
+        let mut t = String::new();
+        let model = match self.target_rate {
+            Some(r) => format!("open model at {} requests/s", group(r as u64)),
+            None => "closed loop".into(),
+        };
+        let conns = if self.protocol == "udp" {
+            "sockets"
+        } else {
+            "connections"
+        };
+        let _ = writeln!(
+            t,
+            "{}{} : {model}, {} {conns}, {} thread{}, {}s measured after {}s warm-up{}",
+            self.scenario
+                .as_ref()
+                .map(|s| format!("[{s}] "))
+                .unwrap_or_default(),
+            self.url,
+            self.connections,
+            self.threads,
+            if self.threads == 1 { "" } else { "s" },
+            self.duration_secs,
+            self.warmup_secs,
+            match self.keepalive {
+                Some(false) => ", a new connection per request",
+                _ => "",
+            }
+        );
+        let r = &self.requests;
+        let _ = writeln!(
+            t,
+            "  requests  {} sent, {} ok, {} errors  =>  {}/s",
+            group(r.sent),
+            group(r.ok),
+            group(r.errors),
+            group(self.rate as u64)
+        );
+        if self.model == "open" {
+            let _ = writeln!(
+                t,
+                "  schedule  {} sent late (>1ms), {} never sent",
+                group(r.late),
+                group(r.unsent)
+            );
+        }
+        let line = |name: &str, l: &Latency| {
+            let mut s = format!("  {name:<9} mean {}", fmt_us(l.mean));
+            for (q, _) in QUANTILES {
+                let _ = write!(s, "  {q} {}", fmt_us(l.get(q)));
+            }
+            s
+        };
+        let _ = writeln!(t, "{}", line("latency", &self.latency_us));
+        if self.model == "open" {
+            let _ = writeln!(t, "{}", line("service", &self.service_time_us));
+            let _ = writeln!(t, "            (latency counts from each request's intended send time; service time from the actual send)");
+        }
+        if r.connects > 0 {
+            let _ = writeln!(t, "  connects  {}", group(r.connects));
+        }
+        if !self.errors.is_empty() {
+            let _ = writeln!(t, "  errors");
+            for (class, n) in &self.errors {
+                let _ = writeln!(t, "    {:>10}  {class}", group(*n));
+            }
+        }
+        let _ = writeln!(
+            t,
+            "  load cpu  {:.2}s user + {:.2}s system  =>  {} requests sent per CPU-second",
+            self.cpu.user_secs,
+            self.cpu.system_secs,
+            group(self.cpu.sent_per_cpu_sec as u64)
+        );
+        for o in &self.slo {
+            let actual = match o.slo.metric {
+                slo::Metric::Quantile(_) | slo::Metric::Mean => fmt_nanos(o.actual as u64),
+                slo::Metric::ErrorPercent => format!("{:.3}%", o.actual),
+                _ => group(o.actual as u64),
+            };
+            let _ = writeln!(
+                t,
+                "  slo       {:<20} {:<10} {}",
+                o.slo.text,
+                actual,
+                if o.met { "met" } else { "MISSED" }
+            );
+        }
+        t
+    }
+}
+
+fn fmt_us(us: f64) -> String {
+    fmt_nanos((us * 1e3) as u64)
+}
+
+/// 1234567 -> "1,234,567".
+pub fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grouping() {
+        assert_eq!(group(0), "0");
+        assert_eq!(group(999), "999");
+        assert_eq!(group(1000), "1,000");
+        assert_eq!(group(1234567), "1,234,567");
+    }
+
+    #[test]
+    fn percentile_curve_reaches_the_tail() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+        for i in 1..=100_000u64 {
+            h.record(i * 1000).unwrap();
+        }
+        let c = curve(&h);
+        assert_eq!(c.first().unwrap().0, 0.0);
+        assert_eq!(c.last().unwrap().0, 100.0);
+        assert!(c.windows(2).all(|w| w[0].1 <= w[1].1));
+        let p99 = c.iter().find(|(p, _)| (*p - 99.0).abs() < 1e-9).unwrap().1;
+        assert!((p99 - 99_000.0).abs() < 100.0, "{p99}");
+    }
+}

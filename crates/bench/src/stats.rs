@@ -1,0 +1,259 @@
+//! What one load thread records: HdrHistograms of latency (from the intended send time, so a
+//! stalled server cannot hide behind a waiting load generator) and of service time (from the
+//! actual send), responses and errors per second, errors by class. Threads record alone and
+//! are merged at the end; nothing is shared while the load runs.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+
+/// Longest latency recorded exactly; longer ones are clamped to it (one minute).
+pub const MAX_LATENCY_NS: u64 = 60_000_000_000;
+/// Most distinct error classes kept; the rest are counted under "other".
+pub const MAX_ERROR_CLASSES: usize = 64;
+/// A request sent this much after its intended time counts as late (open model).
+pub const LATE_AFTER_NS: u64 = 1_000_000;
+
+fn histogram(sigfig: u8) -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_NS, sigfig).expect("valid histogram bounds")
+}
+
+/// One second of the measured period.
+#[derive(Debug, Clone)]
+pub struct Second {
+    /// Responses completed in this second.
+    pub responses: u64,
+    /// Errors in this second.
+    pub errors: u64,
+    /// Latencies completed in this second (2 significant digits).
+    pub latency: Histogram<u64>,
+}
+
+impl Second {
+    fn new() -> Self {
+        Self {
+            responses: 0,
+            errors: 0,
+            latency: histogram(2),
+        }
+    }
+}
+
+/// One thread's record. Times are nanoseconds since the run's start; anything that ends
+/// before `measure_from` (the warm-up) or after `measure_to` is left out.
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    measure_from: u64,
+    measure_to: u64,
+    /// Latency from the intended send time (coordinated-omission corrected).
+    pub latency: Histogram<u64>,
+    /// Latency from the actual send time (what a closed-loop tool would report).
+    pub service: Histogram<u64>,
+    /// Per-second figures.
+    pub seconds: Vec<Second>,
+    /// Errors by class.
+    pub errors: BTreeMap<String, u64>,
+    /// Requests sent in the measured period.
+    pub sent: u64,
+    /// Responses that ended a request without error.
+    pub ok: u64,
+    /// Requests sent more than [`LATE_AFTER_NS`] after their intended time.
+    pub late: u64,
+    /// Requests whose intended time came before the end but that were never sent.
+    pub unsent: u64,
+    /// Connections opened (HTTP) in the measured period.
+    pub connects: u64,
+}
+
+impl Recorder {
+    /// A recorder for the period `measure_from..measure_to` (ns since the start).
+    pub fn new(measure_from: u64, measure_to: u64) -> Self {
+        Self {
+            measure_from,
+            measure_to,
+            latency: histogram(3),
+            service: histogram(3),
+            seconds: Vec::new(),
+            errors: BTreeMap::new(),
+            sent: 0,
+            ok: 0,
+            late: 0,
+            unsent: 0,
+            connects: 0,
+        }
+    }
+
+    /// Whether `t` falls in the measured period.
+    #[inline]
+    pub fn measured(&self, t: u64) -> bool {
+        t >= self.measure_from && t < self.measure_to
+    }
+
+    fn second(&mut self, now: u64) -> &mut Second {
+        let i = ((now - self.measure_from) / 1_000_000_000) as usize;
+        while self.seconds.len() <= i {
+            self.seconds.push(Second::new());
+        }
+        &mut self.seconds[i]
+    }
+
+    /// Counts a request sent at `sent` that was meant to go at `intended`.
+    #[inline]
+    pub fn sent(&mut self, intended: u64, sent: u64) {
+        if self.measured(sent) {
+            self.sent += 1;
+            if sent.saturating_sub(intended) > LATE_AFTER_NS {
+                self.late += 1;
+            }
+        }
+    }
+
+    /// Records a successful response completed at `now`.
+    #[inline]
+    pub fn ok(&mut self, intended: u64, sent: u64, now: u64) {
+        if !self.measured(now) {
+            return;
+        }
+        let corrected = now.saturating_sub(intended).clamp(1, MAX_LATENCY_NS);
+        let service = now.saturating_sub(sent).clamp(1, MAX_LATENCY_NS);
+        self.ok += 1;
+        // In range by the clamp, so recording cannot fail.
+        let _ = self.latency.record(corrected);
+        let _ = self.service.record(service);
+        let s = self.second(now);
+        s.responses += 1;
+        let _ = s.latency.record(corrected);
+    }
+
+    /// Records an error of `class` at `now`.
+    pub fn error(&mut self, class: &str, now: u64) {
+        if !self.measured(now) {
+            return;
+        }
+        self.second(now).errors += 1;
+        if let Some(n) = self.errors.get_mut(class) {
+            *n += 1;
+        } else if self.errors.len() < MAX_ERROR_CLASSES {
+            self.errors.insert(class.to_owned(), 1);
+        } else {
+            *self.errors.entry("other".to_owned()).or_insert(0) += 1;
+        }
+    }
+
+    /// Counts a connection opened at `now`.
+    pub fn connected(&mut self, now: u64) {
+        if self.measured(now) {
+            self.connects += 1;
+        }
+    }
+
+    /// Adds another thread's record to this one.
+    pub fn merge(&mut self, other: &Recorder) {
+        let _ = self.latency.add(&other.latency);
+        let _ = self.service.add(&other.service);
+        for (i, s) in other.seconds.iter().enumerate() {
+            while self.seconds.len() <= i {
+                self.seconds.push(Second::new());
+            }
+            let mine = &mut self.seconds[i];
+            mine.responses += s.responses;
+            mine.errors += s.errors;
+            let _ = mine.latency.add(&s.latency);
+        }
+        for (class, n) in &other.errors {
+            *self.errors.entry(class.clone()).or_insert(0) += n;
+        }
+        self.sent += other.sent;
+        self.ok += other.ok;
+        self.late += other.late;
+        self.unsent += other.unsent;
+        self.connects += other.connects;
+    }
+
+    /// Errors of every class.
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn percentiles_of_a_known_distribution() {
+        let mut r = Recorder::new(0, 100 * S);
+        // 1..=1000 microseconds, once each.
+        for i in 1..=1000u64 {
+            r.ok(0, 0, i * 1000);
+        }
+        let p = |q: f64| r.latency.value_at_quantile(q) as f64 / 1000.0;
+        assert!((p(0.5) - 500.0).abs() <= 1.0, "{}", p(0.5));
+        assert!((p(0.99) - 990.0).abs() <= 1.0, "{}", p(0.99));
+        assert!((p(1.0) - 1000.0).abs() <= 1.0);
+        assert!((r.latency.mean() / 1000.0 - 500.5).abs() < 1.0);
+        assert_eq!(r.ok, 1000);
+    }
+
+    #[test]
+    fn warm_up_and_tail_are_left_out() {
+        let mut r = Recorder::new(2 * S, 5 * S);
+        r.sent(S, S);
+        r.ok(S, S, S + MS);
+        r.error("timeout", S);
+        r.sent(3 * S, 3 * S);
+        r.ok(3 * S, 3 * S, 3 * S + MS);
+        r.error("timeout", 4 * S);
+        r.ok(5 * S, 5 * S, 5 * S + MS);
+        assert_eq!((r.sent, r.ok, r.error_count()), (1, 1, 1));
+        assert_eq!(r.seconds.len(), 3);
+        assert_eq!(r.seconds[1].responses, 1);
+        assert_eq!(r.seconds[2].errors, 1);
+    }
+
+    /// Coordinated omission: a server that stalls for one second while requests are due every
+    /// millisecond. The corrected latency (from the intended time) shows the stall for the
+    /// requests that waited; the service time (from the actual send) does not.
+    #[test]
+    fn a_stall_shows_in_corrected_latency_only() {
+        let mut r = Recorder::new(0, 100 * S);
+        let mut now = 0;
+        for k in 0..3000u64 {
+            let intended = k * MS;
+            let send = now.max(intended);
+            r.sent(intended, send);
+            // Every answer takes 100 us, except the one sent at 1 s, which takes a whole second.
+            let took = if k == 1000 { S } else { 100_000 };
+            now = send + took;
+            r.ok(intended, send, now);
+        }
+        let corrected_p99 = r.latency.value_at_quantile(0.99);
+        let service_p99 = r.service.value_at_quantile(0.99);
+        assert!(service_p99 < MS, "service p99 {service_p99}");
+        assert!(corrected_p99 > 500 * MS, "corrected p99 {corrected_p99}");
+        assert!(r.latency.max() >= S);
+        // The ~1000 requests due during the stall, and those queued behind them while the
+        // backlog drained at 0.9 ms a request, were sent late: 1000 / (1 - 0.1) ~ 1111.
+        assert!((1100..1120).contains(&r.late), "late {}", r.late);
+    }
+
+    #[test]
+    fn merge_and_bounded_classes() {
+        let mut a = Recorder::new(0, 10 * S);
+        let mut b = Recorder::new(0, 10 * S);
+        a.ok(0, 0, MS);
+        b.ok(0, 0, 3 * S);
+        for i in 0..100 {
+            b.error(&format!("class {i}"), S);
+        }
+        a.merge(&b);
+        assert_eq!(a.ok, 2);
+        assert_eq!(a.seconds.len(), 4);
+        assert_eq!(a.errors.len(), MAX_ERROR_CLASSES + 1);
+        assert_eq!(a.errors["other"], 100 - MAX_ERROR_CLASSES as u64);
+        assert_eq!(a.error_count(), 100);
+    }
+}

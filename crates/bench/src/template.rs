@@ -1,0 +1,422 @@
+//! Request templates filled per request from declared variables. A template is text with
+//! `{name}` holes (`{{` and `}}` stand for literal braces); each variable is drawn once per
+//! request, so a name used in the URL and the body gets the same value in both.
+//!
+//! Variables: an integer range, a list, 20 random bytes percent-encoded (a BitTorrent info hash
+//! or peer id), and a skewed (Zipf) pick from a pool of integers or of 20-byte values, so hot
+//! keys exist as in real traffic.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::zipf::Zipf;
+
+/// How a variable is drawn, as written in a scenario file or on the command line.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum VarSpec {
+    /// `"random20"`: 20 random bytes, percent-encoded.
+    Named(String),
+    /// `{ range = [lo, hi] }`: a uniform integer in lo..=hi.
+    Range {
+        /// Lowest and highest value.
+        range: [u64; 2],
+    },
+    /// `{ list = ["a", "b"] }`: one of the values, uniformly, inserted as written.
+    List {
+        /// The values.
+        list: Vec<String>,
+    },
+    /// `{ zipf = 1.1, pool = 100000, of = "random20" }`: rank k of the pool drawn with
+    /// probability proportional to 1/k^zipf; `of` is `"int"` (the rank itself) or `"random20"`
+    /// (a fixed 20-byte value per rank, percent-encoded).
+    Zipf {
+        /// The exponent (1.0 is classic Zipf; larger is more skewed).
+        zipf: f64,
+        /// How many distinct values.
+        pool: u64,
+        /// What each value is.
+        #[serde(default = "default_of")]
+        of: String,
+    },
+}
+
+fn default_of() -> String {
+    "random20".into()
+}
+
+impl VarSpec {
+    /// Parses the command-line form: `range:LO-HI`, `list:a,b,c`, `random20`,
+    /// `zipf:S:POOL[:int|random20]`.
+    pub fn parse_cli(s: &str) -> Result<Self, String> {
+        let (kind, rest) = s.split_once(':').unwrap_or((s, ""));
+        let bad = || {
+            format!("bad variable `{s}`: use range:LO-HI, list:a,b, random20 or zipf:S:POOL[:int]")
+        };
+        match kind {
+            "random20" if rest.is_empty() => Ok(Self::Named("random20".into())),
+            "range" => {
+                let (lo, hi) = rest.split_once('-').ok_or_else(bad)?;
+                Ok(Self::Range {
+                    range: [
+                        lo.parse().map_err(|_| bad())?,
+                        hi.parse().map_err(|_| bad())?,
+                    ],
+                })
+            }
+            "list" if !rest.is_empty() => Ok(Self::List {
+                list: rest.split(',').map(str::to_owned).collect(),
+            }),
+            "zipf" => {
+                let mut it = rest.split(':');
+                let zipf = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+                let pool = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+                let of = it.next().unwrap_or("random20").to_owned();
+                if it.next().is_some() {
+                    return Err(bad());
+                }
+                Ok(Self::Zipf { zipf, pool, of })
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// A variable ready to draw from.
+#[derive(Debug, Clone)]
+enum Var {
+    Random20,
+    Range(u64, u64),
+    List(Vec<Vec<u8>>),
+    ZipfInt(Zipf),
+    ZipfBytes(Zipf, u64),
+}
+
+fn compile(name: &str, spec: &VarSpec, seed: u64) -> Result<Var, String> {
+    Ok(match spec {
+        VarSpec::Named(n) if n == "random20" => Var::Random20,
+        VarSpec::Named(n) => {
+            return Err(format!(
+                "vars.{name}: `{n}` is not a variable kind (random20, or a table with range, list or zipf)"
+            ))
+        }
+        VarSpec::Range { range: [lo, hi] } => {
+            if lo > hi {
+                return Err(format!("vars.{name}: range [{lo}, {hi}] is empty"));
+            }
+            Var::Range(*lo, *hi)
+        }
+        VarSpec::List { list } => {
+            if list.is_empty() {
+                return Err(format!("vars.{name}: list is empty"));
+            }
+            Var::List(list.iter().map(|v| v.as_bytes().to_vec()).collect())
+        }
+        VarSpec::Zipf { zipf, pool, of } => {
+            let z = Zipf::new(*pool, *zipf).map_err(|e| format!("vars.{name}: {e}"))?;
+            match of.as_str() {
+                "int" => Var::ZipfInt(z),
+                "random20" => Var::ZipfBytes(z, seed),
+                o => return Err(format!("vars.{name}.of: `{o}` is not int or random20")),
+            }
+        }
+    })
+}
+
+/// A fixed pseudo-random 20-byte value for pool rank `k` (no table: 10M hot keys cost nothing).
+pub fn value20(seed: u64, k: u64) -> [u8; 20] {
+    let mut out = [0u8; 20];
+    let mut x = seed ^ k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for chunk in out.chunks_mut(8) {
+        x = splitmix64(x);
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    out
+}
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// The declared variables of a load, compiled.
+#[derive(Debug, Clone, Default)]
+pub struct Vars {
+    names: Vec<String>,
+    vars: Vec<Var>,
+}
+
+impl Vars {
+    /// Compiles the declared variables; errors name the variable.
+    pub fn new(specs: &BTreeMap<String, VarSpec>, seed: u64) -> Result<Self, String> {
+        let mut v = Self::default();
+        for (i, (name, spec)) in specs.iter().enumerate() {
+            v.vars.push(compile(name, spec, seed ^ (i as u64 + 1))?);
+            v.names.push(name.clone());
+        }
+        Ok(v)
+    }
+
+    fn index(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    /// Draws one value of every variable into `draw` (reused between requests).
+    pub fn draw(&self, rng: &mut fastrand::Rng, draw: &mut Draw) {
+        draw.bytes.clear();
+        draw.spans.clear();
+        for var in &self.vars {
+            let start = draw.bytes.len();
+            match var {
+                Var::Random20 => {
+                    let mut b = [0u8; 20];
+                    rng.fill(&mut b);
+                    hotpath_wire::query::percent_encode(&mut draw.bytes, &b);
+                }
+                Var::Range(lo, hi) => {
+                    let n = rng.u64(*lo..=*hi);
+                    draw.bytes
+                        .extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+                }
+                Var::List(values) => {
+                    draw.bytes
+                        .extend_from_slice(&values[rng.usize(..values.len())]);
+                }
+                Var::ZipfInt(z) => {
+                    let k = z.sample(|| rng.f64());
+                    draw.bytes
+                        .extend_from_slice(itoa::Buffer::new().format(k).as_bytes());
+                }
+                Var::ZipfBytes(z, seed) => {
+                    let k = z.sample(|| rng.f64());
+                    hotpath_wire::query::percent_encode(&mut draw.bytes, &value20(*seed, k));
+                }
+            }
+            draw.spans.push((start, draw.bytes.len()));
+        }
+    }
+}
+
+/// One request's drawn values.
+#[derive(Debug, Default)]
+pub struct Draw {
+    bytes: Vec<u8>,
+    spans: Vec<(usize, usize)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Part {
+    Lit(Vec<u8>),
+    Var(usize),
+}
+
+/// A parsed template.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Template {
+    parts: Vec<Part>,
+}
+
+impl Template {
+    /// Parses `text`, resolving each `{name}` against `vars`; `what` names the template in
+    /// errors (e.g. `request[0].path`).
+    pub fn parse(text: &str, vars: &Vars, what: &str) -> Result<Self, String> {
+        let mut parts = Vec::new();
+        let mut lit = Vec::new();
+        let b = text.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            match b[i] {
+                b'{' if b.get(i + 1) == Some(&b'{') => {
+                    lit.push(b'{');
+                    i += 2;
+                }
+                b'}' if b.get(i + 1) == Some(&b'}') => {
+                    lit.push(b'}');
+                    i += 2;
+                }
+                b'{' => {
+                    let end = text[i..]
+                        .find('}')
+                        .ok_or_else(|| format!("{what}: `{{` at byte {i} is never closed"))?;
+                    let name = &text[i + 1..i + end];
+                    let idx = vars.index(name).ok_or_else(|| {
+                        format!("{what}: `{{{name}}}` names no declared variable")
+                    })?;
+                    if !lit.is_empty() {
+                        parts.push(Part::Lit(std::mem::take(&mut lit)));
+                    }
+                    parts.push(Part::Var(idx));
+                    i += end + 1;
+                }
+                b'}' => return Err(format!("{what}: stray `}}` at byte {i} (write `}}}}`)")),
+                c => {
+                    lit.push(c);
+                    i += 1;
+                }
+            }
+        }
+        if !lit.is_empty() {
+            parts.push(Part::Lit(lit));
+        }
+        Ok(Self { parts })
+    }
+
+    /// Whether the template has no holes.
+    pub fn is_fixed(&self) -> bool {
+        self.parts.iter().all(|p| matches!(p, Part::Lit(_)))
+    }
+
+    /// Appends the template filled from `draw`.
+    pub fn fill(&self, draw: &Draw, out: &mut Vec<u8>) {
+        for p in &self.parts {
+            match p {
+                Part::Lit(l) => out.extend_from_slice(l),
+                Part::Var(i) => {
+                    let (s, e) = draw.spans[*i];
+                    out.extend_from_slice(&draw.bytes[s..e]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(specs: &[(&str, VarSpec)]) -> Vars {
+        let m = specs
+            .iter()
+            .map(|(n, s)| (n.to_string(), s.clone()))
+            .collect();
+        Vars::new(&m, 1).unwrap()
+    }
+
+    #[test]
+    fn fills_every_kind_and_shares_a_draw() {
+        let v = vars(&[
+            ("port", VarSpec::Range { range: [10, 12] }),
+            (
+                "c",
+                VarSpec::List {
+                    list: vec!["red".into(), "blue".into()],
+                },
+            ),
+            ("h", VarSpec::Named("random20".into())),
+            (
+                "u",
+                VarSpec::Zipf {
+                    zipf: 1.0,
+                    pool: 5,
+                    of: "int".into(),
+                },
+            ),
+        ]);
+        let t =
+            Template::parse("/a?p={port}&c={c}&h={h}&u={u}&again={port}{{x}}", &v, "t").unwrap();
+        let mut rng = fastrand::Rng::with_seed(3);
+        let mut draw = Draw::default();
+        for _ in 0..200 {
+            v.draw(&mut rng, &mut draw);
+            let mut out = Vec::new();
+            t.fill(&draw, &mut out);
+            let s = String::from_utf8(out).unwrap();
+            let q: Vec<(&str, &str)> = s[3..]
+                .split('&')
+                .map(|kv| kv.split_once('=').unwrap())
+                .collect();
+            let port: u64 = q[0].1.parse().unwrap();
+            assert!((10..=12).contains(&port));
+            assert!(q[1].1 == "red" || q[1].1 == "blue");
+            let mut raw = [0u8; 64];
+            assert_eq!(
+                hotpath_wire::query::percent_decode(q[2].1.as_bytes(), &mut raw),
+                Some(20)
+            );
+            let u: u64 = q[3].1.parse().unwrap();
+            assert!((1..=5).contains(&u));
+            assert_eq!(q[4].1, format!("{port}{{x}}"));
+        }
+    }
+
+    #[test]
+    fn zipf_pool_of_hashes_is_skewed_and_stable() {
+        let v = vars(&[(
+            "h",
+            VarSpec::Zipf {
+                zipf: 1.2,
+                pool: 1000,
+                of: "random20".into(),
+            },
+        )]);
+        let t = Template::parse("{h}", &v, "t").unwrap();
+        let mut rng = fastrand::Rng::with_seed(9);
+        let mut draw = Draw::default();
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..20_000 {
+            v.draw(&mut rng, &mut draw);
+            let mut out = Vec::new();
+            t.fill(&draw, &mut out);
+            *counts.entry(out).or_insert(0u32) += 1;
+        }
+        let mut c: Vec<u32> = counts.values().copied().collect();
+        c.sort_unstable_by(|a, b| b.cmp(a));
+        // The hottest key gets far more than a uniform share (20 of 20k) would.
+        assert!(c[0] > 2_000, "hottest {}", c[0]);
+        assert!(counts.len() > 100 && counts.len() <= 1000);
+        assert_eq!(value20(5, 3), value20(5, 3));
+        assert_ne!(value20(5, 3), value20(5, 4));
+    }
+
+    #[test]
+    fn errors_name_the_template_and_variable() {
+        let v = vars(&[("a", VarSpec::Range { range: [1, 2] })]);
+        assert!(Template::parse("/x?{b}", &v, "request[0].path")
+            .unwrap_err()
+            .contains("request[0].path: `{b}`"));
+        assert!(Template::parse("/x?{a", &v, "p")
+            .unwrap_err()
+            .contains("never closed"));
+        assert!(Template::parse("/x}", &v, "p")
+            .unwrap_err()
+            .contains("stray"));
+        assert!(Template::parse("/fixed", &v, "p").unwrap().is_fixed());
+        let bad: BTreeMap<String, VarSpec> =
+            [("r".to_string(), VarSpec::Range { range: [5, 1] })].into();
+        assert!(Vars::new(&bad, 0).unwrap_err().contains("vars.r"));
+        let bad: BTreeMap<String, VarSpec> =
+            [("n".to_string(), VarSpec::Named("random21".into()))].into();
+        assert!(Vars::new(&bad, 0).unwrap_err().contains("vars.n"));
+    }
+
+    #[test]
+    fn cli_forms() {
+        assert_eq!(
+            VarSpec::parse_cli("range:1-9"),
+            Ok(VarSpec::Range { range: [1, 9] })
+        );
+        assert_eq!(
+            VarSpec::parse_cli("list:a,b"),
+            Ok(VarSpec::List {
+                list: vec!["a".into(), "b".into()]
+            })
+        );
+        assert_eq!(
+            VarSpec::parse_cli("random20"),
+            Ok(VarSpec::Named("random20".into()))
+        );
+        assert_eq!(
+            VarSpec::parse_cli("zipf:1.1:1000:int"),
+            Ok(VarSpec::Zipf {
+                zipf: 1.1,
+                pool: 1000,
+                of: "int".into()
+            })
+        );
+        assert!(VarSpec::parse_cli("range:9").is_err());
+        assert!(VarSpec::parse_cli("gauss:1").is_err());
+    }
+}
