@@ -117,7 +117,12 @@ fn chart(
             pts.join(" "),
             ser.color
         );
-        let lx = LEFT + 10.0 + 150.0 * k as f64;
+        let lx = LEFT
+            + 10.0
+            + series[..k]
+                .iter()
+                .map(|s| 30.0 + 6.5 * s.name.len() as f64)
+                .sum::<f64>();
         let _ = write!(
             s,
             r#"<rect x="{lx}" y="{ly}" width="12" height="4" fill="{c}"/><text x="{tx}" y="{ty}" class="legend">{n}</text>"#,
@@ -319,10 +324,18 @@ pub fn render(r: &Report) -> String {
     if !r.slo.is_empty() {
         p.push_str("<h2>Objectives</h2><table>");
         for o in &r.slo {
+            let actual = match o.slo.metric {
+                crate::slo::Metric::Quantile(_) | crate::slo::Metric::Mean => {
+                    fmt_nanos(o.actual as u64)
+                }
+                crate::slo::Metric::ErrorPercent => format!("{:.3}%", o.actual),
+                _ => group(o.actual as u64),
+            };
             let _ = write!(
                 p,
-                "<tr><td>{}</td><td class=\"{}\">{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td class=\"{}\">{}</td></tr>",
                 escape(&o.slo.text),
+                escape(&actual),
                 if o.met { "met" } else { "missed" },
                 if o.met { "met" } else { "missed" }
             );

@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod alarm;
 pub mod clock;
 pub mod html;
 pub mod http;
