@@ -90,6 +90,9 @@ struct Conn {
     until_close: bool,
     /// Requests answered on the current connection.
     served: u32,
+    /// Whether the socket is registered for writability (only while connecting or while a
+    /// request does not fit the send buffer).
+    writable: bool,
     intended: u64,
     sent: u64,
     pace: Option<Pace>,
@@ -101,7 +104,11 @@ struct Engine<'a> {
     poll: Poll,
     alarm: Alarm,
     conns: Vec<Conn>,
+    /// Due requests and reconnects: woken for precisely, by the alarm.
     timers: BinaryHeap<Reverse<(u64, usize, u32, Timer)>>,
+    /// Request timeouts: checked at epoll's millisecond resolution, so a request in flight
+    /// costs no timer syscall.
+    deadlines: BinaryHeap<Reverse<(u64, usize, u32, Timer)>>,
     rec: Recorder,
     rng: fastrand::Rng,
     draw: Draw,
@@ -120,6 +127,7 @@ pub fn run(load: &HttpLoad<'_>) -> std::io::Result<Recorder> {
         alarm,
         conns: Vec::with_capacity(load.connections),
         timers: BinaryHeap::new(),
+        deadlines: BinaryHeap::new(),
         rec: Recorder::new(s.measure_from, s.end),
         rng: fastrand::Rng::with_seed(load.seed),
         draw: Draw::default(),
@@ -147,6 +155,7 @@ pub fn run(load: &HttpLoad<'_>) -> std::io::Result<Recorder> {
             body_left: 0,
             until_close: false,
             served: 0,
+            writable: true,
             intended: 0,
             sent: 0,
             pace,
@@ -176,23 +185,34 @@ impl Engine<'_> {
             if now >= s.end {
                 return Ok(());
             }
-            while let Some(&Reverse((at, i, generation, kind))) = self.timers.peek() {
-                if at > now {
-                    break;
+            for heap in [true, false] {
+                loop {
+                    let h = if heap {
+                        &mut self.timers
+                    } else {
+                        &mut self.deadlines
+                    };
+                    match h.peek() {
+                        Some(&Reverse((at, i, generation, kind))) if at <= now => {
+                            h.pop();
+                            self.fire(i, generation, kind, now);
+                        }
+                        _ => break,
+                    }
                 }
-                self.timers.pop();
-                self.fire(i, generation, kind, now);
             }
-            let next = self
-                .timers
+            if let Some(Reverse(t)) = self.timers.peek() {
+                // Requests due within OPEN_GAP_NS of each other go out in one pass of the
+                // loop: a wake-up per request would cost more than the request. Their latency
+                // still counts from each one's own due time.
+                self.alarm.arm(t.0.min(s.end).max(now + OPEN_GAP_NS), &s)?;
+            }
+            let until = self
+                .deadlines
                 .peek()
                 .map_or(s.end, |Reverse(t)| t.0.min(s.end));
-            // Requests due within OPEN_GAP_NS of each other go out in one pass of the loop: a
-            // wake-up per request would cost more than the request. Their latency still
-            // counts from each one's own due time.
-            self.alarm.arm(next.max(now + OPEN_GAP_NS), &s)?;
             let wait = s
-                .instant(s.end)
+                .instant(until)
                 .saturating_duration_since(std::time::Instant::now());
             match self.poll.poll(&mut events, Some(wait)) {
                 Ok(()) => {}
@@ -259,7 +279,7 @@ impl Engine<'_> {
         c.failure = None;
         self.rec.sent(c.intended, now);
         let deadline = now + self.load.timeout;
-        self.timers
+        self.deadlines
             .push(Reverse((deadline, i, c.generation, Timer::Timeout)));
         if c.stream.is_some() {
             c.phase = Phase::Writing;
@@ -280,6 +300,7 @@ impl Engine<'_> {
                 let c = &mut self.conns[i];
                 c.stream = Some(stream);
                 c.served = 0;
+                c.writable = true;
                 c.phase = Phase::Connecting;
                 self.rec.connected(now);
             }
@@ -372,7 +393,17 @@ impl Engine<'_> {
                         return;
                     }
                     Ok(None) => match stream.peer_addr() {
-                        Ok(_) => c.phase = Phase::Writing,
+                        Ok(_) => {
+                            // Connected: from now on only readability matters (a writable
+                            // edge after every ACK would wake the loop for nothing).
+                            let _ = self.poll.registry().reregister(
+                                stream,
+                                Token(i),
+                                Interest::READABLE,
+                            );
+                            c.writable = false;
+                            c.phase = Phase::Writing;
+                        }
                         Err(e) if e.kind() == ErrorKind::NotConnected => return,
                         Err(e) => {
                             let now = self.load.schedule.now();
@@ -386,11 +417,30 @@ impl Engine<'_> {
                         c.written += n;
                         if c.written == c.out.len() {
                             c.phase = Phase::Reading;
+                            if c.writable {
+                                let _ = self.poll.registry().reregister(
+                                    stream,
+                                    Token(i),
+                                    Interest::READABLE,
+                                );
+                                c.writable = false;
+                            }
                             // The answer cannot be here yet: wait for readiness.
                             return;
                         }
                     }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        // The send buffer is full: wait until it drains.
+                        if !c.writable {
+                            let _ = self.poll.registry().reregister(
+                                stream,
+                                Token(i),
+                                Interest::READABLE | Interest::WRITABLE,
+                            );
+                            c.writable = true;
+                        }
+                        return;
+                    }
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
                     Err(e) => return self.fail(i, &format!("write: {}", error_kind(&e))),
                 },

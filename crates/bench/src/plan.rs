@@ -55,7 +55,7 @@ pub struct Args {
     /// percent-encoded), zipf:S:POOL[:int] (a skewed pick from a pool); may be repeated.
     #[arg(long = "var")]
     pub vars: Vec<String>,
-    /// UDP: requests in flight per socket in the closed loop [default: 16].
+    /// UDP: requests in flight per socket in the closed loop [default: 32].
     #[arg(long)]
     pub window: Option<usize>,
     /// UDP: weights of connect:announce:scrape requests [default: 50:50:1].
@@ -152,7 +152,7 @@ impl Default for UdpSpec {
             connect: 50,
             announce: 50,
             scrape: 1,
-            window: 16,
+            window: 32,
             many_ips: true,
         }
     }

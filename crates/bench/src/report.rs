@@ -276,10 +276,11 @@ impl Report {
             Some(r) => format!("open model at {} requests/s", group(r as u64)),
             None => "closed loop".into(),
         };
-        let conns = if self.protocol == "udp" {
-            "sockets"
-        } else {
-            "connections"
+        let conns = match (self.protocol.as_str(), self.connections) {
+            ("udp", 1) => "socket",
+            ("udp", _) => "sockets",
+            (_, 1) => "connection",
+            _ => "connections",
         };
         let _ = writeln!(
             t,
