@@ -301,6 +301,10 @@ pub fn render(r: &Report) -> String {
         ("sent late", c.late),
         ("never sent", c.unsent),
         ("connections opened", c.connects),
+        (
+            "sent again after the server closed a kept-alive connection",
+            c.reconnects,
+        ),
     ] {
         let _ = write!(p, "<tr><td>{k}</td><td>{}</td></tr>", group(v));
     }

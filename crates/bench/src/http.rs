@@ -90,6 +90,8 @@ struct Conn {
     until_close: bool,
     /// Requests answered on the current connection.
     served: u32,
+    /// Whether the request in flight was already sent again after a lost connection.
+    retried: bool,
     /// Whether the socket is registered for writability (only while connecting or while a
     /// request does not fit the send buffer).
     writable: bool,
@@ -155,6 +157,7 @@ pub fn run(load: &HttpLoad<'_>) -> std::io::Result<Recorder> {
             body_left: 0,
             until_close: false,
             served: 0,
+            retried: false,
             writable: true,
             intended: 0,
             sent: 0,
@@ -277,10 +280,17 @@ impl Engine<'_> {
         c.body_at = 0;
         c.head = None;
         c.failure = None;
+        c.retried = false;
         self.rec.sent(c.intended, now);
         let deadline = now + self.load.timeout;
         self.deadlines
             .push(Reverse((deadline, i, c.generation, Timer::Timeout)));
+        self.send(i, now);
+    }
+
+    /// Writes connection `i`'s request, connecting first when it has no socket.
+    fn send(&mut self, i: usize, now: u64) {
+        let c = &mut self.conns[i];
         if c.stream.is_some() {
             c.phase = Phase::Writing;
             self.drive(i);
@@ -305,6 +315,26 @@ impl Engine<'_> {
                 self.rec.connected(now);
             }
             Err(e) => self.connect_failed(i, &e, now),
+        }
+    }
+
+    /// The connection broke before any byte of the answer came. When the server closed a
+    /// kept-alive connection we were reusing (its idle timeout, or a server that answers one
+    /// request per connection without saying `Connection: close`), the request is sent again
+    /// on a new connection, once, as every HTTP client does, and counted as a reconnect;
+    /// otherwise it is an error of `class`.
+    fn lost(&mut self, i: usize, class: &str) {
+        let c = &self.conns[i];
+        if c.served > 0 && c.filled == 0 && c.head.is_none() && !c.retried {
+            let now = self.load.schedule.now();
+            self.rec.reconnected(now);
+            self.reset(i);
+            let c = &mut self.conns[i];
+            c.retried = true;
+            c.written = 0;
+            self.send(i, now);
+        } else {
+            self.fail(i, class);
         }
     }
 
@@ -442,7 +472,7 @@ impl Engine<'_> {
                         return;
                     }
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => return self.fail(i, &format!("write: {}", error_kind(&e))),
+                    Err(e) => return self.lost(i, &format!("write: {}", error_kind(&e))),
                 },
                 Phase::Reading => {
                     let room = c.buf.len() - c.filled;
@@ -451,14 +481,7 @@ impl Engine<'_> {
                             if c.until_close && c.head.is_some() {
                                 return self.complete(i);
                             }
-                            // A kept-alive connection the server closed before we reused it is
-                            // what every client retries; anything else is an error.
-                            let class = if c.filled == 0 && c.served > 0 {
-                                "closed by server while idle"
-                            } else {
-                                "closed before the answer"
-                            };
-                            return self.fail(i, class);
+                            return self.lost(i, "closed before the answer");
                         }
                         Ok(n) => {
                             c.filled += n;
@@ -474,7 +497,7 @@ impl Engine<'_> {
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                         Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                        Err(e) => return self.fail(i, &format!("read: {}", error_kind(&e))),
+                        Err(e) => return self.lost(i, &format!("read: {}", error_kind(&e))),
                     }
                 }
             }

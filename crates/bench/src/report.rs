@@ -75,6 +75,9 @@ pub struct Counts {
     pub unsent: u64,
     /// Connections opened (HTTP).
     pub connects: u64,
+    /// Requests sent again on a new connection because the server had closed the kept-alive
+    /// one (HTTP).
+    pub reconnects: u64,
 }
 
 /// One second of the measured period.
@@ -251,6 +254,7 @@ impl Report {
                 late: rec.late,
                 unsent: rec.unsent,
                 connects: rec.connects,
+                reconnects: rec.reconnects,
             },
             rate: rate.round(),
             latency_us: Latency::of(&rec.latency),
@@ -331,6 +335,13 @@ impl Report {
         }
         if r.connects > 0 {
             let _ = writeln!(t, "  connects  {}", group(r.connects));
+        }
+        if r.reconnects > 0 {
+            let _ = writeln!(
+                t,
+                "  reconnects {}: the server closed kept-alive connections without saying so; those requests went again on new connections",
+                group(r.reconnects)
+            );
         }
         if !self.errors.is_empty() {
             let _ = writeln!(t, "  errors");

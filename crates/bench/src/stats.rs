@@ -63,6 +63,9 @@ pub struct Recorder {
     pub unsent: u64,
     /// Connections opened (HTTP) in the measured period.
     pub connects: u64,
+    /// Kept-alive connections the server closed while a request was being sent on them; the
+    /// request went again on a new connection.
+    pub reconnects: u64,
 }
 
 impl Recorder {
@@ -80,6 +83,7 @@ impl Recorder {
             late: 0,
             unsent: 0,
             connects: 0,
+            reconnects: 0,
         }
     }
 
@@ -147,6 +151,13 @@ impl Recorder {
         }
     }
 
+    /// Counts a request sent again because the server closed its kept-alive connection.
+    pub fn reconnected(&mut self, now: u64) {
+        if self.measured(now) {
+            self.reconnects += 1;
+        }
+    }
+
     /// Adds another thread's record to this one.
     pub fn merge(&mut self, other: &Recorder) {
         let _ = self.latency.add(&other.latency);
@@ -168,6 +179,7 @@ impl Recorder {
         self.late += other.late;
         self.unsent += other.unsent;
         self.connects += other.connects;
+        self.reconnects += other.reconnects;
     }
 
     /// Errors of every class.

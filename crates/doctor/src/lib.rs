@@ -147,6 +147,28 @@ fn unknown(setting: &str, why: &str) -> Finding {
     }
 }
 
+/// A sysctl that must be at least `want`: `below` (with `why_below(value)` and the fix) when
+/// it is not, ok (with `why_ok`) when it is.
+fn at_least(
+    host: &Host,
+    name: &str,
+    want: u64,
+    below: Status,
+    why_below: impl Fn(u64) -> String,
+    why_ok: String,
+) -> Finding {
+    match host.sysctl_u64(name) {
+        Some(v) => Finding {
+            setting: name.into(),
+            value: v.to_string(),
+            status: if v < want { below } else { Status::Ok },
+            why: if v < want { why_below(v) } else { why_ok },
+            fix: (v < want).then(|| persist(name, want)),
+        },
+        None => unknown(name, &format!("proc/sys/{}", name.replace('.', "/"))),
+    }
+}
+
 /// Runs every check for `config` on `host`.
 pub fn check(config: &Config, host: &Host) -> Vec<Finding> {
     let s = &config.server;
@@ -157,40 +179,23 @@ pub fn check(config: &Config, host: &Host) -> Vec<Finding> {
 
     // The accept queue.
     if tcp {
-        match host.sysctl_u64("net.core.somaxconn") {
-            Some(v) if v < u64::from(s.backlog) => out.push(Finding {
-                setting: "net.core.somaxconn".into(),
-                value: v.to_string(),
-                status: Status::Fail,
-                why: format!("the kernel silently caps every listen backlog at it, below server.backlog = {}: bursts of new connections beyond {v} wait in SYN retries or are dropped", s.backlog),
-                fix: Some(persist("net.core.somaxconn", s.backlog)),
-            }),
-            Some(v) => out.push(Finding {
-                setting: "net.core.somaxconn".into(),
-                value: v.to_string(),
-                status: Status::Ok,
-                why: format!("at least server.backlog = {}: the full accept queue is used", s.backlog),
-                fix: None,
-            }),
-            None => out.push(unknown("net.core.somaxconn", "proc/sys/net/core/somaxconn")),
-        }
-        match host.sysctl_u64("net.ipv4.tcp_max_syn_backlog") {
-            Some(v) if v < u64::from(s.backlog) => out.push(Finding {
-                setting: "net.ipv4.tcp_max_syn_backlog".into(),
-                value: v.to_string(),
-                status: Status::Warn,
-                why: format!("half-open connections beyond {v} are answered with SYN cookies (or dropped when net.ipv4.tcp_syncookies = 0), below server.backlog = {}", s.backlog),
-                fix: Some(persist("net.ipv4.tcp_max_syn_backlog", s.backlog)),
-            }),
-            Some(v) => out.push(Finding {
-                setting: "net.ipv4.tcp_max_syn_backlog".into(),
-                value: v.to_string(),
-                status: Status::Ok,
-                why: format!("at least server.backlog = {}", s.backlog),
-                fix: None,
-            }),
-            None => out.push(unknown("net.ipv4.tcp_max_syn_backlog", "proc/sys/net/ipv4/tcp_max_syn_backlog")),
-        }
+        let b = u64::from(s.backlog);
+        out.push(at_least(
+            host,
+            "net.core.somaxconn",
+            b,
+            Status::Fail,
+            |v| format!("the kernel silently caps every listen backlog at it, below server.backlog = {b}: bursts of new connections beyond {v} wait in SYN retries or are dropped"),
+            format!("at least server.backlog = {b}: the full accept queue is used"),
+        ));
+        out.push(at_least(
+            host,
+            "net.ipv4.tcp_max_syn_backlog",
+            b,
+            Status::Warn,
+            |v| format!("half-open connections beyond {v} are answered with SYN cookies (or dropped when net.ipv4.tcp_syncookies = 0), below server.backlog = {b}"),
+            format!("at least server.backlog = {b}"),
+        ));
     }
 
     // Outgoing connections: local ports and TIME_WAIT reuse.
@@ -321,30 +326,22 @@ pub fn check(config: &Config, host: &Host) -> Vec<Finding> {
                 "server.udp_send_buffer",
             ),
         ] {
-            match host.sysctl_u64(name) {
-                Some(v) if v < want as u64 && !host.privileged => out.push(Finding {
-                    setting: name.into(),
-                    value: v.to_string(),
-                    status: Status::Fail,
-                    why: format!("the kernel caps socket buffers at it, below {key} = {want}: bursts beyond {v} bytes are dropped before hotpath reads them"),
-                    fix: Some(persist(name, want)),
-                }),
-                Some(v) if v < want as u64 => out.push(Finding {
-                    setting: name.into(),
-                    value: v.to_string(),
-                    status: Status::Note,
-                    why: format!("below {key} = {want}, but hotpath runs privileged and sets the buffer past the cap (SO_RCVBUFFORCE / SO_SNDBUFFORCE)"),
-                    fix: None,
-                }),
-                Some(v) => out.push(Finding {
-                    setting: name.into(),
-                    value: v.to_string(),
-                    status: Status::Ok,
-                    why: format!("at least {key} = {want}"),
-                    fix: None,
-                }),
-                None => out.push(unknown(name, &format!("proc/sys/{}", name.replace('.', "/")))),
+            let mut f = at_least(
+                host,
+                name,
+                want as u64,
+                Status::Fail,
+                |v| {
+                    format!("the kernel caps socket buffers at it, below {key} = {want}: bursts beyond {v} bytes are dropped before hotpath reads them")
+                },
+                format!("at least {key} = {want}"),
+            );
+            if f.status == Status::Fail && host.privileged {
+                f.status = Status::Note;
+                f.why = format!("below {key} = {want}, but hotpath runs privileged and sets the buffer past the cap (SO_RCVBUFFORCE / SO_SNDBUFFORCE)");
+                f.fix = None;
             }
+            out.push(f);
         }
     }
 
