@@ -1,7 +1,7 @@
-//! Coordinated omission, end to end: a server that stalls once for 600 ms under an open-model
-//! load. Latency counted from the intended send time must show the stall for every request
-//! that queued behind it; service time (from the actual send, what a closed-loop tool reports)
-//! must not.
+//! The load generator against small servers that misbehave on purpose: one that stalls once
+//! (coordinated omission: latency counted from the intended send time must show the stall for
+//! every request that queued behind it, service time must not), one that closes each kept-alive
+//! connection after one answer without saying so, one that never answers.
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -82,4 +82,70 @@ fn a_stalled_server_shows_in_corrected_latency_only() {
     assert_eq!(r.requests.errors, 0, "{:?}", r.errors);
     // The schedule caught up after the stall: every due request went out.
     assert!(r.requests.sent >= 380, "sent {}", r.requests.sent);
+}
+
+fn plan(url: String, connections: usize) -> Plan {
+    Plan::from_args(&Args {
+        url: Some(url),
+        connections: Some(connections),
+        duration: Some(Duration::from_secs(1)),
+        warmup: Some(Duration::from_millis(100)),
+        timeout: Some(Duration::from_millis(300)),
+        ..Args::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_server_closing_after_each_answer_means_reconnects_not_errors() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut s) = conn else { return };
+            let mut buf = [0u8; 1024];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            // HTTP/1.1 with a length and no `Connection: close`, then a close.
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        }
+    });
+    let r = run(&plan(format!("http://{addr}/"), 2)).unwrap();
+    assert_eq!(r.requests.errors, 0, "{:?}", r.errors);
+    assert!(r.requests.ok > 50, "{:?}", r.requests);
+    assert!(
+        r.requests.reconnects + 2 >= r.requests.ok,
+        "{:?}",
+        r.requests
+    );
+}
+
+#[test]
+fn a_server_that_never_answers_gives_timeouts_within_the_run() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            match conn {
+                Ok(s) => held.push(s),
+                Err(_) => return,
+            }
+        }
+    });
+    let started = Instant::now();
+    let r = run(&plan(format!("http://{addr}/"), 3)).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the run ends on time"
+    );
+    assert_eq!(r.requests.ok, 0);
+    // 3 connections, a 300 ms timeout, 1 s measured: about 9 timeouts.
+    let t = r.errors.get("timeout").copied().unwrap_or(0);
+    assert!((6..=12).contains(&t), "{:?}", r.errors);
 }
