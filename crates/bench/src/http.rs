@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
-use hotpath_wire::http::{parse_response_head, ResponseHead};
+use hotpath_wire::http::{parse_response_head, ChunkedBody, ResponseHead};
 
 use crate::alarm::{Alarm, ALARM};
 use crate::clock::{Pace, Schedule};
@@ -20,8 +20,9 @@ use crate::plan::HttpRequest;
 use crate::stats::Recorder;
 use crate::template::{Draw, Vars};
 
-/// The read buffer per connection; longer answers are read through it and not kept.
-const READ_BUF: usize = 64 * 1024;
+/// The read buffer per connection (answer heads must fit); longer bodies are read through it
+/// and not kept.
+const READ_BUF: usize = 16 * 1024;
 /// Open model: requests due this close together are sent in one pass of the loop.
 pub const OPEN_GAP_NS: u64 = 50_000;
 /// Wait before reconnecting after a failed connect.
@@ -84,6 +85,8 @@ struct Conn {
     /// Keep the body in `buf` until it is whole.
     keep: bool,
     head: Option<ResponseHead>,
+    /// The chunked body's progress (when framed by Transfer-Encoding: chunked).
+    chunked: Option<ChunkedBody>,
     /// Body bytes still to come (when framed by Content-Length).
     body_left: usize,
     /// The body runs until the server closes (no Content-Length).
@@ -155,6 +158,7 @@ pub fn run(load: &HttpLoad<'_>) -> std::io::Result<Recorder> {
             keep: false,
             head: None,
             body_left: 0,
+            chunked: None,
             until_close: false,
             served: 0,
             retried: false,
@@ -516,7 +520,13 @@ impl Engine<'_> {
             };
             c.head = Some(h);
             c.body_at = h.head_len;
+            c.chunked = None;
             match h.content_length {
+                None if h.chunked => {
+                    c.chunked = Some(ChunkedBody::default());
+                    c.until_close = false;
+                    c.body_left = 0;
+                }
                 Some(n) => {
                     c.until_close = false;
                     c.body_left = n;
@@ -532,7 +542,22 @@ impl Engine<'_> {
                 None => return Err("answer without Content-Length on a kept-alive connection"),
             }
             // A small 200 body is kept whole, to read a tracker's failure reason from it.
-            c.keep = h.status == 200 && !c.until_close && c.body_left <= c.buf.len() - h.head_len;
+            c.keep = h.status == 200
+                && !c.until_close
+                && c.chunked.is_none()
+                && c.body_left <= c.buf.len() - h.head_len;
+        }
+        if let Some(chunks) = &mut c.chunked {
+            let (used, done) = chunks.feed(&c.buf[c.body_at..c.filled])?;
+            if done {
+                if c.body_at + used != c.filled {
+                    return Err("more bytes than the answer's chunked body");
+                }
+                return Ok(true);
+            }
+            c.filled = 0;
+            c.body_at = 0;
+            return Ok(false);
         }
         let have = c.filled - c.body_at;
         if c.until_close {

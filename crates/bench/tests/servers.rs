@@ -149,3 +149,45 @@ fn a_server_that_never_answers_gives_timeouts_within_the_run() {
     let t = r.errors.get("timeout").copied().unwrap_or(0);
     assert!((6..=12).contains(&t), "{:?}", r.errors);
 }
+
+#[test]
+fn chunked_answers_on_kept_alive_connections() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut s) = conn else { return };
+            // Without it, the second small write waits for the client's delayed ACK (Nagle).
+            s.set_nodelay(true).unwrap();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut pending = Vec::new();
+                loop {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => pending.extend_from_slice(&buf[..n]),
+                    }
+                    while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                        pending.drain(..end + 4);
+                        // The head and the chunks in separate writes, as a streaming server
+                        // (OpenResty's ngx.say, say) sends them.
+                        let parts: [&[u8]; 3] = [
+                            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                            b"5\r\nhello\r\n",
+                            b"6\r\n world\r\n0\r\n\r\n",
+                        ];
+                        for p in parts {
+                            if s.write_all(p).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let r = run(&plan(format!("http://{addr}/"), 2)).unwrap();
+    assert_eq!(r.requests.errors, 0, "{:?}", r.errors);
+    assert!(r.requests.ok > 50, "{:?}", r.requests);
+    assert_eq!(r.requests.connects, 0, "connections kept");
+}

@@ -368,6 +368,8 @@ pub struct ResponseHead {
     pub close: bool,
     /// Whether the body is gzip-coded.
     pub gzip: bool,
+    /// Whether the body is chunked (Transfer-Encoding: chunked; it overrides Content-Length).
+    pub chunked: bool,
 }
 
 /// Parses a response head from the front of `buf` (client side); `Ok(None)` means more bytes
@@ -384,6 +386,7 @@ pub fn parse_response_head(buf: &[u8]) -> Result<Option<ResponseHead>, &'static 
                 content_length: None,
                 close: resp.version == Some(0),
                 gzip: false,
+                chunked: false,
             };
             for h in resp.headers.iter() {
                 if h.name.eq_ignore_ascii_case("content-length") {
@@ -392,7 +395,17 @@ pub fn parse_response_head(buf: &[u8]) -> Result<Option<ResponseHead>, &'static 
                     head.close = trim(h.value).eq_ignore_ascii_case(b"close");
                 } else if h.name.eq_ignore_ascii_case("content-encoding") {
                     head.gzip = trim(h.value).eq_ignore_ascii_case(b"gzip");
+                } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                    // The last coding is the one that frames the message.
+                    head.chunked = h
+                        .value
+                        .rsplit(|&b| b == b',')
+                        .next()
+                        .is_some_and(|c| trim(c).eq_ignore_ascii_case(b"chunked"));
                 }
+            }
+            if head.chunked {
+                head.content_length = None;
             }
             Ok(Some(head))
         }
@@ -400,10 +413,150 @@ pub fn parse_response_head(buf: &[u8]) -> Result<Option<ResponseHead>, &'static 
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Chunk {
+    /// Reading a chunk-size line's hex digits.
+    #[default]
+    Size,
+    /// Skipping a chunk extension up to the line's CR.
+    Extension,
+    /// Expecting the LF that ends a size line.
+    SizeLf,
+    /// Inside chunk data.
+    Data,
+    /// Expecting the CR after chunk data.
+    DataCr,
+    /// Expecting the LF after chunk data.
+    DataLf,
+    /// At the start of a trailer line (or the final CRLF).
+    Trailer,
+    /// Inside a trailer field line.
+    TrailerLine,
+    /// Expecting the final LF.
+    EndLf,
+    /// The body has ended.
+    Done,
+}
+
+/// Where a chunked body stands (client side): fed the bytes as they arrive, it says how many
+/// belong to the body and whether the body has ended. No bytes are kept or copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ChunkedBody {
+    state: Chunk,
+    /// Data bytes left in the current chunk, or the size read so far on a size line.
+    left: u64,
+    /// Hex digits on the current size line.
+    digits: u8,
+}
+
+impl ChunkedBody {
+    /// Consumes bytes of the body from the front of `buf`: `Ok((used, true))` when the body
+    /// ended after `used` bytes (the rest belongs to what follows), `Ok((buf.len(), false))`
+    /// when more are needed.
+    pub fn feed(&mut self, buf: &[u8]) -> Result<(usize, bool), &'static str> {
+        let mut i = 0;
+        while i < buf.len() {
+            let b = buf[i];
+            match self.state {
+                Chunk::Size => match (b as char).to_digit(16) {
+                    Some(d) => {
+                        if self.digits >= 15 {
+                            return Err("chunk size too large");
+                        }
+                        self.left = self.left * 16 + u64::from(d);
+                        self.digits += 1;
+                    }
+                    None if self.digits == 0 => return Err("malformed chunk size"),
+                    None if b == b';' || b == b' ' || b == b'\t' => self.state = Chunk::Extension,
+                    None if b == b'\r' => self.state = Chunk::SizeLf,
+                    None => return Err("malformed chunk size"),
+                },
+                Chunk::Extension => {
+                    if b == b'\r' {
+                        self.state = Chunk::SizeLf;
+                    }
+                }
+                Chunk::SizeLf => {
+                    if b != b'\n' {
+                        return Err("malformed chunk size line");
+                    }
+                    self.digits = 0;
+                    self.state = if self.left == 0 {
+                        Chunk::Trailer
+                    } else {
+                        Chunk::Data
+                    };
+                }
+                Chunk::Data => {
+                    let take =
+                        (buf.len() - i).min(usize::try_from(self.left).unwrap_or(usize::MAX));
+                    self.left -= take as u64;
+                    i += take;
+                    if self.left == 0 {
+                        self.state = Chunk::DataCr;
+                    }
+                    continue;
+                }
+                Chunk::DataCr if b == b'\r' => self.state = Chunk::DataLf,
+                Chunk::DataLf if b == b'\n' => self.state = Chunk::Size,
+                Chunk::DataCr | Chunk::DataLf => return Err("chunk data not followed by CRLF"),
+                Chunk::Trailer if b == b'\r' => self.state = Chunk::EndLf,
+                Chunk::Trailer => self.state = Chunk::TrailerLine,
+                Chunk::TrailerLine => {
+                    if b == b'\n' {
+                        self.state = Chunk::Trailer;
+                    }
+                }
+                Chunk::EndLf if b == b'\n' => {
+                    self.state = Chunk::Done;
+                    return Ok((i + 1, true));
+                }
+                Chunk::EndLf => return Err("malformed end of chunked body"),
+                Chunk::Done => return Ok((i, true)),
+            }
+            i += 1;
+        }
+        Ok((buf.len(), self.state == Chunk::Done))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn chunked_bodies_in_any_split() {
+        let body = b"4;ext=1\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nX-Trailer: 1\r\n\r\nNEXT";
+        let end = body.len() - 4;
+        // Every split point, fed in two pieces, ends at the same byte.
+        for cut in 0..end {
+            let mut c = ChunkedBody::default();
+            let (used, done) = c.feed(&body[..cut]).unwrap();
+            assert_eq!((used, done), (cut, false), "cut {cut}");
+            let (used, done) = c.feed(&body[cut..]).unwrap();
+            assert!(done, "cut {cut}");
+            assert_eq!(cut + used, end);
+        }
+        assert_eq!(ChunkedBody::default().feed(&body[..end]), Ok((end, true)));
+        let mut c = ChunkedBody::default();
+        assert_eq!(c.feed(b"0\r\n\r\n"), Ok((5, true)));
+        for bad in [
+            &b"x\r\n"[..],
+            b"\r\n",
+            b"3\r\nabcX",
+            b"fffffffffffffffff\r\n",
+            b"0\r\n\rX",
+        ] {
+            assert!(ChunkedBody::default().feed(bad).is_err(), "{bad:?}");
+        }
+        let head = parse_response_head(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 9\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(head.chunked && !head.gzip && head.content_length.is_none());
+    }
 
     const LIMITS: Limits = Limits {
         max_header_bytes: 1024,
