@@ -281,7 +281,11 @@ impl Engine<'_> {
                 }
                 let j = ev.token().0;
                 self.receive(j)?;
-                if pace.is_none() {
+                // Closed loop: refill once half the window has come back, so requests go out
+                // in batches of at least half a window (one sendmmsg) even when answers
+                // trickle in one by one from a saturated server.
+                let sock = &self.socks[j];
+                if pace.is_none() && 2 * sock.free.len() >= sock.slots.len() {
                     let now = s.now();
                     self.refill(j, now);
                 }
