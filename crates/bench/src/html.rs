@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{group, Report, QUANTILES};
-use crate::units::fmt_nanos;
+use crate::report::{group, slo_actual, Report, QUANTILES};
+use crate::units::fmt_micros;
 
 const W: f64 = 760.0;
 const H: f64 = 300.0;
@@ -137,10 +137,6 @@ fn chart(
     s
 }
 
-fn us_label(us: f64) -> String {
-    fmt_nanos((us * 1e3) as u64)
-}
-
 /// x position of a percentile on the tail-stretching axis.
 fn tail_x(pct: f64) -> f64 {
     let rest = (1.0 - pct / 100.0).max(1e-5);
@@ -171,10 +167,10 @@ pub fn render(r: &Report) -> String {
         p,
         "<div class=\"cards\"><div><b>{}</b><span>answered/s</span></div><div><b>{}</b><span>p50</span></div><div><b>{}</b><span>p99</span></div><div><b>{}</b><span>p99.9</span></div><div><b>{}</b><span>max</span></div><div><b>{}</b><span>errors</span></div><div><b>{}</b><span>sent per load CPU-s</span></div></div>",
         group(r.rate as u64),
-        us_label(r.latency_us.get("p50")),
-        us_label(r.latency_us.get("p99")),
-        us_label(r.latency_us.get("p99.9")),
-        us_label(r.latency_us.get("max")),
+        fmt_micros(r.latency_us.get("p50")),
+        fmt_micros(r.latency_us.get("p99")),
+        fmt_micros(r.latency_us.get("p99.9")),
+        fmt_micros(r.latency_us.get("max")),
         group(r.requests.errors),
         group(r.cpu.sent_per_cpu_sec as u64),
     );
@@ -212,7 +208,7 @@ pub fn render(r: &Report) -> String {
     p.push_str(&chart(
         "latency by percentile",
         "latency",
-        &us_label,
+        &fmt_micros,
         &ticks,
         5.0,
         &series,
@@ -254,7 +250,7 @@ pub fn render(r: &Report) -> String {
     p.push_str(&chart(
         "latency per second",
         "latency",
-        &us_label,
+        &fmt_micros,
         &xt,
         secs,
         &[
@@ -286,9 +282,9 @@ pub fn render(r: &Report) -> String {
         rows.push(("service time", &r.service_time_us));
     }
     for (name, l) in rows {
-        let _ = write!(p, "<tr><td>{name}</td><td>{}</td>", us_label(l.mean));
+        let _ = write!(p, "<tr><td>{name}</td><td>{}</td>", fmt_micros(l.mean));
         for (q, _) in QUANTILES {
-            let _ = write!(p, "<td>{}</td>", us_label(l.get(q)));
+            let _ = write!(p, "<td>{}</td>", fmt_micros(l.get(q)));
         }
         p.push_str("</tr>");
     }
@@ -328,13 +324,7 @@ pub fn render(r: &Report) -> String {
     if !r.slo.is_empty() {
         p.push_str("<h2>Objectives</h2><table>");
         for o in &r.slo {
-            let actual = match o.slo.metric {
-                crate::slo::Metric::Quantile(_) | crate::slo::Metric::Mean => {
-                    fmt_nanos(o.actual as u64)
-                }
-                crate::slo::Metric::ErrorPercent => format!("{:.3}%", o.actual),
-                _ => group(o.actual as u64),
-            };
+            let actual = slo_actual(o);
             let _ = write!(
                 p,
                 "<tr><td>{}</td><td>{}</td><td class=\"{}\">{}</td></tr>",

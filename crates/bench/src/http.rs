@@ -61,6 +61,18 @@ enum Phase {
     Reading,
 }
 
+/// How an answer's body is framed.
+#[derive(Debug, Clone, Copy)]
+enum Body {
+    /// By Content-Length: `left` bytes still to come. With `keep`, a small 200 body stays
+    /// whole in the read buffer, to read a tracker's failure reason from it.
+    Length { left: usize, keep: bool },
+    /// By Transfer-Encoding: chunked.
+    Chunked(ChunkedBody),
+    /// Until the server closes the connection.
+    UntilClose,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Timer {
     /// Open model: the next request is due.
@@ -82,15 +94,9 @@ struct Conn {
     filled: usize,
     /// Where the body starts in `buf`.
     body_at: usize,
-    /// Keep the body in `buf` until it is whole.
-    keep: bool,
     head: Option<ResponseHead>,
-    /// The chunked body's progress (when framed by Transfer-Encoding: chunked).
-    chunked: Option<ChunkedBody>,
-    /// Body bytes still to come (when framed by Content-Length).
-    body_left: usize,
-    /// The body runs until the server closes (no Content-Length).
-    until_close: bool,
+    /// How the body of the answer being read is framed (set when its head is parsed).
+    body: Body,
     /// Requests answered on the current connection.
     served: u32,
     /// Whether the request in flight was already sent again after a lost connection.
@@ -155,11 +161,8 @@ pub fn run(load: &HttpLoad<'_>) -> std::io::Result<Recorder> {
             buf: vec![0; READ_BUF],
             filled: 0,
             body_at: 0,
-            keep: false,
             head: None,
-            body_left: 0,
-            chunked: None,
-            until_close: false,
+            body: Body::UntilClose,
             served: 0,
             retried: false,
             writable: true,
@@ -482,7 +485,7 @@ impl Engine<'_> {
                     let room = c.buf.len() - c.filled;
                     match stream.read(&mut c.buf[c.filled..]) {
                         Ok(0) => {
-                            if c.until_close && c.head.is_some() {
+                            if matches!(c.body, Body::UntilClose) && c.head.is_some() {
                                 return self.complete(i);
                             }
                             return self.lost(i, "closed before the answer");
@@ -520,65 +523,53 @@ impl Engine<'_> {
             };
             c.head = Some(h);
             c.body_at = h.head_len;
-            c.chunked = None;
-            match h.content_length {
-                None if h.chunked => {
-                    c.chunked = Some(ChunkedBody::default());
-                    c.until_close = false;
-                    c.body_left = 0;
-                }
-                Some(n) => {
-                    c.until_close = false;
-                    c.body_left = n;
-                }
-                None if h.status == 204 || h.status == 304 => {
-                    c.until_close = false;
-                    c.body_left = 0;
-                }
-                None if h.close => {
-                    c.until_close = true;
-                    c.body_left = 0;
-                }
+            c.body = match h.content_length {
+                None if h.chunked => Body::Chunked(ChunkedBody::default()),
+                Some(n) => Body::Length {
+                    left: n,
+                    keep: h.status == 200 && n <= c.buf.len() - h.head_len,
+                },
+                None if h.status == 204 || h.status == 304 => Body::Length {
+                    left: 0,
+                    keep: false,
+                },
+                None if h.close => Body::UntilClose,
                 None => return Err("answer without Content-Length on a kept-alive connection"),
-            }
-            // A small 200 body is kept whole, to read a tracker's failure reason from it.
-            c.keep = h.status == 200
-                && !c.until_close
-                && c.chunked.is_none()
-                && c.body_left <= c.buf.len() - h.head_len;
-        }
-        if let Some(chunks) = &mut c.chunked {
-            let (used, done) = chunks.feed(&c.buf[c.body_at..c.filled])?;
-            if done {
-                if c.body_at + used != c.filled {
-                    return Err("more bytes than the answer's chunked body");
-                }
-                return Ok(true);
-            }
-            c.filled = 0;
-            c.body_at = 0;
-            return Ok(false);
+            };
         }
         let have = c.filled - c.body_at;
-        if c.until_close {
-            c.filled = 0;
-            c.body_at = 0;
-            return Ok(false);
-        }
-        if have > c.body_left {
-            return Err("more bytes than the answer's Content-Length");
-        }
-        if c.keep {
-            if have < c.body_left {
-                return Ok(false);
+        match &mut c.body {
+            Body::Chunked(chunks) => {
+                let (used, done) = chunks.feed(&c.buf[c.body_at..c.filled])?;
+                if done {
+                    if used != have {
+                        return Err("more bytes than the answer's chunked body");
+                    }
+                    return Ok(true);
+                }
             }
-            c.failure = failure_reason(&c.buf[c.body_at..c.filled]);
-            return Ok(true);
+            Body::UntilClose => {}
+            Body::Length { left, .. } if have > *left => {
+                return Err("more bytes than the answer's Content-Length");
+            }
+            Body::Length { left, keep: true } => {
+                if have < *left {
+                    return Ok(false);
+                }
+                c.failure = failure_reason(&c.buf[c.body_at..c.filled]);
+                return Ok(true);
+            }
+            Body::Length { left, keep: false } => {
+                *left -= have;
+                if *left == 0 {
+                    return Ok(true);
+                }
+            }
         }
-        c.body_left -= have;
+        // What was read is accounted for: the buffer is free for what follows.
         c.filled = 0;
         c.body_at = 0;
-        Ok(c.body_left == 0)
+        Ok(false)
     }
 
     fn complete(&mut self, i: usize) {
@@ -594,7 +585,7 @@ impl Engine<'_> {
         } else {
             self.rec.error(&format!("http {}xx", status / 100), now);
         }
-        if head.close || !self.load.keepalive || c.until_close {
+        if head.close || !self.load.keepalive || matches!(c.body, Body::UntilClose) {
             self.reset(i);
         }
         self.next(i, now);

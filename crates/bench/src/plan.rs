@@ -379,6 +379,9 @@ impl Plan {
         if duration.is_zero() {
             return Err("--duration must be longer than zero".into());
         }
+        if duration > Duration::from_secs(24 * 3600) {
+            return Err("--duration: at most 24h".into());
+        }
         let warmup =
             opt_duration(args.warmup, &file.warmup, "warmup")?.unwrap_or(Duration::from_secs(1));
         let timeout =

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::slo::{self, Figures, Outcome};
 use crate::stats::Recorder;
-use crate::units::fmt_nanos;
+use crate::units::{fmt_micros, fmt_nanos};
 
 /// The standard latency quantiles reported.
 pub const QUANTILES: [(&str, f64); 6] = [
@@ -322,9 +322,9 @@ impl Report {
             );
         }
         let line = |name: &str, l: &Latency| {
-            let mut s = format!("  {name:<9} mean {}", fmt_us(l.mean));
+            let mut s = format!("  {name:<9} mean {}", fmt_micros(l.mean));
             for (q, _) in QUANTILES {
-                let _ = write!(s, "  {q} {}", fmt_us(l.get(q)));
+                let _ = write!(s, "  {q} {}", fmt_micros(l.get(q)));
             }
             s
         };
@@ -357,11 +357,7 @@ impl Report {
             group(self.cpu.sent_per_cpu_sec as u64)
         );
         for o in &self.slo {
-            let actual = match o.slo.metric {
-                slo::Metric::Quantile(_) | slo::Metric::Mean => fmt_nanos(o.actual as u64),
-                slo::Metric::ErrorPercent => format!("{:.3}%", o.actual),
-                _ => group(o.actual as u64),
-            };
+            let actual = slo_actual(o);
             let _ = writeln!(
                 t,
                 "  slo       {:<20} {:<10} {}",
@@ -374,8 +370,13 @@ impl Report {
     }
 }
 
-fn fmt_us(us: f64) -> String {
-    fmt_nanos((us * 1e3) as u64)
+/// An objective's measured value, in its metric's unit.
+pub fn slo_actual(o: &Outcome) -> String {
+    match o.slo.metric {
+        slo::Metric::Quantile(_) | slo::Metric::Mean => fmt_nanos(o.actual as u64),
+        slo::Metric::ErrorPercent => format!("{:.3}%", o.actual),
+        _ => group(o.actual as u64),
+    }
 }
 
 /// 1234567 -> "1,234,567".

@@ -98,6 +98,8 @@ struct Buffers {
     send_headers: MultiHeaders<SockaddrStorage>,
     recv_headers: MultiHeaders<SockaddrStorage>,
     no_addrs: Vec<Option<SockaddrStorage>>,
+    /// Length of each datagram of the last recvmmsg.
+    lens: Vec<usize>,
 }
 
 struct Engine<'a> {
@@ -189,6 +191,7 @@ pub fn run(load: &UdpLoad<'_>) -> std::io::Result<Recorder> {
             send_headers: MultiHeaders::preallocate(BATCH, None),
             recv_headers: MultiHeaders::preallocate(BATCH, None),
             no_addrs: vec![None; BATCH],
+            lens: Vec::with_capacity(BATCH),
         },
         rec: Recorder::new(s.measure_from, s.end),
         rng: fastrand::Rng::with_seed(load.seed),
@@ -443,14 +446,17 @@ impl Engine<'_> {
                 .iter_mut()
                 .map(|buf| [IoSliceMut::new(buf)])
                 .collect();
-            let lens: Vec<usize> = match recvmmsg(
+            match recvmmsg(
                 self.socks[j].socket.as_raw_fd(),
                 &mut b.recv_headers,
                 slices.iter_mut(),
                 MsgFlags::MSG_DONTWAIT,
                 None,
             ) {
-                Ok(msgs) => msgs.map(|m| m.bytes).collect(),
+                Ok(msgs) => {
+                    b.lens.clear();
+                    b.lens.extend(msgs.map(|m| m.bytes));
+                }
                 Err(Errno::EAGAIN) => return Ok(()),
                 Err(Errno::EINTR) => continue,
                 Err(Errno::ECONNREFUSED) => {
@@ -462,12 +468,14 @@ impl Engine<'_> {
                 Err(e) => return Err(e.into()),
             };
             let now = self.load.schedule.now();
-            for (k, len) in lens.iter().enumerate() {
+            let n = self.buffers.lens.len();
+            for k in 0..n {
+                let len = self.buffers.lens[k];
                 let datagram = std::mem::take(&mut self.buffers.input[k]);
-                self.answer(j, &datagram[..*len], now);
+                self.answer(j, &datagram[..len], now);
                 self.buffers.input[k] = datagram;
             }
-            if lens.len() < BATCH {
+            if n < BATCH {
                 return Ok(());
             }
         }

@@ -64,6 +64,11 @@ pub fn fmt_nanos(ns: u64) -> String {
     }
 }
 
+/// Formats microseconds (as reports hold them) the same way.
+pub fn fmt_micros(us: f64) -> String {
+    fmt_nanos((us * 1e3) as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
