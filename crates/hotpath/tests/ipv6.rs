@@ -2,9 +2,6 @@
 
 mod common;
 
-use std::net::{SocketAddr, UdpSocket};
-use std::time::Duration;
-
 use common::*;
 use hotpath_wire::query::Event;
 use hotpath_wire::udp::{self, Response};
@@ -18,26 +15,14 @@ fn v6_config() -> hotpath_config::Config {
     c
 }
 
-fn v6_udp(server: SocketAddr) -> Udp {
-    let socket = UdpSocket::bind("[::1]:0").unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_secs(2)))
-        .unwrap();
-    Udp {
-        socket,
-        server,
-        connection_id: 0,
-    }
-}
-
 #[test]
 fn udp_over_ipv6_answers_with_18_byte_peers() {
     let server = start(&v6_config());
     let addr = server.udp_addr().unwrap();
     assert!(addr.is_ipv6());
-    let mut a = v6_udp(addr);
+    let mut a = Udp::new(addr);
     a.connect();
-    let mut b = v6_udp(addr);
+    let mut b = Udp::new(addr);
     b.connect();
     a.announce(H, 1, 7001, 0, Event::Started);
     let r = b.announce(H, 2, 7002, 5, Event::Started);

@@ -309,24 +309,45 @@ mod tests {
         }
     }
 
+    /// A table with the random generator and selection buffer a worker passes it.
+    struct Fixture<const I: usize> {
+        table: Table<I>,
+        rng: fastrand::Rng,
+        sel: Selection,
+    }
+
+    impl<const I: usize> Fixture<I> {
+        fn new(table: Table<I>, with_ids: bool) -> Self {
+            Self {
+                table,
+                rng: fastrand::Rng::with_seed(1),
+                sel: Selection {
+                    with_ids,
+                    ..Default::default()
+                },
+            }
+        }
+
+        /// Peer `n` announces torrent [1; 20] at second `now`; the swarm's counts.
+        fn peer(&mut self, n: u8, seeder: bool, event: Event, now: u16) -> Counts {
+            self.table
+                .announce(
+                    &announce(n, seeder, event),
+                    now,
+                    &mut self.rng,
+                    &mut self.sel,
+                )
+                .unwrap()
+        }
+    }
+
     #[test]
     fn completed_counts_once_and_totals_follow() {
-        let table = table::<20>(4, 0);
-        let mut rng = fastrand::Rng::with_seed(1);
-        let mut sel = Selection {
-            with_ids: true,
-            ..Default::default()
-        };
-        table
-            .announce(&announce(1, true, Event::Started), 0, &mut rng, &mut sel)
-            .unwrap();
-        table
-            .announce(&announce(2, false, Event::Started), 0, &mut rng, &mut sel)
-            .unwrap();
-        sel.clear();
-        let c = table
-            .announce(&announce(2, true, Event::Completed), 1, &mut rng, &mut sel)
-            .unwrap();
+        let mut f = Fixture::new(table::<20>(4, 0), true);
+        f.peer(1, true, Event::Started, 0);
+        f.peer(2, false, Event::Started, 0);
+        f.sel.clear();
+        let c = f.peer(2, true, Event::Completed, 1);
         assert_eq!(
             c,
             Counts {
@@ -336,38 +357,24 @@ mod tests {
             }
         );
         // A seeder is sent no seeders.
-        assert!(sel.v4.is_empty());
+        assert!(f.sel.v4.is_empty());
         // A repeated completed event from a seeder does not count again.
-        let c = table
-            .announce(&announce(2, true, Event::Completed), 2, &mut rng, &mut sel)
-            .unwrap();
+        let c = f.peer(2, true, Event::Completed, 2);
         assert_eq!(c.completed, 1);
-        let t = table.totals();
+        let t = f.table.totals();
         assert_eq!((t.torrents, t.peers, t.seeders), (1, 2, 2));
-        table
-            .announce(&announce(1, true, Event::Stopped), 3, &mut rng, &mut sel)
-            .unwrap();
-        table
-            .announce(&announce(2, true, Event::Stopped), 3, &mut rng, &mut sel)
-            .unwrap();
-        let t = table.totals();
+        f.peer(1, true, Event::Stopped, 3);
+        f.peer(2, true, Event::Stopped, 3);
+        let t = f.table.totals();
         assert_eq!((t.torrents, t.peers, t.seeders), (0, 0, 0));
     }
 
     #[test]
     fn a_leecher_stopping_complete_is_a_snatch() {
-        let table = table::<0>(1, 0);
-        let mut rng = fastrand::Rng::with_seed(1);
-        let mut sel = Selection::default();
-        table
-            .announce(&announce(1, true, Event::Started), 0, &mut rng, &mut sel)
-            .unwrap();
-        table
-            .announce(&announce(2, false, Event::Started), 0, &mut rng, &mut sel)
-            .unwrap();
-        let c = table
-            .announce(&announce(2, true, Event::Stopped), 1, &mut rng, &mut sel)
-            .unwrap();
+        let mut f = Fixture::new(table::<0>(1, 0), false);
+        f.peer(1, true, Event::Started, 0);
+        f.peer(2, false, Event::Started, 0);
+        let c = f.peer(2, true, Event::Stopped, 1);
         assert_eq!(
             c,
             Counts {
@@ -377,52 +384,38 @@ mod tests {
             }
         );
         // A seeder restarting (new to the tracker, left=0, started) is no new snatch.
-        let c = table
-            .announce(&announce(3, true, Event::Started), 2, &mut rng, &mut sel)
-            .unwrap();
+        let c = f.peer(3, true, Event::Started, 2);
         assert_eq!(c.completed, 1);
         // An unknown peer announcing completed (the tracker restarted mid-download) is one.
-        let c = table
-            .announce(&announce(4, true, Event::Completed), 2, &mut rng, &mut sel)
-            .unwrap();
+        let c = f.peer(4, true, Event::Completed, 2);
         assert_eq!(c.completed, 2);
     }
 
     #[test]
     fn leecher_gets_peers_with_ids() {
-        let table = table::<20>(1, 0);
-        let mut rng = fastrand::Rng::with_seed(1);
-        let mut sel = Selection {
-            with_ids: true,
-            ..Default::default()
-        };
-        table
-            .announce(&announce(1, true, Event::None), 0, &mut rng, &mut sel)
-            .unwrap();
-        sel.clear();
-        table
-            .announce(&announce(2, false, Event::None), 0, &mut rng, &mut sel)
-            .unwrap();
-        assert_eq!(sel.v4, vec![127, 0, 0, 1, 0, 1]);
-        assert_eq!(sel.ids, vec![[1; 20]]);
+        let mut f = Fixture::new(table::<20>(1, 0), true);
+        f.peer(1, true, Event::None, 0);
+        f.sel.clear();
+        f.peer(2, false, Event::None, 0);
+        assert_eq!(f.sel.v4, vec![127, 0, 0, 1, 0, 1]);
+        assert_eq!(f.sel.ids, vec![[1; 20]]);
     }
 
     #[test]
     fn caps_and_sweeps() {
-        let table = table::<0>(2, 1);
-        let mut rng = fastrand::Rng::with_seed(1);
-        let mut sel = Selection::default();
-        table
-            .announce(&announce(1, false, Event::None), 0, &mut rng, &mut sel)
-            .unwrap();
+        let mut f = Fixture::new(table::<0>(2, 1), false);
+        f.peer(1, false, Event::None, 0);
         let mut other = announce(1, false, Event::None);
         other.info_hash = [2; 20];
-        assert!(table.announce(&other, 0, &mut rng, &mut sel).is_err());
+        assert!(f.table.announce(&other, 0, &mut f.rng, &mut f.sel).is_err());
         let mut freed = 0;
-        for i in 0..table.shards() {
-            freed += table.sweep(i, 500, 100).1;
+        for i in 0..f.table.shards() {
+            freed += f.table.sweep(i, 500, 100).1;
         }
         assert_eq!(freed, 1);
-        assert!(table.announce(&other, 500, &mut rng, &mut sel).is_ok());
+        assert!(f
+            .table
+            .announce(&other, 500, &mut f.rng, &mut f.sel)
+            .is_ok());
     }
 }

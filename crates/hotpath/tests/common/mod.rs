@@ -192,8 +192,14 @@ pub struct Udp {
 }
 
 impl Udp {
+    /// A client on the loopback address of the server's family.
     pub fn new(server: SocketAddr) -> Udp {
-        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let local = if server.is_ipv6() {
+            "[::1]:0"
+        } else {
+            "127.0.0.1:0"
+        };
+        let socket = UdpSocket::bind(local).unwrap();
         socket
             .set_read_timeout(Some(Duration::from_millis(2000)))
             .unwrap();
