@@ -340,6 +340,138 @@ fn parse_mix(s: &str, spec: &mut UdpSpec) -> Result<(), String> {
     Ok(())
 }
 
+/// The HTTP target: variables, request kinds (the file's, or one from the command line), templates.
+fn http_target(
+    args: &Args,
+    file: &Scenario,
+    url: &str,
+    authority: &str,
+    path: &str,
+    seed: u64,
+) -> Result<Target, String> {
+    let addr = resolve(authority, Some(80), url)?;
+    let mut specs = file.vars.clone();
+    for v in &args.vars {
+        let (name, kind) = v
+            .split_once('=')
+            .ok_or_else(|| format!("--var `{v}`: expected NAME=KIND"))?;
+        specs.insert(
+            name.to_owned(),
+            VarSpec::parse_cli(kind).map_err(|e| format!("--var {name}: {e}"))?,
+        );
+    }
+    let vars = Vars::new(&specs, seed)?;
+    let mut kinds = file.request.clone();
+    if kinds.is_empty()
+        || args.method.is_some()
+        || args.body.is_some()
+        || !args.headers.is_empty()
+        || args.url.is_some()
+    {
+        // The command line describes one request kind (on top of the file's vars).
+        let mut headers = BTreeMap::new();
+        for h in &args.headers {
+            let (n, v) = h
+                .split_once(':')
+                .ok_or_else(|| format!("--header `{h}`: expected `Name: value`"))?;
+            headers.insert(n.trim().to_owned(), v.trim().to_owned());
+        }
+        let base = kinds.first().cloned();
+        kinds = vec![RequestSpec {
+            method: args
+                .method
+                .clone()
+                .or(base.as_ref().map(|b| b.method.clone()))
+                .unwrap_or_else(default_method),
+            path: Some(path.to_owned()),
+            headers: if headers.is_empty() {
+                base.as_ref().map(|b| b.headers.clone()).unwrap_or_default()
+            } else {
+                headers
+            },
+            body: args.body.clone().or(base.and_then(|b| b.body)),
+            weight: 1,
+        }];
+    }
+    let mut requests = Vec::new();
+    for (i, k) in kinds.iter().enumerate() {
+        let what = format!("request[{i}]");
+        if k.method.is_empty() || !k.method.bytes().all(|b| b.is_ascii_uppercase()) {
+            return Err(format!(
+                "{what}.method: `{}` is not an HTTP method",
+                k.method
+            ));
+        }
+        let p = k.path.as_deref().unwrap_or(path);
+        if !p.starts_with('/') {
+            return Err(format!("{what}.path: `{p}` must start with /"));
+        }
+        let mut headers = Vec::new();
+        for (n, v) in &k.headers {
+            if n.is_empty() || n.bytes().any(|b| !(b.is_ascii_alphanumeric() || b == b'-')) {
+                return Err(format!("{what}.headers: `{n}` is not a header name"));
+            }
+            headers.push((
+                n.clone(),
+                Template::parse(v, &vars, &format!("{what}.headers.{n}"))?,
+            ));
+        }
+        requests.push(HttpRequest {
+            method: k.method.clone(),
+            path: Template::parse(p, &vars, &format!("{what}.path"))?,
+            headers,
+            body: k
+                .body
+                .as_deref()
+                .map(|b| Template::parse(b, &vars, &format!("{what}.body")))
+                .transpose()?,
+            weight: k.weight,
+        });
+    }
+    if requests.iter().all(|r| r.weight == 0) {
+        return Err("request: every weight is 0".into());
+    }
+    Ok(Target::Http {
+        addr,
+        host: authority.to_owned(),
+        keepalive: !args.no_keepalive && file.keepalive.unwrap_or(true),
+        requests,
+        vars,
+    })
+}
+
+/// The UDP target: the file's population and mix with the command line's overrides, checked.
+fn udp_target(args: &Args, file: &Scenario, url: &str, authority: &str) -> Result<Target, String> {
+    let addr = resolve(authority, None, url)?;
+    let mut spec = file.udp.clone().unwrap_or_default();
+    if let Some(m) = &args.mix {
+        parse_mix(m, &mut spec)?;
+    }
+    spec.window = args.window.unwrap_or(spec.window);
+    spec.torrents = args.torrents.unwrap_or(spec.torrents);
+    spec.peers = args.peers.unwrap_or(spec.peers);
+    if spec.connect + spec.announce + spec.scrape == 0 {
+        return Err("udp: connect, announce and scrape weights are all 0".into());
+    }
+    if spec.connect == 0 {
+        return Err("udp.connect: must be above 0 (announces need a connection id)".into());
+    }
+    if spec.window == 0 || spec.window > 4096 {
+        return Err("udp.window: must be between 1 and 4096".into());
+    }
+    if spec.torrents == 0 || spec.peers == 0 {
+        return Err("udp.torrents and udp.peers must be at least 1".into());
+    }
+    if !(0.0..=1.0).contains(&spec.seeders) {
+        return Err("udp.seeders: a share between 0 and 1".into());
+    }
+    if spec.scrape_max == 0 || spec.scrape_max > 74 {
+        return Err("udp.scrape_max: between 1 and 74 (BEP 15's limit)".into());
+    }
+    crate::zipf::Zipf::new(spec.torrents, spec.zipf).map_err(|e| format!("udp.zipf: {e}"))?;
+    Ok(Target::Udp { addr, spec })
+}
+
 impl Plan {
     /// Resolves the command line (and the scenario file it names) into a plan; errors name
     /// the flag or key.
@@ -395,132 +527,8 @@ impl Plan {
             None => Vec::new(),
         };
         let target = match scheme {
-            "http" => {
-                let addr = resolve(authority, Some(80), &url)?;
-                let mut specs = file.vars.clone();
-                for v in &args.vars {
-                    let (name, kind) = v
-                        .split_once('=')
-                        .ok_or_else(|| format!("--var `{v}`: expected NAME=KIND"))?;
-                    specs.insert(
-                        name.to_owned(),
-                        VarSpec::parse_cli(kind).map_err(|e| format!("--var {name}: {e}"))?,
-                    );
-                }
-                let vars = Vars::new(&specs, seed)?;
-                let mut kinds = file.request.clone();
-                if kinds.is_empty()
-                    || args.method.is_some()
-                    || args.body.is_some()
-                    || !args.headers.is_empty()
-                    || args.url.is_some()
-                {
-                    // The command line describes one request kind (on top of the file's vars).
-                    let mut headers = BTreeMap::new();
-                    for h in &args.headers {
-                        let (n, v) = h
-                            .split_once(':')
-                            .ok_or_else(|| format!("--header `{h}`: expected `Name: value`"))?;
-                        headers.insert(n.trim().to_owned(), v.trim().to_owned());
-                    }
-                    let base = kinds.first().cloned();
-                    kinds = vec![RequestSpec {
-                        method: args
-                            .method
-                            .clone()
-                            .or(base.as_ref().map(|b| b.method.clone()))
-                            .unwrap_or_else(default_method),
-                        path: Some(path.to_owned()),
-                        headers: if headers.is_empty() {
-                            base.as_ref().map(|b| b.headers.clone()).unwrap_or_default()
-                        } else {
-                            headers
-                        },
-                        body: args.body.clone().or(base.and_then(|b| b.body)),
-                        weight: 1,
-                    }];
-                }
-                let mut requests = Vec::new();
-                for (i, k) in kinds.iter().enumerate() {
-                    let what = format!("request[{i}]");
-                    if k.method.is_empty() || !k.method.bytes().all(|b| b.is_ascii_uppercase()) {
-                        return Err(format!(
-                            "{what}.method: `{}` is not an HTTP method",
-                            k.method
-                        ));
-                    }
-                    let p = k.path.as_deref().unwrap_or(path);
-                    if !p.starts_with('/') {
-                        return Err(format!("{what}.path: `{p}` must start with /"));
-                    }
-                    let mut headers = Vec::new();
-                    for (n, v) in &k.headers {
-                        if n.is_empty()
-                            || n.bytes().any(|b| !(b.is_ascii_alphanumeric() || b == b'-'))
-                        {
-                            return Err(format!("{what}.headers: `{n}` is not a header name"));
-                        }
-                        headers.push((
-                            n.clone(),
-                            Template::parse(v, &vars, &format!("{what}.headers.{n}"))?,
-                        ));
-                    }
-                    requests.push(HttpRequest {
-                        method: k.method.clone(),
-                        path: Template::parse(p, &vars, &format!("{what}.path"))?,
-                        headers,
-                        body: k
-                            .body
-                            .as_deref()
-                            .map(|b| Template::parse(b, &vars, &format!("{what}.body")))
-                            .transpose()?,
-                        weight: k.weight,
-                    });
-                }
-                if requests.iter().all(|r| r.weight == 0) {
-                    return Err("request: every weight is 0".into());
-                }
-                Target::Http {
-                    addr,
-                    host: authority.to_owned(),
-                    keepalive: !args.no_keepalive && file.keepalive.unwrap_or(true),
-                    requests,
-                    vars,
-                }
-            }
-            "udp" => {
-                let addr = resolve(authority, None, &url)?;
-                let mut spec = file.udp.clone().unwrap_or_default();
-                if let Some(m) = &args.mix {
-                    parse_mix(m, &mut spec)?;
-                }
-                spec.window = args.window.unwrap_or(spec.window);
-                spec.torrents = args.torrents.unwrap_or(spec.torrents);
-                spec.peers = args.peers.unwrap_or(spec.peers);
-                if spec.connect + spec.announce + spec.scrape == 0 {
-                    return Err("udp: connect, announce and scrape weights are all 0".into());
-                }
-                if spec.connect == 0 {
-                    return Err(
-                        "udp.connect: must be above 0 (announces need a connection id)".into(),
-                    );
-                }
-                if spec.window == 0 || spec.window > 4096 {
-                    return Err("udp.window: must be between 1 and 4096".into());
-                }
-                if spec.torrents == 0 || spec.peers == 0 {
-                    return Err("udp.torrents and udp.peers must be at least 1".into());
-                }
-                if !(0.0..=1.0).contains(&spec.seeders) {
-                    return Err("udp.seeders: a share between 0 and 1".into());
-                }
-                if spec.scrape_max == 0 || spec.scrape_max > 74 {
-                    return Err("udp.scrape_max: between 1 and 74 (BEP 15's limit)".into());
-                }
-                crate::zipf::Zipf::new(spec.torrents, spec.zipf)
-                    .map_err(|e| format!("udp.zipf: {e}"))?;
-                Target::Udp { addr, spec }
-            }
+            "http" => http_target(args, &file, &url, authority, path, seed)?,
+            "udp" => udp_target(args, &file, &url, authority)?,
             other => return Err(format!("url `{url}`: scheme `{other}` is not http or udp")),
         };
         Ok(Self {
