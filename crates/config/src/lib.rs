@@ -179,6 +179,12 @@ section! {
         pub real_ip_header: String = String::new(),
         /// Networks whose connections may set `real_ip_header` (e.g. ["127.0.0.1/32"]).
         pub trusted_proxies: Vec<IpNet> = Vec::new(),
+        /// Seconds between writes of every swarm's seeders and leechers to the store
+        /// (completed downloads are written within `store.flush_interval_ms`).
+        pub snapshot_interval_secs: u32 = 60,
+        /// On a graceful shutdown, save every swarm to `store.data_dir` and load it at the
+        /// next start with the peers' remaining lifetimes, so a restart empties no swarm.
+        pub persist_swarms: bool = true,
     }
 }
 
@@ -204,6 +210,43 @@ section! {
     }
 }
 
+section! {
+    /// Persistence: changes are journaled locally before they are acknowledged and written
+    /// behind, merged and batched, to a database (SQLite by default, PostgreSQL or MySQL).
+    pub struct StoreConfig {
+        /// Keep state across restarts. Off: nothing is written and nothing survives a restart.
+        pub enabled: bool = true,
+        /// Directory (made if missing) for the journal, the swarm snapshot and the default
+        /// SQLite file. Relative paths are taken from the working directory.
+        pub data_dir: String = "data".into(),
+        /// The database: "sqlite://PATH" (a relative PATH is taken from the working
+        /// directory), "postgres://USER@HOST:PORT/DB" or "mysql://USER:PASSWORD@HOST:PORT/DB".
+        /// Empty: the SQLite file hotpath.db in data_dir.
+        pub url: String = String::new(),
+        /// Apply pending schema migrations at start. Off: start refuses an outdated schema
+        /// (run `hotpath db migrate`).
+        pub migrate: bool = true,
+        /// Milliseconds between flushes of merged changes to the database.
+        pub flush_interval_ms: u64 = 1000,
+        /// Rows (distinct keys) pending that trigger a flush before the interval ends.
+        pub batch_rows: usize = 10000,
+        /// Milliseconds between fsyncs of the journal (0: fsync before every acknowledgement).
+        /// A killed process loses nothing either way; a power loss may lose this much.
+        pub journal_fsync_ms: u64 = 1000,
+        /// Bytes the journal may hold on disk while the database is behind or down. At the
+        /// limit, requests that must be journaled are refused with a clear error.
+        pub journal_max_bytes: u64 = 1 << 30,
+        /// Bytes per journal segment file; confirmed segments are deleted.
+        pub journal_segment_bytes: u64 = 16 << 20,
+        /// Longest pause in milliseconds between retries of a failed flush (the pause doubles
+        /// from 100 ms up to this, with jitter).
+        pub retry_max_ms: u64 = 30000,
+        /// Seconds a graceful shutdown waits for the database to take what is pending; what
+        /// remains stays in the journal and is replayed at the next start.
+        pub shutdown_drain_secs: u64 = 30,
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -216,6 +259,8 @@ pub struct Config {
     pub tracker: TrackerConfig,
     /// Access list settings.
     pub access_list: AccessListConfig,
+    /// Persistence settings.
+    pub store: StoreConfig,
 }
 
 impl Config {
@@ -347,6 +392,38 @@ impl Config {
                 "must name a file when access_list.mode is not off",
             );
         }
+        let st = &self.store;
+        if st.enabled && st.data_dir.is_empty() {
+            return bad("store.data_dir", "must name a directory when the store is enabled");
+        }
+        const SCHEMES: [&str; 4] = ["sqlite://", "postgres://", "postgresql://", "mysql://"];
+        if !st.url.is_empty() && !SCHEMES.iter().any(|p| st.url.starts_with(p)) {
+            return bad(
+                "store.url",
+                "must start with sqlite://, postgres://, postgresql:// or mysql:// (or be empty for data_dir/hotpath.db)",
+            );
+        }
+        if !(10..=600_000).contains(&st.flush_interval_ms) {
+            return bad("store.flush_interval_ms", "must be between 10 and 600000");
+        }
+        if !(1..=1_000_000).contains(&st.batch_rows) {
+            return bad("store.batch_rows", "must be between 1 and 1000000");
+        }
+        if st.journal_segment_bytes < 1 << 16 {
+            return bad("store.journal_segment_bytes", "must be at least 65536");
+        }
+        if st.journal_max_bytes < 2 * st.journal_segment_bytes {
+            return bad(
+                "store.journal_max_bytes",
+                "must be at least twice store.journal_segment_bytes",
+            );
+        }
+        if st.retry_max_ms < 100 {
+            return bad("store.retry_max_ms", "must be at least 100");
+        }
+        if t.snapshot_interval_secs == 0 {
+            return bad("tracker.snapshot_interval_secs", "must be at least 1");
+        }
         if self.listen.http.is_empty() && self.listen.udp.is_empty() {
             return bad(
                 "listen",
@@ -371,6 +448,7 @@ impl Config {
         write_section(&mut out, "listen", &self.listen);
         write_section(&mut out, "tracker", &self.tracker);
         write_section(&mut out, "access_list", &self.access_list);
+        write_section(&mut out, "store", &self.store);
         out
     }
 }

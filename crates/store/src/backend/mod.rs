@@ -1,0 +1,269 @@
+//! The databases behind the store: one [`Backend`] trait, the SQL each dialect needs, and
+//! [`connect`], which picks the backend from the URL's scheme.
+//!
+//! Every backend connects lazily and drops its connection after an error, so the next call
+//! (the flusher's retry) reconnects: a restarted database server is picked up without help.
+
+mod mysql;
+mod postgres;
+mod sqlite;
+
+use std::path::Path;
+
+use crate::merge::{Batch, Key};
+use crate::migrations::Migration;
+use crate::StoreError;
+
+/// An SQL dialect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// SQLite (embedded).
+    Sqlite,
+    /// PostgreSQL.
+    Postgres,
+    /// MySQL or MariaDB.
+    Mysql,
+}
+
+impl Dialect {
+    /// The name used in logs and errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "sqlite",
+            Dialect::Postgres => "postgres",
+            Dialect::Mysql => "mysql",
+        }
+    }
+
+    /// Most rows in one multi-row statement: under each server's limit of bound parameters
+    /// (SQLite 32766, PostgreSQL and MySQL 65535) at six parameters a row.
+    pub fn rows_per_statement(self) -> usize {
+        match self {
+            Dialect::Sqlite => 5000,
+            Dialect::Postgres | Dialect::Mysql => 10000,
+        }
+    }
+
+    fn placeholder(self, out: &mut String, n: usize) {
+        use std::fmt::Write as _;
+        match self {
+            Dialect::Postgres => {
+                let _ = write!(out, "${n}");
+            }
+            Dialect::Sqlite | Dialect::Mysql => out.push('?'),
+        }
+    }
+
+    /// `INSERT … VALUES (…), (…) <upsert tail>` for `rows` rows of `cols` columns.
+    fn multi_insert(self, head: &str, cols: usize, rows: usize, tail: &str) -> String {
+        let mut sql = String::with_capacity(head.len() + tail.len() + rows * cols * 4);
+        sql.push_str(head);
+        let mut n = 0;
+        for r in 0..rows {
+            sql.push_str(if r == 0 { " VALUES (" } else { ", (" });
+            for c in 0..cols {
+                if c > 0 {
+                    sql.push(',');
+                }
+                n += 1;
+                self.placeholder(&mut sql, n);
+            }
+            sql.push(')');
+        }
+        sql.push(' ');
+        sql.push_str(tail);
+        sql
+    }
+
+    /// The upsert of `rows` torrent rows: counts add, snapshots replace, `last_active` only
+    /// moves forward, `first_seen` is kept.
+    pub fn upsert_torrents(self, rows: usize) -> String {
+        let head = "INSERT INTO hp_torrents (info_hash, completed, seeders, leechers, first_seen, last_active)";
+        let tail = match self {
+            Dialect::Sqlite => {
+                "ON CONFLICT (info_hash) DO UPDATE SET completed = hp_torrents.completed + excluded.completed, \
+                 seeders = excluded.seeders, leechers = excluded.leechers, \
+                 last_active = max(hp_torrents.last_active, excluded.last_active)"
+            }
+            Dialect::Postgres => {
+                "ON CONFLICT (info_hash) DO UPDATE SET completed = hp_torrents.completed + excluded.completed, \
+                 seeders = excluded.seeders, leechers = excluded.leechers, \
+                 last_active = GREATEST(hp_torrents.last_active, excluded.last_active)"
+            }
+            Dialect::Mysql => {
+                "ON DUPLICATE KEY UPDATE completed = completed + VALUES(completed), \
+                 seeders = VALUES(seeders), leechers = VALUES(leechers), \
+                 last_active = GREATEST(last_active, VALUES(last_active))"
+            }
+        };
+        self.multi_insert(head, 6, rows, tail)
+    }
+
+    /// The upsert of `rows` journal positions (they only move forward).
+    pub fn upsert_journal(self, rows: usize) -> String {
+        let head = "INSERT INTO hp_journal (worker, seq)";
+        let tail = match self {
+            Dialect::Sqlite => {
+                "ON CONFLICT (worker) DO UPDATE SET seq = max(hp_journal.seq, excluded.seq)"
+            }
+            Dialect::Postgres => {
+                "ON CONFLICT (worker) DO UPDATE SET seq = GREATEST(hp_journal.seq, excluded.seq)"
+            }
+            Dialect::Mysql => "ON DUPLICATE KEY UPDATE seq = GREATEST(seq, VALUES(seq))",
+        };
+        self.multi_insert(head, 2, rows, tail)
+    }
+
+    /// The table of applied migrations, created when missing.
+    pub fn create_schema_table(self) -> &'static str {
+        match self {
+            Dialect::Sqlite | Dialect::Postgres => {
+                "CREATE TABLE IF NOT EXISTS hp_schema (version INTEGER PRIMARY KEY, \
+                 name TEXT NOT NULL, applied_at BIGINT NOT NULL)"
+            }
+            Dialect::Mysql => {
+                "CREATE TABLE IF NOT EXISTS hp_schema (version INTEGER PRIMARY KEY, \
+                 name VARCHAR(255) NOT NULL, applied_at BIGINT NOT NULL) ENGINE=InnoDB"
+            }
+        }
+    }
+}
+
+/// A torrent as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredTorrent {
+    /// Completed downloads.
+    pub completed: u64,
+    /// Seeders at the last snapshot.
+    pub seeders: u32,
+    /// Leechers at the last snapshot.
+    pub leechers: u32,
+    /// Unix seconds first seen.
+    pub first_seen: i64,
+    /// Unix seconds last active.
+    pub last_active: i64,
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Statements sent (the upserts, not BEGIN/COMMIT).
+    pub statements: u64,
+    /// Rows written.
+    pub rows: u64,
+}
+
+/// One database. Calls block; only the flusher and start-up call them, never a request.
+pub trait Backend: Send {
+    /// The dialect.
+    fn dialect(&self) -> Dialect;
+
+    /// `(version, applied_at)` of every applied migration (creates `hp_schema` if missing).
+    fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError>;
+
+    /// Applies one migration and records it, in one transaction where the database allows
+    /// (MySQL commits each DDL statement by itself).
+    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError>;
+
+    /// Writes a batch in one transaction: its rows and its journal positions, together, so
+    /// the database never has one without the other.
+    fn write(&mut self, batch: &Batch) -> Result<Written, StoreError>;
+
+    /// `(journal, last sequence written)` of every journal.
+    fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError>;
+
+    /// Calls `each` for every stored torrent.
+    fn torrents(&mut self, each: &mut dyn FnMut(Key, StoredTorrent)) -> Result<(), StoreError>;
+
+    /// The info hashes in `hp_access_list`.
+    fn access_list(&mut self) -> Result<Vec<Key>, StoreError>;
+
+    /// Runs one statement outside any batch (tests, tools).
+    fn execute(&mut self, sql: &str) -> Result<(), StoreError>;
+}
+
+/// Opens the backend a URL names; `sqlite://` paths are taken as given (relative ones from the
+/// working directory); an empty URL means `data_dir/hotpath.db`. Nothing is contacted yet.
+pub fn connect(url: &str, data_dir: &Path) -> Result<Box<dyn Backend>, StoreError> {
+    let bad = |why: &str| StoreError::Url {
+        url: redact(url),
+        why: why.to_string(),
+    };
+    if url.is_empty() {
+        return Ok(Box::new(sqlite::Sqlite::new(data_dir.join("hotpath.db"))));
+    }
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        if path.is_empty() {
+            return Err(bad("names no file (sqlite://PATH)"));
+        }
+        return Ok(Box::new(sqlite::Sqlite::new(path.into())));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Box::new(postgres::Postgres::new(url).map_err(|e| bad(&e))?));
+    }
+    if url.starts_with("mysql://") {
+        return Ok(Box::new(mysql::Mysql::new(url).map_err(|e| bad(&e))?));
+    }
+    Err(bad(
+        "unknown scheme: use sqlite://, postgres:// or mysql://",
+    ))
+}
+
+/// The URL without its password, for logs and errors.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (auth, host) = match rest.rsplit_once('@') {
+        Some((a, h)) => (a, h),
+        None => return url.to_string(),
+    };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+/// A database error, with whether trying again may help (connection and I/O trouble,
+/// deadlocks, timeouts) or not (schema and SQL errors need a person).
+pub(crate) fn db_error(dialect: Dialect, what: impl std::fmt::Display, retry: bool) -> StoreError {
+    StoreError::Db {
+        backend: dialect.name(),
+        what: what.to_string(),
+        retry,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_row_statements_number_their_placeholders() {
+        let pg = Dialect::Postgres.upsert_journal(2);
+        assert!(pg.starts_with("INSERT INTO hp_journal (worker, seq) VALUES ($1,$2), ($3,$4) ON CONFLICT"));
+        let my = Dialect::Mysql.upsert_torrents(2);
+        assert!(my.contains("VALUES (?,?,?,?,?,?), (?,?,?,?,?,?) ON DUPLICATE KEY"));
+        let sq = Dialect::Sqlite.upsert_torrents(1);
+        assert_eq!(sq.matches('?').count(), 6);
+    }
+
+    #[test]
+    fn passwords_never_reach_logs() {
+        assert_eq!(redact("mysql://root:secret@127.0.0.1:3306/test"), "mysql://root:***@127.0.0.1:3306/test");
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact("sqlite://data/x.db"), "sqlite://data/x.db");
+    }
+
+    #[test]
+    fn urls_pick_backends_or_say_what_is_wrong() {
+        let dir = Path::new("/nonexistent");
+        assert_eq!(connect("", dir).unwrap().dialect(), Dialect::Sqlite);
+        assert_eq!(connect("sqlite://x.db", dir).unwrap().dialect(), Dialect::Sqlite);
+        assert_eq!(connect("postgres://u@127.0.0.1/test", dir).unwrap().dialect(), Dialect::Postgres);
+        assert_eq!(connect("mysql://root@127.0.0.1/test", dir).unwrap().dialect(), Dialect::Mysql);
+        let e = connect("redis://x", dir).err().unwrap().to_string();
+        assert!(e.contains("unknown scheme"), "{e}");
+        assert!(connect("sqlite://", dir).is_err());
+    }
+}

@@ -1,0 +1,161 @@
+//! MySQL and MariaDB, through the synchronous `mysql` client, with connect, read and write
+//! timeouts so that a dead or stalled server turns into an error and a retry, not a hang.
+
+use std::time::Duration;
+
+use mysql::prelude::Queryable;
+use mysql::{Conn, Opts, OptsBuilder, Params, TxOpts, Value};
+
+use super::{db_error, Backend, Dialect, StoredTorrent, Written};
+use crate::merge::{Batch, Key};
+use crate::migrations::Migration;
+use crate::StoreError;
+
+const D: Dialect = Dialect::Mysql;
+
+pub(crate) struct Mysql {
+    opts: Opts,
+    conn: Option<Conn>,
+}
+
+impl Mysql {
+    pub(crate) fn new(url: &str) -> Result<Mysql, String> {
+        let opts = Opts::from_url(url).map_err(|e| e.to_string())?;
+        let opts = OptsBuilder::from_opts(opts)
+            .tcp_connect_timeout(Some(Duration::from_secs(5)))
+            .read_timeout(Some(Duration::from_secs(60)))
+            .write_timeout(Some(Duration::from_secs(60)))
+            .into();
+        Ok(Mysql { opts, conn: None })
+    }
+
+    fn with<T>(
+        &mut self,
+        f: impl FnOnce(&mut Conn) -> Result<T, mysql::Error>,
+    ) -> Result<T, StoreError> {
+        if self.conn.is_none() {
+            let c = Conn::new(self.opts.clone())
+                .map_err(|e| db_error(D, format!("cannot connect: {e}"), true))?;
+            self.conn = Some(c);
+        }
+        let r = f(self.conn.as_mut().expect("connected"));
+        r.map_err(|e| {
+            self.conn = None;
+            // Server errors are a person's business except lock waits and deadlocks; lost
+            // connections and I/O errors may pass.
+            let retry = match &e {
+                mysql::Error::MySqlError(s) => matches!(s.code, 1205 | 1213 | 1040 | 1053),
+                _ => true,
+            };
+            db_error(D, e, retry)
+        })
+    }
+}
+
+fn ints(vals: &mut Vec<Value>, xs: &[i64]) {
+    vals.extend(xs.iter().map(|&x| Value::Int(x)));
+}
+
+impl Backend for Mysql {
+    fn dialect(&self) -> Dialect {
+        D
+    }
+
+    fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
+        self.with(|c| {
+            c.query_drop(D.create_schema_table())?;
+            c.query("SELECT version, applied_at FROM hp_schema ORDER BY version")
+        })
+    }
+
+    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
+        self.with(|c| {
+            for sql in m.mysql {
+                c.query_drop(sql)?;
+            }
+            c.exec_drop(
+                "INSERT INTO hp_schema (version, name, applied_at) VALUES (?, ?, ?)",
+                (m.version, m.name, crate::unix_now()),
+            )
+        })
+    }
+
+    fn write(&mut self, batch: &Batch) -> Result<Written, StoreError> {
+        self.with(|c| {
+            let mut tx = c.start_transaction(TxOpts::default())?;
+            let mut w = Written::default();
+            for chunk in batch.torrents.chunks(D.rows_per_statement()) {
+                let mut vals = Vec::with_capacity(chunk.len() * 6);
+                for (k, r) in chunk {
+                    vals.push(Value::Bytes(k.to_vec()));
+                    ints(
+                        &mut vals,
+                        &[
+                            r.completed as i64,
+                            i64::from(r.seeders),
+                            i64::from(r.leechers),
+                            i64::from(r.first_seen),
+                            i64::from(r.last_active),
+                        ],
+                    );
+                }
+                tx.exec_drop(D.upsert_torrents(chunk.len()), Params::Positional(vals))?;
+                w.statements += 1;
+                w.rows += chunk.len() as u64;
+            }
+            if !batch.seqs.is_empty() {
+                let mut vals = Vec::with_capacity(batch.seqs.len() * 2);
+                for &(j, s) in &batch.seqs {
+                    ints(&mut vals, &[i64::from(j), s as i64]);
+                }
+                tx.exec_drop(
+                    D.upsert_journal(batch.seqs.len()),
+                    Params::Positional(vals),
+                )?;
+            }
+            tx.commit()?;
+            Ok(w)
+        })
+    }
+
+    fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {
+        self.with(|c| c.query("SELECT worker, seq FROM hp_journal"))
+    }
+
+    fn torrents(&mut self, each: &mut dyn FnMut(Key, StoredTorrent)) -> Result<(), StoreError> {
+        self.with(|c| {
+            let rows: Vec<(Vec<u8>, i64, i64, i64, i64, i64)> = c.query(
+                "SELECT info_hash, completed, seeders, leechers, first_seen, last_active FROM hp_torrents",
+            )?;
+            for (hash, completed, seeders, leechers, first_seen, last_active) in rows {
+                if let Ok(key) = Key::try_from(hash.as_slice()) {
+                    each(
+                        key,
+                        StoredTorrent {
+                            completed: completed as u64,
+                            seeders: seeders as u32,
+                            leechers: leechers as u32,
+                            first_seen,
+                            last_active,
+                        },
+                    );
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn access_list(&mut self) -> Result<Vec<Key>, StoreError> {
+        self.with(|c| {
+            let rows: Vec<Vec<u8>> = c.query("SELECT info_hash FROM hp_access_list")?;
+            Ok(rows
+                .iter()
+                .filter_map(|h| Key::try_from(h.as_slice()).ok())
+                .collect())
+        })
+    }
+
+    fn execute(&mut self, sql: &str) -> Result<(), StoreError> {
+        self.with(|c| c.query_drop(sql))
+    }
+}

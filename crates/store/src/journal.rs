@@ -1,0 +1,416 @@
+//! The journal: append-only segment files, one series per worker, written before a change is
+//! acknowledged and deleted once the database has confirmed it.
+//!
+//! A record is a 16-byte header, then its payload (encoded [`Change`]s):
+//! `payload length: u32 LE | CRC-32 of (sequence and payload): u32 LE | sequence: u64 LE`.
+//! Each worker numbers its records; the database keeps, per worker, the last sequence it has
+//! (in the same transaction as the rows), so replay after a crash applies exactly the records
+//! the database lacks. A record cut short by a crash, or one whose checksum fails, ends its file:
+//! it is reported and skipped (it was never acknowledged: acknowledgements wait for the write).
+//!
+//! Files are `w<worker>-<first sequence>.log` in the journal directory. Owns: the file format,
+//! the per-worker [`JournalWriter`], and [`scan`] for replay. Must not: talk to a database.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::merge::Change;
+use crate::Shared;
+
+/// Bytes before a record's payload.
+pub const HEADER: usize = 16;
+/// Largest payload a reader accepts; a longer length field means a damaged record.
+pub const MAX_PAYLOAD: usize = 64 << 20;
+
+/// A journal segment file, as the store tracks it.
+#[derive(Debug, Clone)]
+pub struct Segment {
+    /// The worker whose records it holds.
+    pub worker: u32,
+    /// The file.
+    pub path: PathBuf,
+    /// The last sequence written to it (0 when none).
+    pub last_seq: u64,
+    /// Its size on disk.
+    pub bytes: u64,
+    /// A writer still appends to it.
+    pub open: bool,
+}
+
+/// The file name of worker `worker`'s segment starting at `first_seq`.
+pub fn segment_name(worker: u32, first_seq: u64) -> String {
+    format!("w{worker:04}-{first_seq:020}.log")
+}
+
+/// Parses a segment file name into `(worker, first sequence)`.
+pub fn parse_segment_name(name: &str) -> Option<(u32, u64)> {
+    let rest = name.strip_prefix('w')?.strip_suffix(".log")?;
+    let (w, s) = rest.split_once('-')?;
+    Some((w.parse().ok()?, s.parse().ok()?))
+}
+
+/// Every segment file in `dir`, sorted by worker and first sequence.
+pub fn list_segments(dir: &Path) -> io::Result<Vec<(u32, u64, PathBuf)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if let Some((w, s)) = entry.file_name().to_str().and_then(parse_segment_name) {
+            out.push((w, s, entry.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn checksum(seq: u64, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&seq.to_le_bytes());
+    h.update(payload);
+    h.finalize()
+}
+
+/// Fills the header of a record whose payload follows it in `record`.
+pub fn seal(record: &mut [u8], seq: u64) {
+    let payload_len = (record.len() - HEADER) as u32;
+    let crc = checksum(seq, &record[HEADER..]);
+    record[0..4].copy_from_slice(&payload_len.to_le_bytes());
+    record[4..8].copy_from_slice(&crc.to_le_bytes());
+    record[8..16].copy_from_slice(&seq.to_le_bytes());
+}
+
+/// How a scan of one file ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanEnd {
+    /// Bytes of whole, valid records.
+    pub valid_bytes: u64,
+    /// The file's size.
+    pub file_bytes: u64,
+    /// The last valid record's sequence (0 when there is none).
+    pub last_seq: u64,
+    /// Valid records read.
+    pub records: u64,
+}
+
+impl ScanEnd {
+    /// Whether the file ends in a damaged or incomplete record (skipped).
+    pub fn torn(&self) -> bool {
+        self.valid_bytes < self.file_bytes
+    }
+}
+
+/// Reads every valid record of a segment file in order, calling `each(seq, payload)`; stops at
+/// the first incomplete or damaged record.
+pub fn scan(path: &Path, each: &mut dyn FnMut(u64, &[u8])) -> io::Result<ScanEnd> {
+    let mut data = Vec::new();
+    File::open(path)?.read_to_end(&mut data)?;
+    let mut end = ScanEnd {
+        valid_bytes: 0,
+        file_bytes: data.len() as u64,
+        last_seq: 0,
+        records: 0,
+    };
+    let mut at = 0usize;
+    while data.len() - at >= HEADER {
+        let h = &data[at..at + HEADER];
+        let len = u32::from_le_bytes(h[0..4].try_into().unwrap()) as usize;
+        let crc = u32::from_le_bytes(h[4..8].try_into().unwrap());
+        let seq = u64::from_le_bytes(h[8..16].try_into().unwrap());
+        if len > MAX_PAYLOAD || data.len() - at - HEADER < len {
+            break;
+        }
+        let payload = &data[at + HEADER..at + HEADER + len];
+        if checksum(seq, payload) != crc {
+            break;
+        }
+        each(seq, payload);
+        at += HEADER + len;
+        end.valid_bytes = at as u64;
+        end.last_seq = seq;
+        end.records += 1;
+    }
+    Ok(end)
+}
+
+/// Why a change was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The journal is at `store.journal_max_bytes` (the database is behind or down).
+    Full,
+}
+
+impl Refused {
+    /// A reason fit for a client (a BitTorrent `failure reason`, an HTTP body).
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refused::Full => "the server cannot record this now (its journal is full); retry later",
+        }
+    }
+}
+
+/// One worker's journal: changes are buffered by [`append`](Self::append) while a batch of
+/// requests is handled and written with one `write` by [`commit`](Self::commit) before any
+/// of their answers is sent.
+pub struct JournalWriter {
+    worker: u32,
+    shared: Arc<Shared>,
+    file: Option<File>,
+    /// The open segment's path: its key in the store's segment registry.
+    path: PathBuf,
+    file_bytes: u64,
+    /// The record being built: a header's room, then encoded changes.
+    record: Vec<u8>,
+    changes: Vec<Change>,
+    next_seq: u64,
+    last_sync: Instant,
+    dirty: bool,
+}
+
+impl JournalWriter {
+    pub(crate) fn new(shared: Arc<Shared>, worker: u32, next_seq: u64) -> JournalWriter {
+        shared.writers.fetch_add(1, Ordering::AcqRel);
+        let mut record = Vec::with_capacity(4096);
+        record.resize(HEADER, 0);
+        JournalWriter {
+            worker,
+            shared,
+            file: None,
+            path: PathBuf::new(),
+            file_bytes: 0,
+            record,
+            changes: Vec::new(),
+            next_seq,
+            last_sync: Instant::now(),
+            dirty: false,
+        }
+    }
+
+    /// Whether a change of `bytes` encoded bytes would be taken now.
+    pub fn has_room(&self, bytes: usize) -> bool {
+        let used = self.shared.journal_bytes.load(Ordering::Relaxed) + self.record.len() as u64;
+        used + bytes as u64 <= self.shared.settings.journal_max_bytes
+    }
+
+    /// Buffers a change for the next commit; refused when the journal is full.
+    pub fn append(&mut self, change: Change) -> Result<(), Refused> {
+        if !self.has_room(crate::merge::TORRENT_LEN) {
+            self.shared.metrics.refused.add(1);
+            return Err(Refused::Full);
+        }
+        change.encode(&mut self.record);
+        self.changes.push(change);
+        Ok(())
+    }
+
+    /// Whether changes wait for a commit.
+    pub fn uncommitted(&self) -> bool {
+        !self.changes.is_empty()
+    }
+
+    /// Writes the buffered changes as one record (fsyncing when due) and hands them to the
+    /// flusher. On an I/O error the changes still reach the database from memory, but the
+    /// caller must not acknowledge them: a crash before the flush would lose them.
+    pub fn commit(&mut self) -> io::Result<()> {
+        if self.changes.is_empty() {
+            return Ok(());
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seal(&mut self.record, seq);
+        let written = self.write(seq);
+        if written.is_err() {
+            // The record may be half written: start a new segment so that it ends its file.
+            self.close_file();
+        }
+        let mut inner = self.shared.inner.lock();
+        for c in &self.changes {
+            inner.pending.apply(c);
+        }
+        if written.is_ok() {
+            inner.pending.covered(self.worker, seq);
+            if let Some(s) = inner.segments.iter_mut().find(|s| s.path == self.path) {
+                s.last_seq = seq;
+                s.bytes = self.file_bytes;
+            }
+        }
+        inner.pending_since.get_or_insert_with(Instant::now);
+        let full = inner.pending.rows() >= self.shared.settings.batch_rows;
+        drop(inner);
+        if full {
+            self.shared.wake.notify_one();
+        }
+        self.changes.clear();
+        self.record.truncate(HEADER);
+        if let Err(e) = &written {
+            self.shared.metrics.journal_errors.add(1);
+            log::error!("journal of worker {}: {e}", self.worker);
+        }
+        written
+    }
+
+    fn write(&mut self, seq: u64) -> io::Result<()> {
+        let len = self.record.len() as u64;
+        let max = self.shared.settings.journal_segment_bytes;
+        if self.file.is_none() || (self.file_bytes > 0 && self.file_bytes + len > max) {
+            self.rotate(seq)?;
+        }
+        let file = self.file.as_mut().expect("a segment is open");
+        file.write_all(&self.record)?;
+        self.file_bytes += len;
+        self.dirty = true;
+        self.shared.journal_bytes.fetch_add(len, Ordering::Relaxed);
+        let m = &self.shared.metrics;
+        m.journal_records.add(1);
+        m.journal_written.add(len);
+        let every = Duration::from_millis(self.shared.settings.journal_fsync_ms);
+        if every.is_zero() || self.last_sync.elapsed() >= every {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        if let (Some(f), true) = (&self.file, self.dirty) {
+            f.sync_data()?;
+            self.shared.metrics.journal_syncs.add(1);
+        }
+        self.dirty = false;
+        self.last_sync = Instant::now();
+        Ok(())
+    }
+
+    /// Closes the current segment and opens a new one whose first record is `first_seq`.
+    fn rotate(&mut self, first_seq: u64) -> io::Result<()> {
+        self.sync()?;
+        self.close_file();
+        let dir = &self.shared.settings.journal_dir;
+        let path = dir.join(segment_name(self.worker, first_seq));
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&path)?;
+        // The new name must survive a power loss too.
+        File::open(dir)?.sync_all()?;
+        self.shared.inner.lock().segments.push(Segment {
+            worker: self.worker,
+            path: path.clone(),
+            last_seq: 0,
+            bytes: 0,
+            open: true,
+        });
+        self.file = Some(file);
+        self.path = path;
+        self.file_bytes = 0;
+        Ok(())
+    }
+
+    fn close_file(&mut self) {
+        if self.file.take().is_some() {
+            let mut inner = self.shared.inner.lock();
+            if let Some(s) = inner.segments.iter_mut().find(|s| s.path == self.path) {
+                s.open = false;
+            }
+        }
+    }
+}
+
+impl Drop for JournalWriter {
+    fn drop(&mut self) {
+        if let Err(e) = self.commit().and_then(|()| self.sync()) {
+            log::error!("journal of worker {} at close: {e}", self.worker);
+        }
+        self.close_file();
+        self.shared.writers.fetch_sub(1, Ordering::AcqRel);
+        self.shared.wake.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_records(path: &Path, records: &[(u64, &[u8])]) -> Vec<u8> {
+        let mut all = Vec::new();
+        for (seq, payload) in records {
+            let mut r = vec![0; HEADER];
+            r.extend_from_slice(payload);
+            seal(&mut r, *seq);
+            all.extend_from_slice(&r);
+        }
+        std::fs::write(path, &all).unwrap();
+        all
+    }
+
+    fn read(path: &Path) -> (Vec<(u64, Vec<u8>)>, ScanEnd) {
+        let mut got = Vec::new();
+        let end = scan(path, &mut |s, p| got.push((s, p.to_vec()))).unwrap();
+        (got, end)
+    }
+
+    #[test]
+    fn names_round_trip() {
+        let n = segment_name(3, 42);
+        assert_eq!(n, "w0003-00000000000000000042.log");
+        assert_eq!(parse_segment_name(&n), Some((3, 42)));
+        assert_eq!(parse_segment_name("w1-2.tmp"), None);
+        assert_eq!(parse_segment_name("x1-2.log"), None);
+    }
+
+    #[test]
+    fn whole_records_are_read_back() {
+        let dir = tempdir();
+        let p = dir.join("a.log");
+        write_records(&p, &[(1, b"one"), (2, b""), (5, b"three")]);
+        let (got, end) = read(&p);
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[2], (5, b"three".to_vec()));
+        assert!(!end.torn());
+        assert_eq!((end.last_seq, end.records), (5, 3));
+    }
+
+    #[test]
+    fn a_torn_tail_is_skipped_at_every_cut() {
+        let dir = tempdir();
+        let p = dir.join("a.log");
+        let all = write_records(&p, &[(1, b"first record"), (2, b"second record")]);
+        let first_len = HEADER + 12;
+        for cut in first_len + 1..all.len() {
+            std::fs::write(&p, &all[..cut]).unwrap();
+            let (got, end) = read(&p);
+            assert_eq!(got.len(), 1, "cut at {cut}");
+            assert!(end.torn());
+            assert_eq!(end.valid_bytes, first_len as u64);
+        }
+    }
+
+    #[test]
+    fn a_damaged_record_ends_the_scan() {
+        let dir = tempdir();
+        let p = dir.join("a.log");
+        let mut all = write_records(&p, &[(1, b"aaaa"), (2, b"bbbb")]);
+        let last = all.len() - 1;
+        all[last] ^= 0xff;
+        std::fs::write(&p, &all).unwrap();
+        let (got, end) = read(&p);
+        assert_eq!(got.len(), 1);
+        assert!(end.torn());
+        // A length field beyond any sane record is damage too, not an allocation.
+        let mut bad = vec![0xff; HEADER];
+        bad.extend_from_slice(b"xx");
+        std::fs::write(&p, &bad).unwrap();
+        assert_eq!(read(&p).0.len(), 0);
+    }
+
+    pub(crate) fn tempdir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "hotpath-journal-test-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+}

@@ -1,0 +1,302 @@
+//! Changes and the merge queue: what services hand the store, and how many changes to one key
+//! become one row to write.
+//!
+//! Owns: [`Change`] (with its journal encoding), [`TorrentRow`] and the merge rules, and
+//! [`Pending`], the per-key map the flusher drains into sorted [`Batch`]es. Must not: do I/O.
+
+use std::collections::HashMap;
+
+/// A 20-byte key (an info hash).
+pub type Key = [u8; 20];
+
+/// One change a service hands the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// A torrent's counts at `at`, and downloads it completed since the last change.
+    Torrent {
+        /// The info hash.
+        info_hash: Key,
+        /// Completed downloads to add.
+        completed: u32,
+        /// Seeders now.
+        seeders: u32,
+        /// Leechers now.
+        leechers: u32,
+        /// Unix seconds of the change.
+        at: u32,
+    },
+}
+
+const TAG_TORRENT: u8 = 1;
+/// Encoded size of a [`Change::Torrent`].
+pub const TORRENT_LEN: usize = 1 + 20 + 16;
+
+impl Change {
+    /// Appends the change's journal encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Change::Torrent {
+                info_hash,
+                completed,
+                seeders,
+                leechers,
+                at,
+            } => {
+                out.push(TAG_TORRENT);
+                out.extend_from_slice(info_hash);
+                for v in [completed, seeders, leechers, at] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+    }
+
+    /// Decodes every change in a journal record's payload; `None` when it is malformed.
+    pub fn decode_all(mut payload: &[u8], each: &mut dyn FnMut(Change)) -> Option<()> {
+        let u32_at = |b: &[u8], i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        while let Some(&tag) = payload.first() {
+            match tag {
+                TAG_TORRENT if payload.len() >= TORRENT_LEN => {
+                    let b = &payload[..TORRENT_LEN];
+                    each(Change::Torrent {
+                        info_hash: b[1..21].try_into().unwrap(),
+                        completed: u32_at(b, 21),
+                        seeders: u32_at(b, 25),
+                        leechers: u32_at(b, 29),
+                        at: u32_at(b, 33),
+                    });
+                    payload = &payload[TORRENT_LEN..];
+                }
+                _ => return None,
+            }
+        }
+        Some(())
+    }
+}
+
+/// One torrent's merged change: the row the flusher upserts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TorrentRow {
+    /// Completed downloads to add to the stored count.
+    pub completed: u64,
+    /// Seeders at the latest change.
+    pub seeders: u32,
+    /// Leechers at the latest change.
+    pub leechers: u32,
+    /// Unix seconds of the earliest change (the row's `first_seen` when it is new).
+    pub first_seen: u32,
+    /// Unix seconds of the latest change.
+    pub last_active: u32,
+}
+
+impl TorrentRow {
+    /// Folds a newer row into this one: counts add, the newer snapshot wins, times widen.
+    pub fn merge_newer(&mut self, newer: &TorrentRow) {
+        self.completed += newer.completed;
+        self.seeders = newer.seeders;
+        self.leechers = newer.leechers;
+        self.first_seen = self.first_seen.min(newer.first_seen);
+        self.last_active = self.last_active.max(newer.last_active);
+    }
+}
+
+/// Merged changes not yet written, and how far each worker's journal they cover.
+#[derive(Debug, Default)]
+pub struct Pending {
+    torrents: HashMap<Key, TorrentRow>,
+    /// Per journal (worker), the last record sequence merged here.
+    seqs: HashMap<u32, u64>,
+    /// Changes merged since the last take (for the metrics).
+    changes: u64,
+}
+
+/// A drained [`Pending`]: rows sorted by key, and the journal positions they cover.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// Torrent rows, sorted by info hash (so concurrent writers lock rows in one order).
+    pub torrents: Vec<(Key, TorrentRow)>,
+    /// `(journal, last sequence)` for every journal with records in this batch.
+    pub seqs: Vec<(u32, u64)>,
+    /// Changes merged into this batch.
+    pub changes: u64,
+}
+
+impl Batch {
+    /// Rows to write.
+    pub fn rows(&self) -> usize {
+        self.torrents.len()
+    }
+
+    /// Whether there is nothing to write (no rows and no journal position to confirm).
+    pub fn is_empty(&self) -> bool {
+        self.torrents.is_empty() && self.seqs.is_empty()
+    }
+}
+
+impl Pending {
+    /// Merges one change.
+    pub fn apply(&mut self, change: &Change) {
+        self.changes += 1;
+        match *change {
+            Change::Torrent {
+                info_hash,
+                completed,
+                seeders,
+                leechers,
+                at,
+            } => {
+                let row = TorrentRow {
+                    completed: u64::from(completed),
+                    seeders,
+                    leechers,
+                    first_seen: at,
+                    last_active: at,
+                };
+                self.torrents
+                    .entry(info_hash)
+                    .and_modify(|r| r.merge_newer(&row))
+                    .or_insert(row);
+            }
+        }
+    }
+
+    /// Records that journal `journal` is merged up to record `seq`.
+    pub fn covered(&mut self, journal: u32, seq: u64) {
+        let s = self.seqs.entry(journal).or_insert(0);
+        *s = (*s).max(seq);
+    }
+
+    /// Distinct rows pending.
+    pub fn rows(&self) -> usize {
+        self.torrents.len()
+    }
+
+    /// The completed downloads pending for one torrent.
+    pub fn completed(&self, info_hash: &Key) -> u64 {
+        self.torrents.get(info_hash).map_or(0, |r| r.completed)
+    }
+
+    /// `(torrent, completed downloads pending)` for every torrent with some.
+    pub fn completed_rows(&self) -> impl Iterator<Item = (Key, u64)> + '_ {
+        self.torrents
+            .iter()
+            .filter(|(_, r)| r.completed > 0)
+            .map(|(k, r)| (*k, r.completed))
+    }
+
+    /// Empties the queue into a batch sorted by key.
+    pub fn take(&mut self) -> Batch {
+        let mut torrents: Vec<_> = self.torrents.drain().collect();
+        torrents.sort_unstable_by_key(|r| r.0);
+        let mut seqs: Vec<_> = self.seqs.drain().collect();
+        seqs.sort_unstable();
+        let changes = std::mem::take(&mut self.changes);
+        Batch {
+            torrents,
+            seqs,
+            changes,
+        }
+    }
+
+    /// Puts back a batch that could not be written. It is older than anything merged since,
+    /// so newer snapshots win and counts add.
+    pub fn restore(&mut self, batch: Batch) {
+        for (key, older) in batch.torrents {
+            match self.torrents.get_mut(&key) {
+                Some(newer) => {
+                    let mut merged = older;
+                    merged.merge_newer(newer);
+                    *newer = merged;
+                }
+                None => {
+                    self.torrents.insert(key, older);
+                }
+            }
+        }
+        for (journal, seq) in batch.seqs {
+            self.covered(journal, seq);
+        }
+        self.changes += batch.changes;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(key: u8, completed: u32, seeders: u32, at: u32) -> Change {
+        Change::Torrent {
+            info_hash: [key; 20],
+            completed,
+            seeders,
+            leechers: seeders + 1,
+            at,
+        }
+    }
+
+    #[test]
+    fn encoding_round_trips_and_rejects_garbage() {
+        let changes = [t(1, 1, 2, 100), t(2, 0, 9, u32::MAX)];
+        let mut buf = Vec::new();
+        for c in &changes {
+            c.encode(&mut buf);
+        }
+        assert_eq!(buf.len(), 2 * TORRENT_LEN);
+        let mut back = Vec::new();
+        Change::decode_all(&buf, &mut |c| back.push(c)).unwrap();
+        assert_eq!(back, changes);
+        assert!(Change::decode_all(&buf[..buf.len() - 1], &mut |_| {}).is_none());
+        assert!(Change::decode_all(&[9, 1, 2], &mut |_| {}).is_none());
+    }
+
+    #[test]
+    fn changes_to_one_key_merge_into_one_row() {
+        let mut p = Pending::default();
+        p.apply(&t(7, 1, 3, 200));
+        p.apply(&t(7, 1, 5, 100));
+        p.apply(&t(7, 0, 4, 300));
+        p.apply(&t(1, 1, 1, 50));
+        p.covered(0, 9);
+        p.covered(0, 4);
+        p.covered(2, 1);
+        assert_eq!(p.rows(), 2);
+        assert_eq!(p.completed(&[7; 20]), 2);
+        let b = p.take();
+        assert_eq!(b.changes, 4);
+        assert_eq!(b.seqs, vec![(0, 9), (2, 1)]);
+        // Sorted by key; counts add; the latest snapshot wins; times widen.
+        assert_eq!(b.torrents[0].0, [1; 20]);
+        assert_eq!(
+            b.torrents[1].1,
+            TorrentRow {
+                completed: 2,
+                seeders: 4,
+                leechers: 5,
+                first_seen: 100,
+                last_active: 300
+            }
+        );
+        assert_eq!(p.rows(), 0);
+        assert!(p.take().is_empty());
+    }
+
+    #[test]
+    fn a_restored_batch_loses_nothing_and_newer_snapshots_win() {
+        let mut p = Pending::default();
+        p.apply(&t(7, 2, 3, 100));
+        p.apply(&t(8, 1, 1, 100));
+        p.covered(1, 5);
+        let failed = p.take();
+        p.apply(&t(7, 1, 9, 200));
+        p.covered(1, 6);
+        p.restore(failed);
+        let b = p.take();
+        assert_eq!(b.seqs, vec![(1, 6)]);
+        assert_eq!(b.changes, 3);
+        let row7 = b.torrents.iter().find(|r| r.0 == [7; 20]).unwrap().1;
+        assert_eq!((row7.completed, row7.seeders, row7.first_seen), (3, 9, 100));
+        assert_eq!(row7.last_active, 200);
+        let row8 = b.torrents.iter().find(|r| r.0 == [8; 20]).unwrap().1;
+        assert_eq!(row8.completed, 1);
+    }
+}

@@ -1,0 +1,167 @@
+//! Versioned schema migrations, one SQL text per dialect, applied in order and recorded in
+//! `hp_schema`. A migration is never edited once released; a change is a new version.
+
+use crate::backend::{Backend, Dialect};
+use crate::StoreError;
+
+/// One schema version.
+#[derive(Debug)]
+pub struct Migration {
+    /// The version (1, 2, ...).
+    pub version: u32,
+    /// What it does.
+    pub name: &'static str,
+    /// Statements for SQLite.
+    pub sqlite: &'static [&'static str],
+    /// Statements for PostgreSQL.
+    pub postgres: &'static [&'static str],
+    /// Statements for MySQL and MariaDB.
+    pub mysql: &'static [&'static str],
+}
+
+impl Migration {
+    /// The statements for `dialect`.
+    pub fn statements(&self, dialect: Dialect) -> &'static [&'static str] {
+        match dialect {
+            Dialect::Sqlite => self.sqlite,
+            Dialect::Postgres => self.postgres,
+            Dialect::Mysql => self.mysql,
+        }
+    }
+}
+
+/// Every migration, in order.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "torrents and journal positions",
+        sqlite: &[
+            "CREATE TABLE hp_torrents (info_hash BLOB PRIMARY KEY, completed INTEGER NOT NULL, \
+             seeders INTEGER NOT NULL, leechers INTEGER NOT NULL, first_seen INTEGER NOT NULL, \
+             last_active INTEGER NOT NULL) WITHOUT ROWID",
+            "CREATE TABLE hp_journal (worker INTEGER PRIMARY KEY, seq INTEGER NOT NULL)",
+        ],
+        postgres: &[
+            "CREATE TABLE hp_torrents (info_hash BYTEA PRIMARY KEY, completed BIGINT NOT NULL, \
+             seeders BIGINT NOT NULL, leechers BIGINT NOT NULL, first_seen BIGINT NOT NULL, \
+             last_active BIGINT NOT NULL)",
+            "CREATE TABLE hp_journal (worker INTEGER PRIMARY KEY, seq BIGINT NOT NULL)",
+        ],
+        mysql: &[
+            "CREATE TABLE hp_torrents (info_hash BINARY(20) PRIMARY KEY, completed BIGINT NOT NULL, \
+             seeders BIGINT NOT NULL, leechers BIGINT NOT NULL, first_seen BIGINT NOT NULL, \
+             last_active BIGINT NOT NULL) ENGINE=InnoDB",
+            "CREATE TABLE hp_journal (worker INTEGER PRIMARY KEY, seq BIGINT NOT NULL) ENGINE=InnoDB",
+        ],
+    },
+    Migration {
+        version: 2,
+        name: "access list",
+        sqlite: &[
+            "CREATE TABLE hp_access_list (info_hash BLOB PRIMARY KEY, note TEXT NOT NULL DEFAULT '', \
+             added_at INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID",
+        ],
+        postgres: &[
+            "CREATE TABLE hp_access_list (info_hash BYTEA PRIMARY KEY, note TEXT NOT NULL DEFAULT '', \
+             added_at BIGINT NOT NULL DEFAULT 0)",
+        ],
+        mysql: &[
+            "CREATE TABLE hp_access_list (info_hash BINARY(20) PRIMARY KEY, \
+             note VARCHAR(255) NOT NULL DEFAULT '', added_at BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB",
+        ],
+    },
+];
+
+/// The newest schema version this build knows.
+pub fn latest() -> u32 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+/// One migration's state in a database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationState {
+    /// The version.
+    pub version: u32,
+    /// What it does.
+    pub name: &'static str,
+    /// Unix seconds it was applied at; `None` when pending.
+    pub applied_at: Option<i64>,
+}
+
+/// Every known migration and whether the database has it. Fails when the database has a
+/// version this build does not know (it is newer than this hotpath).
+pub fn status(db: &mut dyn Backend) -> Result<Vec<MigrationState>, StoreError> {
+    let applied = db.applied_migrations()?;
+    if let Some(&(v, _)) = applied.iter().find(|(v, _)| *v > latest()) {
+        return Err(StoreError::Schema(format!(
+            "the database is at schema version {v}, newer than this hotpath knows ({}): \
+             run a newer hotpath",
+            latest()
+        )));
+    }
+    Ok(MIGRATIONS
+        .iter()
+        .map(|m| MigrationState {
+            version: m.version,
+            name: m.name,
+            applied_at: applied
+                .iter()
+                .find(|(v, _)| *v == m.version)
+                .map(|&(_, at)| at),
+        })
+        .collect())
+}
+
+/// Applies every pending migration in order; returns the versions applied.
+pub fn migrate(db: &mut dyn Backend) -> Result<Vec<u32>, StoreError> {
+    let mut done = Vec::new();
+    for state in status(db)? {
+        if state.applied_at.is_none() {
+            let m = MIGRATIONS
+                .iter()
+                .find(|m| m.version == state.version)
+                .expect("status lists known migrations");
+            db.apply_migration(m)?;
+            log::info!(
+                "{}: schema migration {} ({}) applied",
+                db.dialect().name(),
+                m.version,
+                m.name
+            );
+            done.push(m.version);
+        }
+    }
+    Ok(done)
+}
+
+/// Fails unless every migration is applied (for a start with `store.migrate = false`).
+pub fn require_current(db: &mut dyn Backend) -> Result<(), StoreError> {
+    let pending: Vec<String> = status(db)?
+        .iter()
+        .filter(|s| s.applied_at.is_none())
+        .map(|s| format!("{} ({})", s.version, s.name))
+        .collect();
+    if pending.is_empty() {
+        Ok(())
+    } else {
+        Err(StoreError::Schema(format!(
+            "migrations pending: {}; run `hotpath db migrate` or set store.migrate = true",
+            pending.join(", ")
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_consecutive_and_every_dialect_has_statements() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version as usize, i + 1);
+            for d in [Dialect::Sqlite, Dialect::Postgres, Dialect::Mysql] {
+                assert!(!m.statements(d).is_empty(), "{} {:?}", m.version, d);
+            }
+        }
+    }
+}
