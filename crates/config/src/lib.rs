@@ -394,7 +394,10 @@ impl Config {
         }
         let st = &self.store;
         if st.enabled && st.data_dir.is_empty() {
-            return bad("store.data_dir", "must name a directory when the store is enabled");
+            return bad(
+                "store.data_dir",
+                "must name a directory when the store is enabled",
+            );
         }
         const SCHEMES: [&str; 4] = ["sqlite://", "postgres://", "postgresql://", "mysql://"];
         if !st.url.is_empty() && !SCHEMES.iter().any(|p| st.url.starts_with(p)) {

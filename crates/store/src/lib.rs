@@ -260,10 +260,18 @@ impl Store {
     /// Connects, migrates (or checks the schema), replays the journal records the database
     /// lacks into the queue, and reads back the completed counts.
     pub fn open(cfg: &StoreConfig) -> Result<(Store, Restored), StoreError> {
+        let backend = backend::connect(&cfg.url, Path::new(&cfg.data_dir))?;
+        Store::open_with(cfg, backend)
+    }
+
+    /// [`Store::open`] on a given backend (tests wrap one to inject failures).
+    pub fn open_with(
+        cfg: &StoreConfig,
+        mut backend: Box<dyn Backend>,
+    ) -> Result<(Store, Restored), StoreError> {
         let settings = Settings::from_config(cfg);
         let dir = settings.journal_dir.clone();
         std::fs::create_dir_all(&dir).map_err(|e| journal_error(&dir, e))?;
-        let mut backend = backend::connect(&cfg.url, Path::new(&cfg.data_dir))?;
         let name = match cfg.url.as_str() {
             "" => format!("sqlite://{}/hotpath.db", cfg.data_dir),
             url => backend::redact(url),
@@ -461,18 +469,21 @@ impl Store {
         let confirmed = self.confirmed.lock().clone();
         let doomed: Vec<Segment> = {
             let mut inner = self.shared.inner.lock();
-            let (gone, kept) = std::mem::take(&mut inner.segments)
-                .into_iter()
-                .partition(|s: &Segment| {
-                    !s.open && s.last_seq <= confirmed.get(&s.worker).copied().unwrap_or(0)
-                });
+            let (gone, kept) =
+                std::mem::take(&mut inner.segments)
+                    .into_iter()
+                    .partition(|s: &Segment| {
+                        !s.open && s.last_seq <= confirmed.get(&s.worker).copied().unwrap_or(0)
+                    });
             inner.segments = kept;
             gone
         };
         for s in doomed {
             match std::fs::remove_file(&s.path) {
                 Ok(()) => {
-                    self.shared.journal_bytes.fetch_sub(s.bytes, Ordering::Relaxed);
+                    self.shared
+                        .journal_bytes
+                        .fetch_sub(s.bytes, Ordering::Relaxed);
                 }
                 Err(e) => log::warn!("journal {}: cannot delete: {e}", s.path.display()),
             }
@@ -508,7 +519,10 @@ impl Store {
             match self.flush() {
                 Ok(_) => {
                     if failures > 0 {
-                        log::info!("{}: writing again after {failures} failed attempts", self.name);
+                        log::info!(
+                            "{}: writing again after {failures} failed attempts",
+                            self.name
+                        );
                     }
                     failures = 0;
                     due = Instant::now() + s.settings.flush_interval;
@@ -597,31 +611,107 @@ impl Store {
             .pending_since
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
         let gauges: [(&str, &str, f64); 7] = [
-            ("hotpath_store_queue_rows", "Distinct rows waiting to be written.", self.queued_rows() as f64),
-            ("hotpath_store_flush_lag_seconds", "Age of the oldest change not yet written.", lag),
-            ("hotpath_store_last_batch_rows", "Rows in the last batch written.", m.last_batch_rows.get() as f64),
-            ("hotpath_store_max_batch_rows", "Most rows in one batch so far.", m.max_batch_rows.get() as f64),
-            ("hotpath_store_last_write_seconds", "Time the last batch's transaction took.", m.last_write_ms.get() as f64 / 1e3),
-            ("hotpath_store_journal_bytes", "Bytes of journal on disk (changes the database does not hold yet).", self.journal_bytes() as f64),
-            ("hotpath_store_journal_limit_bytes", "store.journal_max_bytes: at this size changes are refused.", self.shared.settings.journal_max_bytes as f64),
+            (
+                "hotpath_store_queue_rows",
+                "Distinct rows waiting to be written.",
+                self.queued_rows() as f64,
+            ),
+            (
+                "hotpath_store_flush_lag_seconds",
+                "Age of the oldest change not yet written.",
+                lag,
+            ),
+            (
+                "hotpath_store_last_batch_rows",
+                "Rows in the last batch written.",
+                m.last_batch_rows.get() as f64,
+            ),
+            (
+                "hotpath_store_max_batch_rows",
+                "Most rows in one batch so far.",
+                m.max_batch_rows.get() as f64,
+            ),
+            (
+                "hotpath_store_last_write_seconds",
+                "Time the last batch's transaction took.",
+                m.last_write_ms.get() as f64 / 1e3,
+            ),
+            (
+                "hotpath_store_journal_bytes",
+                "Bytes of journal on disk (changes the database does not hold yet).",
+                self.journal_bytes() as f64,
+            ),
+            (
+                "hotpath_store_journal_limit_bytes",
+                "store.journal_max_bytes: at this size changes are refused.",
+                self.shared.settings.journal_max_bytes as f64,
+            ),
         ];
         for (name, help, v) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         }
         let counters = [
-            ("hotpath_store_flushes_total", "Batches written.", &m.flushes),
-            ("hotpath_store_flush_failures_total", "Batch writes that failed (kept and retried).", &m.failures),
-            ("hotpath_store_retries_total", "Writes that retried a failed batch.", &m.retries),
+            (
+                "hotpath_store_flushes_total",
+                "Batches written.",
+                &m.flushes,
+            ),
+            (
+                "hotpath_store_flush_failures_total",
+                "Batch writes that failed (kept and retried).",
+                &m.failures,
+            ),
+            (
+                "hotpath_store_retries_total",
+                "Writes that retried a failed batch.",
+                &m.retries,
+            ),
             ("hotpath_store_rows_written_total", "Rows written.", &m.rows),
-            ("hotpath_store_statements_total", "Upsert statements sent.", &m.statements),
-            ("hotpath_store_changes_written_total", "Changes written, before merging per key.", &m.changes),
-            ("hotpath_store_journal_records_total", "Journal records written.", &m.journal_records),
-            ("hotpath_store_journal_written_bytes_total", "Journal bytes written.", &m.journal_written),
-            ("hotpath_store_journal_syncs_total", "Journal fsyncs.", &m.journal_syncs),
-            ("hotpath_store_journal_errors_total", "Journal writes that failed.", &m.journal_errors),
-            ("hotpath_store_refused_total", "Changes refused because the journal was full.", &m.refused),
-            ("hotpath_store_replayed_records_total", "Journal records replayed at start.", &m.replayed),
-            ("hotpath_store_torn_records_total", "Damaged or incomplete journal records skipped at start.", &m.torn),
+            (
+                "hotpath_store_statements_total",
+                "Upsert statements sent.",
+                &m.statements,
+            ),
+            (
+                "hotpath_store_changes_written_total",
+                "Changes written, before merging per key.",
+                &m.changes,
+            ),
+            (
+                "hotpath_store_journal_records_total",
+                "Journal records written.",
+                &m.journal_records,
+            ),
+            (
+                "hotpath_store_journal_written_bytes_total",
+                "Journal bytes written.",
+                &m.journal_written,
+            ),
+            (
+                "hotpath_store_journal_syncs_total",
+                "Journal fsyncs.",
+                &m.journal_syncs,
+            ),
+            (
+                "hotpath_store_journal_errors_total",
+                "Journal writes that failed.",
+                &m.journal_errors,
+            ),
+            (
+                "hotpath_store_refused_total",
+                "Changes refused because the journal was full.",
+                &m.refused,
+            ),
+            (
+                "hotpath_store_replayed_records_total",
+                "Journal records replayed at start.",
+                &m.replayed,
+            ),
+            (
+                "hotpath_store_torn_records_total",
+                "Damaged or incomplete journal records skipped at start.",
+                &m.torn,
+            ),
         ];
         for (name, help, c) in counters {
             let _ = writeln!(

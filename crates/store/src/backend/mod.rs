@@ -241,7 +241,9 @@ mod tests {
     #[test]
     fn multi_row_statements_number_their_placeholders() {
         let pg = Dialect::Postgres.upsert_journal(2);
-        assert!(pg.starts_with("INSERT INTO hp_journal (worker, seq) VALUES ($1,$2), ($3,$4) ON CONFLICT"));
+        assert!(pg.starts_with(
+            "INSERT INTO hp_journal (worker, seq) VALUES ($1,$2), ($3,$4) ON CONFLICT"
+        ));
         let my = Dialect::Mysql.upsert_torrents(2);
         assert!(my.contains("VALUES (?,?,?,?,?,?), (?,?,?,?,?,?) ON DUPLICATE KEY"));
         let sq = Dialect::Sqlite.upsert_torrents(1);
@@ -250,7 +252,10 @@ mod tests {
 
     #[test]
     fn passwords_never_reach_logs() {
-        assert_eq!(redact("mysql://root:secret@127.0.0.1:3306/test"), "mysql://root:***@127.0.0.1:3306/test");
+        assert_eq!(
+            redact("mysql://root:secret@127.0.0.1:3306/test"),
+            "mysql://root:***@127.0.0.1:3306/test"
+        );
         assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact("sqlite://data/x.db"), "sqlite://data/x.db");
     }
@@ -259,9 +264,22 @@ mod tests {
     fn urls_pick_backends_or_say_what_is_wrong() {
         let dir = Path::new("/nonexistent");
         assert_eq!(connect("", dir).unwrap().dialect(), Dialect::Sqlite);
-        assert_eq!(connect("sqlite://x.db", dir).unwrap().dialect(), Dialect::Sqlite);
-        assert_eq!(connect("postgres://u@127.0.0.1/test", dir).unwrap().dialect(), Dialect::Postgres);
-        assert_eq!(connect("mysql://root@127.0.0.1/test", dir).unwrap().dialect(), Dialect::Mysql);
+        assert_eq!(
+            connect("sqlite://x.db", dir).unwrap().dialect(),
+            Dialect::Sqlite
+        );
+        assert_eq!(
+            connect("postgres://u@127.0.0.1/test", dir)
+                .unwrap()
+                .dialect(),
+            Dialect::Postgres
+        );
+        assert_eq!(
+            connect("mysql://root@127.0.0.1/test", dir)
+                .unwrap()
+                .dialect(),
+            Dialect::Mysql
+        );
         let e = connect("redis://x", dir).err().unwrap().to_string();
         assert!(e.contains("unknown scheme"), "{e}");
         assert!(connect("sqlite://", dir).is_err());

@@ -108,10 +108,7 @@ impl Backend for Mysql {
                 for &(j, s) in &batch.seqs {
                     ints(&mut vals, &[i64::from(j), s as i64]);
                 }
-                tx.exec_drop(
-                    D.upsert_journal(batch.seqs.len()),
-                    Params::Positional(vals),
-                )?;
+                tx.exec_drop(D.upsert_journal(batch.seqs.len()), Params::Positional(vals))?;
             }
             tx.commit()?;
             Ok(w)

@@ -72,7 +72,10 @@ impl Backend for Postgres {
     fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
         self.with(|c| {
             c.batch_execute(D.create_schema_table())?;
-            let rows = c.query("SELECT version, applied_at FROM hp_schema ORDER BY version", &[])?;
+            let rows = c.query(
+                "SELECT version, applied_at FROM hp_schema ORDER BY version",
+                &[],
+            )?;
             Ok(rows
                 .iter()
                 .map(|r| (r.get::<_, i32>(0) as u32, r.get::<_, i64>(1)))

@@ -36,8 +36,8 @@ impl Sqlite {
                 c.pragma_update(None, "synchronous", "NORMAL")?;
                 Ok(c)
             };
-            let c = open()
-                .map_err(|e| db_error(D, format!("{}: {e}", self.path.display()), true))?;
+            let c =
+                open().map_err(|e| db_error(D, format!("{}: {e}", self.path.display()), true))?;
             self.conn = Some(c);
         }
         Ok(self.conn.as_mut().expect("just opened"))
@@ -130,7 +130,9 @@ impl Backend for Sqlite {
     fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {
         self.with(|c| {
             let mut st = c.prepare("SELECT worker, seq FROM hp_journal")?;
-            let rows = st.query_map([], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)? as u64)))?;
+            let rows = st.query_map([], |r| {
+                Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)? as u64))
+            })?;
             rows.collect()
         })
     }

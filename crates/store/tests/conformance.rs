@@ -1,0 +1,463 @@
+//! One conformance suite, run against every backend: SQLite (a file in a temporary directory),
+//! PostgreSQL and MariaDB/MySQL (real servers; `scripts/test` starts or installs them). Each
+//! test gets its own database, so tests run in parallel without seeing each other.
+//!
+//! The servers are found at `HOTPATH_TEST_POSTGRES` (default
+//! `postgres://postgres@127.0.0.1:5432/test`) and `HOTPATH_TEST_MYSQL` (default
+//! `mysql://root@127.0.0.1:3306/test`). A missing server fails these tests: it is not a skip.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hotpath_config::StoreConfig;
+use hotpath_store::backend::{self, Backend, Dialect, StoredTorrent, Written};
+use hotpath_store::merge::TorrentRow;
+use hotpath_store::migrations::{self, Migration};
+use hotpath_store::{Batch, Change, Key, Store, StoreError};
+
+/// A fresh database of one kind, dropped at the end.
+struct TestDb {
+    url: String,
+    dir: PathBuf,
+    cleanup: Option<(String, String)>,
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some((admin, sql)) = self.cleanup.take() {
+            if let Ok(mut b) = backend::connect(&admin, &self.dir) {
+                let _ = b.execute(&sql);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn unique(tag: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "hpt_{tag}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn server_url(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_string())
+}
+
+/// Replaces the database name (the last path segment) of a server URL.
+fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, ""), |(b, q)| (b, q));
+    let cut = base.rfind('/').expect("a URL with a database");
+    let q = if query.is_empty() {
+        String::new()
+    } else {
+        format!("?{query}")
+    };
+    format!("{}/{db}{q}", &base[..cut])
+}
+
+fn test_db(dialect: Dialect, tag: &str) -> TestDb {
+    let name = unique(tag);
+    let dir = temp_dir(&name);
+    match dialect {
+        Dialect::Sqlite => TestDb {
+            url: format!("sqlite://{}", dir.join("test.db").display()),
+            dir,
+            cleanup: None,
+        },
+        Dialect::Postgres | Dialect::Mysql => {
+            let (var, default) = if dialect == Dialect::Postgres {
+                (
+                    "HOTPATH_TEST_POSTGRES",
+                    "postgres://postgres@127.0.0.1:5432/test",
+                )
+            } else {
+                ("HOTPATH_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test")
+            };
+            let admin = server_url(var, default);
+            let mut b = backend::connect(&admin, &dir).unwrap();
+            b.execute(&format!("CREATE DATABASE {name}"))
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "{} must be running at {admin} (scripts/test starts it): {e}",
+                        dialect.name()
+                    )
+                });
+            let drop = if dialect == Dialect::Postgres {
+                format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            } else {
+                format!("DROP DATABASE IF EXISTS {name}")
+            };
+            TestDb {
+                url: with_database(&admin, &name),
+                dir,
+                cleanup: Some((admin, drop)),
+            }
+        }
+    }
+}
+
+fn config(db: &TestDb) -> StoreConfig {
+    StoreConfig {
+        url: db.url.clone(),
+        data_dir: db.dir.join("data").display().to_string(),
+        journal_fsync_ms: 0,
+        ..StoreConfig::default()
+    }
+}
+
+fn key(n: u32) -> Key {
+    let mut k = [0xab; 20];
+    k[..4].copy_from_slice(&n.to_be_bytes());
+    k
+}
+
+fn row(completed: u64, seeders: u32, leechers: u32, first: u32, last: u32) -> TorrentRow {
+    TorrentRow {
+        completed,
+        seeders,
+        leechers,
+        first_seen: first,
+        last_active: last,
+    }
+}
+
+fn stored(b: &mut dyn Backend) -> Vec<(Key, StoredTorrent)> {
+    let mut out = Vec::new();
+    b.torrents(&mut |k, t| out.push((k, t))).unwrap();
+    out.sort_by_key(|r| r.0);
+    out
+}
+
+/// One completed download of `info_hash` at `at`.
+fn done(info_hash: Key, at: u32) -> Change {
+    Change::Torrent {
+        info_hash,
+        completed: 1,
+        seeders: 1,
+        leechers: 0,
+        at,
+    }
+}
+
+// ---- the suite: each fn takes a dialect --------------------------------------------------
+
+fn migrations_apply_once_and_report_status(d: Dialect) {
+    let db = test_db(d, "migrate");
+    let mut b = backend::connect(&db.url, &db.dir).unwrap();
+    let before = migrations::status(&mut *b).unwrap();
+    assert!(before.iter().all(|s| s.applied_at.is_none()));
+    let applied = migrations::migrate(&mut *b).unwrap();
+    assert_eq!(applied, (1..=migrations::latest()).collect::<Vec<_>>());
+    assert!(migrations::migrate(&mut *b).unwrap().is_empty());
+    let after = migrations::status(&mut *b).unwrap();
+    assert!(after.iter().all(|s| s.applied_at.is_some()));
+    migrations::require_current(&mut *b).unwrap();
+    // A database migrated by a newer hotpath is refused, not written to.
+    b.execute("INSERT INTO hp_schema (version, name, applied_at) VALUES (999, 'future', 0)")
+        .unwrap();
+    let e = migrations::status(&mut *b).unwrap_err();
+    assert!(e.to_string().contains("newer"), "{e}");
+    assert!(!e.retryable());
+}
+
+fn upserts_add_counts_replace_snapshots_and_keep_first_seen(d: Dialect) {
+    let db = test_db(d, "upsert");
+    let mut b = backend::connect(&db.url, &db.dir).unwrap();
+    migrations::migrate(&mut *b).unwrap();
+    let first = Batch {
+        torrents: vec![
+            (key(1), row(2, 5, 6, 100, 110)),
+            (key(2), row(0, 1, 1, 100, 100)),
+        ],
+        seqs: vec![(0, 7), (3, 2)],
+        changes: 4,
+    };
+    assert_eq!(
+        b.write(&first).unwrap(),
+        Written {
+            statements: 1,
+            rows: 2
+        }
+    );
+    let second = Batch {
+        torrents: vec![(key(1), row(3, 9, 0, 200, 105))],
+        seqs: vec![(0, 9), (3, 1)],
+        changes: 3,
+    };
+    b.write(&second).unwrap();
+    let rows = stored(&mut *b);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        rows[0].1,
+        StoredTorrent {
+            completed: 5,
+            seeders: 9,
+            leechers: 0,
+            first_seen: 100,
+            last_active: 110
+        }
+    );
+    let mut pos = b.journal_positions().unwrap();
+    pos.sort();
+    // Positions only move forward, whatever order batches arrive in.
+    assert_eq!(pos, vec![(0, 9), (3, 2)]);
+}
+
+fn big_batches_split_under_the_parameter_limit(d: Dialect) {
+    let db = test_db(d, "big");
+    let mut b = backend::connect(&db.url, &db.dir).unwrap();
+    migrations::migrate(&mut *b).unwrap();
+    let n = d.rows_per_statement() * 2 + 7;
+    let batch = Batch {
+        torrents: (0..n as u32)
+            .map(|i| (key(i), row(1, 1, 2, 10, 10)))
+            .collect(),
+        seqs: vec![(1, 1)],
+        changes: n as u64,
+    };
+    let w = b.write(&batch).unwrap();
+    assert_eq!(w.statements, 3);
+    assert_eq!(w.rows, n as u64);
+    let rows = stored(&mut *b);
+    assert_eq!(rows.len(), n);
+    assert!(rows.iter().all(|(_, t)| t.completed == 1));
+}
+
+fn errors_say_whether_a_retry_can_help(d: Dialect) {
+    let db = test_db(d, "errors");
+    let mut b = backend::connect(&db.url, &db.dir).unwrap();
+    // No schema: a person must act, retrying will not help.
+    let batch = Batch {
+        torrents: vec![(key(1), row(1, 0, 0, 1, 1))],
+        seqs: vec![],
+        changes: 1,
+    };
+    let e = b.write(&batch).unwrap_err();
+    assert!(!e.retryable(), "{e}");
+    // The backend reconnects after an error.
+    migrations::migrate(&mut *b).unwrap();
+    b.write(&batch).unwrap();
+    assert_eq!(stored(&mut *b).len(), 1);
+}
+
+fn access_list_rows_are_read(d: Dialect) {
+    let db = test_db(d, "access");
+    let mut b = backend::connect(&db.url, &db.dir).unwrap();
+    migrations::migrate(&mut *b).unwrap();
+    let hex: String = key(5).iter().map(|x| format!("{x:02x}")).collect();
+    let literal = match d {
+        Dialect::Sqlite | Dialect::Mysql => format!("X'{hex}'"),
+        Dialect::Postgres => format!("'\\x{hex}'::bytea"),
+    };
+    b.execute(&format!(
+        "INSERT INTO hp_access_list (info_hash, note) VALUES ({literal}, 'test')"
+    ))
+    .unwrap();
+    assert_eq!(b.access_list().unwrap(), vec![key(5)]);
+}
+
+fn journaled_changes_survive_a_crash_exactly_once(d: Dialect) {
+    let db = test_db(d, "replay");
+    let cfg = config(&db);
+    {
+        let (store, restored) = Store::open(&cfg).unwrap();
+        assert!(restored.completed.is_empty());
+        let mut w = store.writer(0);
+        w.append(done(key(1), 100)).unwrap();
+        w.append(done(key(1), 101)).unwrap();
+        w.commit().unwrap();
+        assert_eq!(store.flush().unwrap(), 1);
+        // Journaled and acknowledged, but the process dies before the next flush.
+        w.append(done(key(1), 102)).unwrap();
+        w.append(done(key(2), 102)).unwrap();
+        w.commit().unwrap();
+        std::mem::forget(w);
+        std::mem::forget(store);
+    }
+    let (store, restored) = Store::open(&cfg).unwrap();
+    assert_eq!(restored.replayed, 1);
+    let mut counts = restored.completed.clone();
+    counts.sort();
+    assert_eq!(counts, vec![(key(1), 3), (key(2), 1)]);
+    store.flush().unwrap();
+    assert_eq!(store.journal_bytes(), 0, "confirmed segments are deleted");
+    let rows = store.with_backend(|b| stored(b));
+    assert_eq!(rows[0].1.completed, 3);
+    drop(store);
+    // Opening again replays nothing: the database holds the journal's position.
+    let (_store, restored) = Store::open(&cfg).unwrap();
+    assert_eq!(restored.replayed, 0);
+    let mut counts = restored.completed;
+    counts.sort();
+    assert_eq!(counts, vec![(key(1), 3), (key(2), 1)]);
+}
+
+fn the_flusher_writes_on_time_and_drains_at_stop(d: Dialect) {
+    let db = test_db(d, "flusher");
+    let mut cfg = config(&db);
+    cfg.flush_interval_ms = 50;
+    let (store, _) = Store::open(&cfg).unwrap();
+    let store = Arc::new(store);
+    let stop = Arc::new(AtomicBool::new(false));
+    let flusher = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || store.run_flusher(&stop))
+    };
+    let mut w = store.writer(2);
+    for i in 0..100u32 {
+        w.append(done(key(i % 10), i)).unwrap();
+        w.commit().unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.metrics().changes.get() < 100 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(store.metrics().changes.get(), 100);
+    assert!(store.metrics().statements.get() <= store.metrics().flushes.get());
+    // Changes after the last flush, then a stop: the drain writes them once the writer closes.
+    for i in 0..5u32 {
+        w.append(done(key(50 + i), 1)).unwrap();
+    }
+    stop.store(true, Ordering::Release);
+    drop(w);
+    flusher.join().unwrap();
+    let rows = store.with_backend(|b| stored(b));
+    assert_eq!(rows.len(), 15);
+    assert_eq!(rows.iter().map(|r| r.1.completed).sum::<u64>(), 105);
+    assert_eq!(store.journal_bytes(), 0);
+}
+
+/// A backend that fails its first `n` writes like a lost connection.
+struct Flaky {
+    inner: Box<dyn Backend>,
+    fail: u32,
+}
+
+impl Backend for Flaky {
+    fn dialect(&self) -> Dialect {
+        self.inner.dialect()
+    }
+    fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
+        self.inner.applied_migrations()
+    }
+    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
+        self.inner.apply_migration(m)
+    }
+    fn write(&mut self, batch: &Batch) -> Result<Written, StoreError> {
+        if self.fail > 0 {
+            self.fail -= 1;
+            return Err(StoreError::Db {
+                backend: "flaky",
+                what: "connection reset".into(),
+                retry: true,
+            });
+        }
+        self.inner.write(batch)
+    }
+    fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {
+        self.inner.journal_positions()
+    }
+    fn torrents(&mut self, each: &mut dyn FnMut(Key, StoredTorrent)) -> Result<(), StoreError> {
+        self.inner.torrents(each)
+    }
+    fn access_list(&mut self) -> Result<Vec<Key>, StoreError> {
+        self.inner.access_list()
+    }
+    fn execute(&mut self, sql: &str) -> Result<(), StoreError> {
+        self.inner.execute(sql)
+    }
+}
+
+fn failed_batches_are_merged_back_and_retried(d: Dialect) {
+    let db = test_db(d, "retry");
+    let mut cfg = config(&db);
+    cfg.flush_interval_ms = 20;
+    cfg.retry_max_ms = 200;
+    let inner = backend::connect(&db.url, &db.dir).unwrap();
+    let (store, _) = Store::open_with(&cfg, Box::new(Flaky { inner, fail: 4 })).unwrap();
+    let store = Arc::new(store);
+    let stop = Arc::new(AtomicBool::new(false));
+    let flusher = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || store.run_flusher(&stop))
+    };
+    let mut w = store.writer(0);
+    for i in 0..50u32 {
+        w.append(done(key(i % 7), i)).unwrap();
+        w.commit().unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while store.metrics().changes.get() < 50 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    stop.store(true, Ordering::Release);
+    drop(w);
+    flusher.join().unwrap();
+    let m = store.metrics();
+    assert_eq!(m.failures.get(), 4);
+    assert!(m.retries.get() >= 4);
+    assert_eq!(m.changes.get(), 50);
+    let rows = store.with_backend(|b| stored(b));
+    assert_eq!(rows.iter().map(|r| r.1.completed).sum::<u64>(), 50);
+}
+
+fn a_full_journal_refuses_changes(d: Dialect) {
+    let db = test_db(d, "full");
+    let mut cfg = config(&db);
+    cfg.journal_segment_bytes = 1 << 16;
+    cfg.journal_max_bytes = 1 << 17;
+    let (store, _) = Store::open(&cfg).unwrap();
+    let mut w = store.writer(0);
+    let mut taken = 0u64;
+    let refused = loop {
+        match w.append(done(key(taken as u32), 1)) {
+            Ok(()) => taken += 1,
+            Err(e) => break e,
+        }
+        w.commit().unwrap();
+    };
+    assert!(refused.reason().contains("journal is full"));
+    assert!(store.journal_bytes() <= 1 << 17);
+    assert_eq!(store.metrics().refused.get(), 1);
+    // Once the database has them, the segments go and changes are taken again.
+    store.flush().unwrap();
+    w.append(done(key(0), 2)).unwrap();
+    w.commit().unwrap();
+    drop(w);
+    store.flush().unwrap();
+    let rows = store.with_backend(|b| stored(b));
+    assert_eq!(rows.iter().map(|r| r.1.completed).sum::<u64>(), taken + 1);
+}
+
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite { use super::*; $( #[test] fn $name() { super::$name(Dialect::Sqlite) } )* }
+        mod postgres { use super::*; $( #[test] fn $name() { super::$name(Dialect::Postgres) } )* }
+        mod mysql { use super::*; $( #[test] fn $name() { super::$name(Dialect::Mysql) } )* }
+    };
+}
+
+suite!(
+    migrations_apply_once_and_report_status,
+    upserts_add_counts_replace_snapshots_and_keep_first_seen,
+    big_batches_split_under_the_parameter_limit,
+    errors_say_whether_a_retry_can_help,
+    access_list_rows_are_read,
+    journaled_changes_survive_a_crash_exactly_once,
+    the_flusher_writes_on_time_and_drains_at_stop,
+    failed_batches_are_merged_back_and_retried,
+    a_full_journal_refuses_changes,
+);
