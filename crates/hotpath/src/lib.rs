@@ -31,6 +31,22 @@ pub enum Command {
         /// Print JSON.
         json: bool,
     },
+    /// Database schema commands.
+    Db {
+        /// The config file, if any.
+        config: Option<PathBuf>,
+        /// What to do.
+        action: DbAction,
+    },
+}
+
+/// `hotpath db …`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DbAction {
+    /// Apply pending migrations.
+    Migrate,
+    /// Show the schema version, pending migrations and the journal.
+    Status,
 }
 
 /// Exit status of `hotpath bench` when an objective was missed.
@@ -67,7 +83,7 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
                     log::warn!("{} = {}: {}.{fix}", f.setting, f.value, f.why);
                 }
             }
-            let tracker = Tracker::new(&config).map_err(anyhow::Error::msg)?;
+            let tracker = tracker(&config)?;
             hotpath_server::run(&config, Arc::new(tracker)).context("server")?;
             log::info!("stopped");
             Ok(0)
@@ -76,6 +92,7 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
             hotpath_bench::Exit::Met => Ok(0),
             hotpath_bench::Exit::Missed => Ok(EXIT_SLO_MISSED),
         },
+        Command::Db { config, action } => db(&load_config(config.as_ref())?, action),
         Command::Doctor { config, json } => {
             let config = load_config(config.as_ref())?;
             let findings = hotpath_doctor::check(&config, &hotpath_doctor::Host::local());
@@ -97,6 +114,91 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
 
 /// Starts the server in this process (for tests and benchmarks) and returns its handle.
 pub fn start(config: &Config) -> anyhow::Result<RunningServer> {
-    let tracker = Tracker::new(config).map_err(anyhow::Error::msg)?;
+    let tracker = tracker(config)?;
     Ok(RunningServer::start(config, Arc::new(tracker))?)
+}
+
+/// The tracker, on its store when `store.enabled` (connected, migrated, journal replayed).
+fn tracker(config: &Config) -> anyhow::Result<Tracker> {
+    let persist = if config.store.enabled {
+        let opened = hotpath_store::Store::open(&config.store).context("store")?;
+        log::info!("store: {}", opened.0.name);
+        Some(opened)
+    } else {
+        log::info!("store disabled: nothing is kept across restarts");
+        None
+    };
+    Tracker::with_store(config, persist).map_err(anyhow::Error::msg)
+}
+
+/// `hotpath db migrate|status`.
+fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
+    use hotpath_store::{backend, migrations};
+    let cfg = &config.store;
+    let name = if cfg.url.is_empty() {
+        format!("sqlite://{}/hotpath.db", cfg.data_dir)
+    } else {
+        backend::redact(&cfg.url)
+    };
+    let mut b =
+        backend::connect(&cfg.url, std::path::Path::new(&cfg.data_dir)).context("store.url")?;
+    match action {
+        DbAction::Migrate => {
+            let applied = migrations::migrate(&mut *b).with_context(|| name.clone())?;
+            if applied.is_empty() {
+                println!(
+                    "{name}: schema is current (version {})",
+                    migrations::latest()
+                );
+            } else {
+                for v in applied {
+                    let m = &migrations::MIGRATIONS[v as usize - 1];
+                    println!("{name}: applied {} ({})", m.version, m.name);
+                }
+            }
+            Ok(0)
+        }
+        DbAction::Status => {
+            let status = migrations::status(&mut *b).with_context(|| name.clone())?;
+            println!("{name}");
+            let mut pending = 0;
+            for s in &status {
+                match s.applied_at {
+                    Some(at) => println!("  {:>3}  {:<32} applied at unix {at}", s.version, s.name),
+                    None => {
+                        pending += 1;
+                        println!("  {:>3}  {:<32} PENDING", s.version, s.name);
+                    }
+                }
+            }
+            if pending == 0 {
+                let mut positions = b.journal_positions().with_context(|| name.clone())?;
+                positions.sort_unstable();
+                let list: Vec<String> =
+                    positions.iter().map(|(w, s)| format!("w{w}={s}")).collect();
+                println!(
+                    "  journal positions held by the database: {}",
+                    if list.is_empty() {
+                        "none".into()
+                    } else {
+                        list.join(" ")
+                    }
+                );
+            }
+            let dir = std::path::Path::new(&cfg.data_dir).join("journal");
+            let files = hotpath_store::journal::list_segments(&dir).unwrap_or_default();
+            let bytes: u64 = files
+                .iter()
+                .filter_map(|(_, _, p)| std::fs::metadata(p).ok())
+                .map(|m| m.len())
+                .sum();
+            println!(
+                "  journal {}: {} files, {bytes} bytes",
+                dir.display(),
+                files.len()
+            );
+            // Pending migrations make `hotpath serve` with store.migrate = false refuse to start.
+            Ok(u8::from(pending > 0))
+        }
+    }
 }

@@ -41,6 +41,24 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Database commands: `migrate` applies pending schema migrations; `status` lists them
+    /// (exit status 1 when some are pending) and shows the journal.
+    Db {
+        /// What to do.
+        #[command(subcommand)]
+        action: DbCommand,
+        /// The config file whose [store] to use; the defaults (data/hotpath.db) without it.
+        #[arg(long, short, global = true)]
+        config: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum DbCommand {
+    /// Apply pending schema migrations.
+    Migrate,
+    /// Show applied and pending migrations and the journal.
+    Status,
 }
 
 fn main() -> ExitCode {
@@ -61,5 +79,12 @@ fn cli_command(c: Command) -> hotpath::Command {
         Command::Config { check } => hotpath::Command::Config { check },
         Command::Bench(args) => hotpath::Command::Bench(args),
         Command::Doctor { config, json } => hotpath::Command::Doctor { config, json },
+        Command::Db { action, config } => hotpath::Command::Db {
+            config,
+            action: match action {
+                DbCommand::Migrate => hotpath::DbAction::Migrate,
+                DbCommand::Status => hotpath::DbAction::Status,
+            },
+        },
     }
 }

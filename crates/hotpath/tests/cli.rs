@@ -17,8 +17,14 @@ impl Drop for Reaped {
     }
 }
 
+/// The binary, run from a scratch directory of this test process (its default data/ lands
+/// there).
 fn hotpath() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_hotpath"))
+    let dir = std::env::temp_dir().join(format!("hotpath-cli-{}-work", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hotpath"));
+    c.current_dir(dir);
+    c
 }
 
 fn temp(name: &str, text: &str) -> std::path::PathBuf {

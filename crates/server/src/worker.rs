@@ -78,6 +78,8 @@ struct Conn {
     closing: bool,
     /// Registered with epoll (done lazily: a connection answered and closed on accept never is).
     registered: bool,
+    /// Holds answers that wait for this event-loop turn's journal commit.
+    deferred: bool,
 }
 
 impl Conn {
@@ -268,6 +270,8 @@ pub struct Worker {
     batch: Batch,
     h: Handler,
     last_sweep: u32,
+    /// Connections whose answers wait for the journal commit at the end of this turn.
+    deferred: Vec<usize>,
 }
 
 impl Worker {
@@ -316,6 +320,7 @@ impl Worker {
             batch: Batch::new(shared.cfg.udp_batch),
             last_sweep: process_secs(),
             h,
+            deferred: Vec::new(),
         })
     }
 
@@ -344,6 +349,9 @@ impl Worker {
                 } else if t >= LISTENER_BASE {
                     self.accept(t - LISTENER_BASE);
                 }
+            }
+            if !self.deferred.is_empty() {
+                self.commit_and_send();
             }
             if grace_until.is_none() && self.h.shared.stop.load(Ordering::Acquire) {
                 grace_until = Some(
@@ -443,6 +451,7 @@ impl Worker {
             partial_since: None,
             closing: false,
             registered: false,
+            deferred: false,
         });
         self.open += 1;
         self.h.shared.metrics[self.h.index]
@@ -518,6 +527,49 @@ impl Worker {
                 Err(_) => dead = true,
             }
         }
+        if !dead && self.h.service.uncommitted() {
+            // These answers acknowledge changes not yet in the journal: they leave after the
+            // one commit at the end of this event-loop turn.
+            if !conn.deferred {
+                conn.deferred = true;
+                self.deferred.push(slot);
+            }
+            return;
+        }
+        self.finish(slot, dead);
+    }
+
+    /// Commits the service's journal once for every answer this turn held back, then sends
+    /// them; if the commit failed, the answers are dropped and their connections closed, so
+    /// no client is told a change counted that might not be kept.
+    fn commit_and_send(&mut self) {
+        let durable = self.h.service.commit();
+        if !durable {
+            log::error!(
+                "worker {}: the journal write failed; closing {} connections without their answers",
+                self.h.index,
+                self.deferred.len()
+            );
+        }
+        for slot in std::mem::take(&mut self.deferred) {
+            let Some(conn) = self.conns[slot].as_mut() else {
+                continue;
+            };
+            conn.deferred = false;
+            if durable {
+                self.finish(slot, false);
+            } else {
+                self.close(slot);
+            }
+        }
+    }
+
+    /// Sends what a drive left pending, then closes the connection or makes sure epoll
+    /// watches it.
+    fn finish(&mut self, slot: usize, mut dead: bool) {
+        let Some(conn) = self.conns[slot].as_mut() else {
+            return;
+        };
         if !dead {
             dead = !flush(conn);
         }
@@ -578,6 +630,16 @@ impl Worker {
                 let (kind, outcome) = self.h.service.udp(self.batch.datagram(j), &ctx, &mut out);
                 self.batch.outs[j] = out;
                 m.count(metrics::UDP, kind, outcome);
+            }
+            if self.h.service.uncommitted() && !self.h.service.commit() {
+                // Not durable: no answer may acknowledge it; clients retry.
+                log::error!(
+                    "worker {}: the journal write failed; dropping a batch of answers",
+                    self.h.index
+                );
+                for j in 0..n {
+                    self.batch.outs[j].clear();
+                }
             }
             let (sent, failed) = self.batch.send(socket);
             m.latency(n as u64, started.elapsed().as_nanos() as u64);

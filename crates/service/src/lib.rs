@@ -141,6 +141,20 @@ pub trait ServiceWorker: Send {
 
     /// Handles one UDP datagram, appending the answer (if any) to `out`.
     fn udp(&mut self, packet: &[u8], ctx: &Context, out: &mut Vec<u8>) -> (Kind, Outcome);
+
+    /// Whether answers given since the last [`commit`](Self::commit) acknowledge changes
+    /// that are not durable yet. The server then holds those answers back until it commits.
+    fn uncommitted(&self) -> bool {
+        false
+    }
+
+    /// Makes the changes acknowledged since the last commit durable (one journal write for
+    /// a whole event-loop batch). The server calls it before sending any answer given since
+    /// the last commit; `false` means they are not durable and must not be sent (the server
+    /// drops them and closes those connections, so clients retry).
+    fn commit(&mut self) -> bool {
+        true
+    }
 }
 
 /// A background job a service runs on its own named thread until `stop` is set.

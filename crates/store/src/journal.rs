@@ -194,15 +194,28 @@ impl JournalWriter {
         used + bytes as u64 <= self.shared.settings.journal_max_bytes
     }
 
+    /// Counts a request refused for want of room, and gives its reason.
+    pub fn refuse(&self) -> &'static str {
+        self.shared.metrics.refused.add(1);
+        Refused::Full.reason()
+    }
+
     /// Buffers a change for the next commit; refused when the journal is full.
     pub fn append(&mut self, change: Change) -> Result<(), Refused> {
         if !self.has_room(crate::merge::TORRENT_LEN) {
             self.shared.metrics.refused.add(1);
             return Err(Refused::Full);
         }
+        self.push(change);
+        Ok(())
+    }
+
+    /// Buffers a change whatever the journal holds: for a change already applied to memory
+    /// after [`has_room`](Self::has_room) said yes (other workers may have filled the
+    /// journal since, so the bound is passed by at most one batch per worker).
+    pub fn push(&mut self, change: Change) {
         change.encode(&mut self.record);
         self.changes.push(change);
-        Ok(())
     }
 
     /// Whether changes wait for a commit.

@@ -1,5 +1,10 @@
 //! The tracker's request handlers: one [`TrackerWorker`] per server worker, with its own
-//! random generator and scratch buffers, turning parsed requests into answers.
+//! random generator, scratch buffers and journal, turning parsed requests into answers.
+//!
+//! A completed download is journaled by the announce that completes it; the server commits the
+//! journal before that answer leaves. When the journal is full (the database is down for long),
+//! announces that could complete a download are refused with a failure reason, so no client
+//! is told its completion counted when it might not be kept.
 
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -7,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use hotpath_service::{Context, HttpResponse, Kind, Outcome, Request, ServiceWorker};
+use hotpath_store::{Change, JournalWriter};
 use hotpath_wire::bencode::{put_bytes, put_failure, put_int};
 use hotpath_wire::query::{self, Event, Id20};
 use hotpath_wire::udp;
@@ -25,6 +31,8 @@ pub struct TrackerWorker {
     sel: Selection,
     hashes: Vec<Id20>,
     access: AccessView,
+    /// This worker's journal, when persistence is on.
+    journal: Option<JournalWriter>,
 }
 
 fn compact4(ip: std::net::Ipv4Addr, port: u16) -> [u8; 6] {
@@ -96,7 +104,9 @@ impl TrackerWorker {
     /// A handler for worker `index`.
     pub fn new(shared: Arc<Shared>, index: usize) -> Self {
         let access = shared.access.view();
+        let journal = shared.persist.as_ref().map(|db| db.writer(index as u32));
         Self {
+            journal,
             rng: fastrand::Rng::with_seed(fastrand::u64(..) ^ index as u64),
             shared,
             sel: Selection::default(),
@@ -121,6 +131,30 @@ impl TrackerWorker {
                 .fetch_add(1, Ordering::Relaxed);
         }
         reason
+    }
+
+    /// Applies an announce to the swarm table, journaling the download it completes.
+    fn apply(&mut self, peer: &PeerAnnounce, now: u32) -> Result<Counts, &'static str> {
+        if let Some(j) = &self.journal {
+            let may_snatch = peer.complete || peer.event == Event::Completed;
+            if may_snatch && !j.has_room(hotpath_store::merge::TORRENT_LEN) {
+                return Err(j.refuse());
+            }
+        }
+        let (c, snatched) =
+            self.shared
+                .store
+                .announce(peer, now as u16, &mut self.rng, &mut self.sel)?;
+        if let (true, Some(j)) = (snatched, &mut self.journal) {
+            j.push(Change::Torrent {
+                info_hash: peer.info_hash,
+                completed: 1,
+                seeders: c.seeders,
+                leechers: c.leechers,
+                at: (self.shared.unix_base + i64::from(now)) as u32,
+            });
+        }
+        Ok(c)
     }
 
     fn client_ip(&self, req: &Request<'_, '_>, ctx: &Context) -> Result<IpAddr, &'static str> {
@@ -159,11 +193,7 @@ impl TrackerWorker {
         }
         self.sel.clear();
         self.sel.with_ids = !a.compact && !a.no_peer_id && cfg.keep_peer_ids;
-        let now = ctx.now as u16;
-        let c = self
-            .shared
-            .store
-            .announce(&peer, now, &mut self.rng, &mut self.sel)?;
+        let c = self.apply(&peer, ctx.now)?;
         let interval = self.interval();
         let min_interval = self.shared.cfg.min_interval_secs;
         let out = &mut resp.body;
@@ -287,12 +317,7 @@ impl TrackerWorker {
         let peer = peer_announce(ip, r.port, &r.info_hash, &r.peer_id, r.left, r.event, want);
         self.sel.clear();
         self.sel.with_ids = false;
-        let now = ctx.now as u16;
-        match self
-            .shared
-            .store
-            .announce(&peer, now, &mut self.rng, &mut self.sel)
-        {
+        match self.apply(&peer, ctx.now) {
             Ok(c) => {
                 let interval = self.interval();
                 udp::write_announce_head(out, r.transaction_id, interval, c.leechers, c.seeders);
@@ -399,6 +424,16 @@ impl ServiceWorker for TrackerWorker {
                 (Kind::Scrape, Outcome::Ok)
             }
         }
+    }
+
+    fn uncommitted(&self) -> bool {
+        self.journal
+            .as_ref()
+            .is_some_and(JournalWriter::uncommitted)
+    }
+
+    fn commit(&mut self) -> bool {
+        self.journal.as_mut().is_none_or(|j| j.commit().is_ok())
     }
 }
 

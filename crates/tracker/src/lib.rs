@@ -3,12 +3,14 @@
 //!
 //! Owns: the swarm table ([`swarm`], [`store`]), peer selection and expiry, the access list
 //! ([`access`]), UDP connection ids ([`connid`]), and the handlers that turn parsed requests
-//! into answers ([`handler`]). Must not: open sockets (the server does) or speak SQL (the store
-//! crate will, fed by deltas).
+//! into answers ([`handler`]), and what it hands the write-behind store ([`persist`]): completed
+//! downloads through each worker's journal, seeders/leechers snapshots on an interval. Must
+//! not: open sockets (the server does) or speak SQL (the store crate does, fed by changes).
 
 pub mod access;
 pub mod connid;
 pub mod handler;
+pub mod persist;
 pub mod store;
 pub mod swarm;
 
@@ -50,6 +52,10 @@ pub struct Shared {
     pub conn_ids: ConnectionIds,
     /// Counters.
     pub counters: TrackerCounters,
+    /// The write-behind store, when `store.enabled`.
+    pub persist: Option<Arc<hotpath_store::Store>>,
+    /// Unix seconds at process second 0, to stamp changes without a clock call per request.
+    pub unix_base: i64,
 }
 
 /// The tracker service.
@@ -58,8 +64,17 @@ pub struct Tracker {
 }
 
 impl Tracker {
-    /// Builds the tracker from the config; fails when the access list cannot be read.
+    /// Builds the tracker without persistence; fails when the access list cannot be read.
     pub fn new(config: &Config) -> Result<Tracker, String> {
+        Tracker::with_store(config, None)
+    }
+
+    /// Builds the tracker on an opened store: completed counts restored from it, completed
+    /// downloads journaled and written behind.
+    pub fn with_store(
+        config: &Config,
+        persist: Option<(hotpath_store::Store, hotpath_store::Restored)>,
+    ) -> Result<Tracker, String> {
         let cfg = config.tracker.clone();
         let caps = Caps {
             max_torrents: cfg.max_torrents,
@@ -71,6 +86,19 @@ impl Tracker {
             Box::new(Table::<0>::new(cfg.shards, caps))
         };
         let access = AccessList::load(config.access_list.mode, &config.access_list.path)?;
+        let persist = persist.map(|(db, restored)| {
+            for (hash, n) in &restored.completed {
+                store.restore_completed(hash, u32::try_from(*n).unwrap_or(u32::MAX));
+            }
+            if !restored.completed.is_empty() {
+                log::info!(
+                    "{} torrents' completed counts restored from {}",
+                    restored.completed.len(),
+                    db.name
+                );
+            }
+            Arc::new(db)
+        });
         Ok(Tracker {
             shared: Arc::new(Shared {
                 cfg,
@@ -78,6 +106,8 @@ impl Tracker {
                 access,
                 conn_ids: ConnectionIds::random(),
                 counters: TrackerCounters::default(),
+                persist,
+                unix_base: hotpath_store::unix_now() - i64::from(hotpath_service::process_secs()),
             }),
         })
     }
@@ -175,12 +205,15 @@ impl Service for Tracker {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
             );
         }
+        if let Some(db) = &self.shared.persist {
+            db.write_metrics(out);
+        }
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
         let t = self.shared.store.totals();
         let c = &self.shared.counters;
-        vec![
+        let mut stats = vec![
             ("torrents", t.torrents as u64),
             ("peers", t.peers as u64),
             ("seeders", t.seeders as u64),
@@ -191,7 +224,19 @@ impl Service for Tracker {
             ),
             ("access_refused", c.access_refused.load(Ordering::Relaxed)),
             ("peers_expired", c.peers_expired.load(Ordering::Relaxed)),
-        ]
+        ];
+        if let Some(db) = &self.shared.persist {
+            let m = db.metrics();
+            stats.extend([
+                ("store_queue_rows", db.queued_rows() as u64),
+                ("store_journal_bytes", db.journal_bytes()),
+                ("store_flushes", m.flushes.get()),
+                ("store_rows_written", m.rows.get()),
+                ("store_statements", m.statements.get()),
+                ("store_failures", m.failures.get()),
+            ]);
+        }
+        stats
     }
 
     fn reload(&self) -> Result<String, String> {
@@ -201,9 +246,22 @@ impl Service for Tracker {
 
     fn background(&self) -> Vec<Background> {
         let shared = self.shared.clone();
-        vec![Background {
+        let mut jobs = vec![Background {
             name: "tracker-sweeper".into(),
             run: Box::new(move |stop| sweeper(shared, stop)),
-        }]
+        }];
+        if let Some(db) = &self.shared.persist {
+            let db = db.clone();
+            jobs.push(Background {
+                name: "store-flusher".into(),
+                run: Box::new(move |stop| db.run_flusher(&stop)),
+            });
+            let shared = self.shared.clone();
+            jobs.push(Background {
+                name: "tracker-snapshot".into(),
+                run: Box::new(move |stop| persist::snapshotter(shared, stop)),
+            });
+        }
+        jobs
     }
 }

@@ -89,14 +89,19 @@ pub struct Totals {
 
 /// The swarm table, whatever its record layout.
 pub trait Store: Send + Sync {
-    /// Applies an announce and fills `sel`; the error is a failure reason.
+    /// Applies an announce and fills `sel`; returns the torrent's counts and whether this
+    /// announce completed a download (a snatch). The error is a failure reason.
     fn announce(
         &self,
         a: &PeerAnnounce,
         now: u16,
         rng: &mut fastrand::Rng,
         sel: &mut Selection,
-    ) -> Result<Counts, &'static str>;
+    ) -> Result<(Counts, bool), &'static str>;
+
+    /// Sets a torrent's completed count (loaded from the database at start), creating the
+    /// torrent if needed; torrents with downloads on record are kept when their swarm empties.
+    fn restore_completed(&self, info_hash: &Id20, completed: u32);
 
     /// The counts of one torrent (zeros when unknown).
     fn scrape(&self, info_hash: &Id20) -> Counts;
@@ -147,7 +152,7 @@ impl<const I: usize> Store for Table<I> {
         now: u16,
         rng: &mut fastrand::Rng,
         sel: &mut Selection,
-    ) -> Result<Counts, &'static str> {
+    ) -> Result<(Counts, bool), &'static str> {
         let stopped = a.event == Event::Stopped;
         let mut guard = self.swarms.shard(&a.info_hash).lock();
         let shard = &mut *guard;
@@ -156,7 +161,7 @@ impl<const I: usize> Store for Table<I> {
             Entry::Occupied(o) => o.into_mut(),
             Entry::Vacant(v) => {
                 if stopped {
-                    return Ok(Counts::default());
+                    return Ok((Counts::default(), false));
                 }
                 let cap = self.caps.max_torrents;
                 if cap != 0 && self.torrents.load(Ordering::Relaxed) >= cap {
@@ -220,11 +225,20 @@ impl<const I: usize> Store for Table<I> {
         let (s1, p1) = (c.seeders, c.seeders + c.leechers);
         shard.seeders = shard.seeders + s1 as usize - s0 as usize;
         shard.peers = shard.peers + p1 as usize - p0 as usize;
-        if t.is_empty() {
+        if t.is_unused() {
             shard.torrents.remove(&a.info_hash);
             self.torrents.fetch_sub(1, Ordering::Relaxed);
         }
-        Ok(c)
+        Ok((c, snatched == Some(true)))
+    }
+
+    fn restore_completed(&self, info_hash: &Id20, completed: u32) {
+        let mut shard = self.swarms.shard(info_hash).lock();
+        let t = shard.torrents.entry(*info_hash).or_insert_with(|| {
+            self.torrents.fetch_add(1, Ordering::Relaxed);
+            Torrent::default()
+        });
+        t.completed = completed;
     }
 
     fn scrape(&self, info_hash: &Id20) -> Counts {
@@ -254,7 +268,7 @@ impl<const I: usize> Store for Table<I> {
             dropped += t.expire(now, timeout);
             seeders += t.seeders() as usize;
             peers += (t.seeders() + t.leechers()) as usize;
-            !t.is_empty()
+            !t.is_unused()
         });
         let freed = before - shard.torrents.len();
         if shard.torrents.capacity() > 4 * shard.torrents.len() + 64 {
@@ -338,6 +352,7 @@ mod tests {
                     &mut self.sel,
                 )
                 .unwrap()
+                .0
         }
     }
 
@@ -365,8 +380,32 @@ mod tests {
         assert_eq!((t.torrents, t.peers, t.seeders), (1, 2, 2));
         f.peer(1, true, Event::Stopped, 3);
         f.peer(2, true, Event::Stopped, 3);
+        // The empty torrent stays: its completed count is still reported by scrape.
         let t = f.table.totals();
-        assert_eq!((t.torrents, t.peers, t.seeders), (0, 0, 0));
+        assert_eq!((t.torrents, t.peers, t.seeders), (1, 0, 0));
+        assert_eq!(f.table.scrape(&[1; 20]).completed, 1);
+    }
+
+    #[test]
+    fn announces_say_when_they_snatch_and_restored_counts_continue() {
+        let mut f = Fixture::new(table::<0>(2, 0), false);
+        f.table.restore_completed(&[1; 20], 41);
+        assert_eq!(f.table.totals().torrents, 1);
+        let mut a = announce(1, false, Event::Started);
+        let (c, snatched) = f.table.announce(&a, 0, &mut f.rng, &mut f.sel).unwrap();
+        assert_eq!((c.completed, snatched), (41, false));
+        a.seeder = true;
+        a.complete = true;
+        a.event = Event::Completed;
+        let (c, snatched) = f.table.announce(&a, 1, &mut f.rng, &mut f.sel).unwrap();
+        assert_eq!((c.completed, snatched), (42, true));
+        let (_, again) = f.table.announce(&a, 2, &mut f.rng, &mut f.sel).unwrap();
+        assert!(!again);
+        // Sweeping frees peers, not the record of downloads.
+        for i in 0..f.table.shards() {
+            f.table.sweep(i, 5000, 100);
+        }
+        assert_eq!(f.table.scrape(&[1; 20]).completed, 42);
     }
 
     #[test]

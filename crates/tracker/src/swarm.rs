@@ -378,6 +378,11 @@ impl<const I: usize> Torrent<I> {
     pub fn is_empty(&self) -> bool {
         self.v4.is_empty() && self.extra.as_ref().is_none_or(|e| e.v6.is_empty())
     }
+
+    /// Whether the torrent can be freed: no peers and no completed downloads to report.
+    pub fn is_unused(&self) -> bool {
+        self.completed == 0 && self.is_empty()
+    }
 }
 
 /// One shard: its torrents and its share of the global counts, all under one short lock.

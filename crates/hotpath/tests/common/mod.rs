@@ -12,9 +12,21 @@ use hotpath_wire::http::parse_response_head;
 use hotpath_wire::query::{percent_encode, write_announce, Announce, Event};
 use hotpath_wire::udp;
 
-/// A config listening on loopback port 0 only, with 2 workers.
+/// A fresh directory for one server's data (journal, SQLite file).
+pub fn data_dir() -> std::path::PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("hotpath-test-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A config listening on loopback port 0 only, with 2 workers, persisting to SQLite in a
+/// fresh directory.
 pub fn test_config() -> Config {
     let mut c = Config::default();
+    c.store.data_dir = data_dir().display().to_string();
     c.listen.http = vec!["127.0.0.1:0".parse().unwrap()];
     c.listen.udp = vec!["127.0.0.1:0".parse().unwrap()];
     c.listen.admin = vec!["127.0.0.1:0".parse().unwrap()];
