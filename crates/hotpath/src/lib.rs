@@ -83,8 +83,9 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
                     log::warn!("{} = {}: {}.{fix}", f.setting, f.value, f.why);
                 }
             }
-            let tracker = tracker(&config)?;
-            hotpath_server::run(&config, Arc::new(tracker)).context("server")?;
+            let tracker = Arc::new(tracker(&config)?);
+            hotpath_server::run(&config, tracker.clone()).context("server")?;
+            tracker.save_swarms();
             log::info!("stopped");
             Ok(0)
         }

@@ -35,6 +35,7 @@ pub mod backend;
 pub mod journal;
 pub mod merge;
 pub mod migrations;
+pub mod testing;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -587,6 +588,8 @@ impl Store {
                 }
             }
         }
+        // Segments the writers closed after the last write are confirmed too.
+        self.prune();
         let rows = self.queued_rows();
         let segments = s.inner.lock().segments.len();
         if rows == 0 && segments == 0 {

@@ -1,13 +1,9 @@
 //! One conformance suite, run against every backend: SQLite (a file in a temporary directory),
 //! PostgreSQL and MariaDB/MySQL (real servers; `scripts/test` starts or installs them). Each
 //! test gets its own database, so tests run in parallel without seeing each other.
-//!
-//! The servers are found at `HOTPATH_TEST_POSTGRES` (default
-//! `postgres://postgres@127.0.0.1:5432/test`) and `HOTPATH_TEST_MYSQL` (default
-//! `mysql://root@127.0.0.1:3306/test`). A missing server fails these tests: it is not a skip.
+//! See [`hotpath_store::testing`] for where the servers are found.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,98 +11,8 @@ use hotpath_config::StoreConfig;
 use hotpath_store::backend::{self, Backend, Dialect, StoredTorrent, Written};
 use hotpath_store::merge::TorrentRow;
 use hotpath_store::migrations::{self, Migration};
+use hotpath_store::testing::{test_db, TestDb};
 use hotpath_store::{Batch, Change, Key, Store, StoreError};
-
-/// A fresh database of one kind, dropped at the end.
-struct TestDb {
-    url: String,
-    dir: PathBuf,
-    cleanup: Option<(String, String)>,
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        if let Some((admin, sql)) = self.cleanup.take() {
-            if let Ok(mut b) = backend::connect(&admin, &self.dir) {
-                let _ = b.execute(&sql);
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn unique(tag: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "hpt_{tag}_{}_{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn server_url(var: &str, default: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| default.to_string())
-}
-
-/// Replaces the database name (the last path segment) of a server URL.
-fn with_database(url: &str, db: &str) -> String {
-    let (base, query) = url.split_once('?').map_or((url, ""), |(b, q)| (b, q));
-    let cut = base.rfind('/').expect("a URL with a database");
-    let q = if query.is_empty() {
-        String::new()
-    } else {
-        format!("?{query}")
-    };
-    format!("{}/{db}{q}", &base[..cut])
-}
-
-fn test_db(dialect: Dialect, tag: &str) -> TestDb {
-    let name = unique(tag);
-    let dir = temp_dir(&name);
-    match dialect {
-        Dialect::Sqlite => TestDb {
-            url: format!("sqlite://{}", dir.join("test.db").display()),
-            dir,
-            cleanup: None,
-        },
-        Dialect::Postgres | Dialect::Mysql => {
-            let (var, default) = if dialect == Dialect::Postgres {
-                (
-                    "HOTPATH_TEST_POSTGRES",
-                    "postgres://postgres@127.0.0.1:5432/test",
-                )
-            } else {
-                ("HOTPATH_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test")
-            };
-            let admin = server_url(var, default);
-            let mut b = backend::connect(&admin, &dir).unwrap();
-            b.execute(&format!("CREATE DATABASE {name}"))
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "{} must be running at {admin} (scripts/test starts it): {e}",
-                        dialect.name()
-                    )
-                });
-            let drop = if dialect == Dialect::Postgres {
-                format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            } else {
-                format!("DROP DATABASE IF EXISTS {name}")
-            };
-            TestDb {
-                url: with_database(&admin, &name),
-                dir,
-                cleanup: Some((admin, drop)),
-            }
-        }
-    }
-}
 
 fn config(db: &TestDb) -> StoreConfig {
     StoreConfig {

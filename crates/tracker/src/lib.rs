@@ -56,6 +56,8 @@ pub struct Shared {
     pub persist: Option<Arc<hotpath_store::Store>>,
     /// Unix seconds at process second 0, to stamp changes without a clock call per request.
     pub unix_base: i64,
+    /// Where swarms are saved at shutdown and loaded at start (`tracker.persist_swarms`).
+    pub swarms_dir: Option<std::path::PathBuf>,
 }
 
 /// The tracker service.
@@ -99,7 +101,9 @@ impl Tracker {
             }
             Arc::new(db)
         });
-        Ok(Tracker {
+        let swarms_dir = (persist.is_some() && cfg.persist_swarms)
+            .then(|| std::path::PathBuf::from(&config.store.data_dir));
+        let tracker = Tracker {
             shared: Arc::new(Shared {
                 cfg,
                 store,
@@ -108,8 +112,32 @@ impl Tracker {
                 counters: TrackerCounters::default(),
                 persist,
                 unix_base: hotpath_store::unix_now() - i64::from(hotpath_service::process_secs()),
+                swarms_dir,
             }),
-        })
+        };
+        if let Some(dir) = &tracker.shared.swarms_dir {
+            match persist::load_swarms(&tracker.shared, dir) {
+                Ok(Some((t, p, ago))) => {
+                    log::info!("swarms restored: {t} torrents, {p} peers (saved {ago} s ago)")
+                }
+                Ok(None) => {}
+                // Swarms refill from announces within one interval: not a reason to refuse.
+                Err(e) => log::warn!("swarms not restored: {e}"),
+            }
+        }
+        Ok(tracker)
+    }
+
+    /// Saves every swarm for the next start (after the server has stopped), when
+    /// `tracker.persist_swarms` and the store are on.
+    pub fn save_swarms(&self) {
+        let Some(dir) = &self.shared.swarms_dir else {
+            return;
+        };
+        match persist::save_swarms(&self.shared, dir) {
+            Ok((t, p)) => log::info!("swarms saved: {t} torrents, {p} peers"),
+            Err(e) => log::error!("swarms not saved to {}: {e}", dir.display()),
+        }
     }
 
     /// The shared state (for tests and benchmarks that drive the swarm API directly).

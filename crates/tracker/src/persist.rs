@@ -1,8 +1,11 @@
 //! What the tracker keeps across restarts, through the write-behind store: completed downloads
 //! (journaled by the handlers before the answer, see [`crate::handler`]) and, from here, every
 //! swarm's seeders and leechers on an interval (`tracker.snapshot_interval_secs`; snapshots are
-//! not journaled: a crash loses at most one interval of them).
+//! not journaled: a crash loses at most one interval of them), and the swarms themselves,
+//! saved at a graceful shutdown and loaded at the next start ([`save_swarms`], [`load_swarms`]).
 
+use std::io::Write as _;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,4 +51,70 @@ pub fn snapshotter(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
         });
         db.submit(&changes);
     }
+}
+
+/// The swarm snapshot's file name in `store.data_dir`.
+pub const SWARMS_FILE: &str = "swarms.snapshot";
+const MAGIC: &[u8; 8] = b"HPSWARM1";
+
+/// Writes every swarm to `dir/swarms.snapshot` (through a temporary file, renamed when
+/// complete and synced): `HPSWARM1`, the unix second of the save (i64 LE), the peer id size
+/// (u8: 0 or 20), the torrents (info hash, IPv4 and IPv6 peer counts as u32 LE, then each peer:
+/// address, age in seconds as u16 LE, seeder flag, id), and a CRC-32 of all that (u32 LE).
+/// Returns (torrents, peers) saved.
+pub fn save_swarms(shared: &Shared, dir: &Path) -> std::io::Result<(usize, usize)> {
+    let now = hotpath_service::process_secs() as u16;
+    let mut out = Vec::with_capacity(1 << 20);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&hotpath_store::unix_now().to_le_bytes());
+    out.push(shared.store.id_len() as u8);
+    let saved = shared.store.save(now, &mut out);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    let tmp = dir.join(format!("{SWARMS_FILE}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&out)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(SWARMS_FILE))?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(saved)
+}
+
+/// Loads `dir/swarms.snapshot` if there is one, aging every peer by the time since the save,
+/// and deletes it (a later crash must not bring back swarms older than the ones it lost).
+/// Returns (torrents, peers, seconds since the save), or `None` when there was no snapshot.
+pub fn load_swarms(shared: &Shared, dir: &Path) -> Result<Option<(usize, usize, u32)>, String> {
+    let path = dir.join(SWARMS_FILE);
+    let data = match std::fs::read(&path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let result = parse_and_load(shared, &data);
+    if let Err(e) = std::fs::remove_file(&path) {
+        log::warn!("{}: cannot delete: {e}", path.display());
+    }
+    result
+        .map(Some)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn parse_and_load(shared: &Shared, data: &[u8]) -> Result<(usize, usize, u32), &'static str> {
+    const HEAD: usize = 8 + 8 + 1;
+    if data.len() < HEAD + 4 || &data[..8] != MAGIC {
+        return Err("not a swarm snapshot");
+    }
+    let (body, crc) = data.split_at(data.len() - 4);
+    if crc32fast::hash(body).to_le_bytes() != crc {
+        return Err("the swarm snapshot is damaged (checksum)");
+    }
+    let saved_at = i64::from_le_bytes(body[8..16].try_into().expect("8 bytes"));
+    let id_len = usize::from(body[16]);
+    let downtime = (hotpath_store::unix_now() - saved_at).clamp(0, i64::from(u32::MAX)) as u32;
+    let now = hotpath_service::process_secs() as u16;
+    let timeout = shared.cfg.peer_timeout_secs as u16;
+    let (t, p) = shared
+        .store
+        .load(&body[HEAD..], id_len, now, downtime, timeout)?;
+    Ok((t, p, downtime))
 }

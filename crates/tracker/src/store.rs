@@ -7,7 +7,7 @@ use hashbrown::hash_map::Entry;
 
 use hotpath_wire::query::{Event, Id20};
 
-use crate::swarm::{Change, Swarms, Torrent};
+use crate::swarm::{Change, Record, Swarms, Torrent};
 
 /// The counts a tracker reports for a torrent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -117,6 +117,86 @@ pub trait Store: Send + Sync {
 
     /// Totals over all shards.
     fn totals(&self) -> Totals;
+
+    /// Bytes of peer id each saved peer carries (0 or 20).
+    fn id_len(&self) -> usize;
+
+    /// Appends every swarm with peers to `out` in the snapshot format of [`crate::persist`],
+    /// one shard locked at a time; returns (torrents, peers) saved.
+    fn save(&self, now: u16, out: &mut Vec<u8>) -> (usize, usize);
+
+    /// Adds the swarms of a snapshot body whose peers carry `id_len` id bytes, each peer aged
+    /// by `downtime` more seconds; peers older than `timeout` are left out. Returns (torrents,
+    /// peers) restored, or what is wrong with the body.
+    fn load(
+        &self,
+        body: &[u8],
+        id_len: usize,
+        now: u16,
+        downtime: u32,
+        timeout: u16,
+    ) -> Result<(usize, usize), &'static str>;
+}
+
+/// Appends one peer set's records: address, age in seconds, seeder flag, peer id if kept.
+fn put_records<const A: usize, const I: usize>(
+    out: &mut Vec<u8>,
+    (records, seeders): (&[Record<A, I>], u32),
+    now: u16,
+) {
+    for (i, r) in records.iter().enumerate() {
+        out.extend_from_slice(r.addr());
+        out.extend_from_slice(&now.wrapping_sub(r.seen()).to_le_bytes());
+        out.push(u8::from((i as u32) < seeders));
+        if let Some(id) = r.peer_id() {
+            out.extend_from_slice(id);
+        }
+    }
+}
+
+/// Reads a snapshot body front to back.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], &'static str> {
+        if self.0.len() < n {
+            return Err("the swarm snapshot is cut short");
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn u32(&mut self) -> Result<u32, &'static str> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+}
+
+/// One saved peer: its address, whether it seeds, its id (zeros when not saved) and its age.
+struct SavedPeer<const A: usize> {
+    addr: [u8; A],
+    seeder: bool,
+    id: Id20,
+    age: u16,
+}
+
+fn read_peer<const A: usize>(
+    r: &mut Reader<'_>,
+    id_len: usize,
+) -> Result<SavedPeer<A>, &'static str> {
+    let addr: [u8; A] = r.take(A)?.try_into().expect("A bytes");
+    let age = u16::from_le_bytes(r.take(2)?.try_into().expect("2 bytes"));
+    let seeder = r.take(1)?[0] != 0;
+    let mut id = [0u8; 20];
+    id[..id_len].copy_from_slice(r.take(id_len)?);
+    Ok(SavedPeer {
+        addr,
+        seeder,
+        id,
+        age,
+    })
 }
 
 /// [`Swarms`] with the global torrent count used by the torrent cap.
@@ -284,6 +364,87 @@ impl<const I: usize> Store for Table<I> {
         self.swarms.shard_count()
     }
 
+    fn id_len(&self) -> usize {
+        I
+    }
+
+    fn save(&self, now: u16, out: &mut Vec<u8>) -> (usize, usize) {
+        let (mut torrents, mut peers) = (0, 0);
+        for i in 0..self.swarms.shard_count() {
+            let shard = self.swarms.shard_at(i).lock();
+            for (hash, t) in &shard.torrents {
+                if t.is_empty() {
+                    continue;
+                }
+                let (v4, v6) = (t.records_v4(), t.records_v6());
+                out.extend_from_slice(hash);
+                out.extend_from_slice(&(v4.0.len() as u32).to_le_bytes());
+                out.extend_from_slice(&(v6.0.len() as u32).to_le_bytes());
+                put_records(out, v4, now);
+                put_records(out, v6, now);
+                torrents += 1;
+                peers += v4.0.len() + v6.0.len();
+            }
+        }
+        (torrents, peers)
+    }
+
+    fn load(
+        &self,
+        body: &[u8],
+        id_len: usize,
+        now: u16,
+        downtime: u32,
+        timeout: u16,
+    ) -> Result<(usize, usize), &'static str> {
+        if id_len != 0 && id_len != 20 {
+            return Err("the swarm snapshot has an unknown peer id size");
+        }
+        let max = self.caps.max_peers_per_torrent;
+        let (mut torrents, mut peers) = (0, 0);
+        let mut r = Reader(body);
+        // A peer's last-seen time, if it is still alive after the downtime.
+        let seen = |age: u16| {
+            let age = u32::from(age) + downtime;
+            (age < u32::from(timeout)).then(|| now.wrapping_sub(age as u16))
+        };
+        while !r.0.is_empty() {
+            let hash: Id20 = r.take(20)?.try_into().expect("20 bytes");
+            let (n4, n6) = (r.u32()?, r.u32()?);
+            let mut guard = self.swarms.shard(&hash).lock();
+            let shard = &mut *guard;
+            let fresh = !shard.torrents.contains_key(&hash);
+            let t = shard.torrents.entry(hash).or_default();
+            let (s0, p0) = (t.seeders(), t.seeders() + t.leechers());
+            for _ in 0..n4 {
+                let p = read_peer::<6>(&mut r, id_len)?;
+                if let Some(seen) = seen(p.age) {
+                    t.v4().announce(p.addr, &p.id, p.seeder, false, seen, max);
+                }
+            }
+            for _ in 0..n6 {
+                let p = read_peer::<18>(&mut r, id_len)?;
+                if let Some(seen) = seen(p.age) {
+                    t.v6().announce(p.addr, &p.id, p.seeder, false, seen, max);
+                }
+            }
+            t.tidy();
+            let (s1, p1) = (t.seeders(), t.seeders() + t.leechers());
+            shard.seeders = shard.seeders + s1 as usize - s0 as usize;
+            shard.peers = shard.peers + p1 as usize - p0 as usize;
+            if t.is_unused() {
+                shard.torrents.remove(&hash);
+            } else {
+                if fresh {
+                    self.torrents.fetch_add(1, Ordering::Relaxed);
+                }
+                torrents += 1;
+                peers += (p1 - p0) as usize;
+            }
+        }
+        Ok((torrents, peers))
+    }
+
     fn totals(&self) -> Totals {
         let mut t = Totals::default();
         for i in 0..self.swarms.shard_count() {
@@ -438,6 +599,46 @@ mod tests {
         f.peer(2, false, Event::None, 0);
         assert_eq!(f.sel.v4, vec![127, 0, 0, 1, 0, 1]);
         assert_eq!(f.sel.ids, vec![[1; 20]]);
+    }
+
+    #[test]
+    fn swarms_saved_and_loaded_keep_peers_roles_and_remaining_lifetimes() {
+        let mut f = Fixture::new(table::<20>(4, 0), true);
+        f.peer(1, true, Event::Started, 100);
+        f.peer(2, false, Event::Started, 150);
+        let mut six = announce(3, false, Event::Started);
+        six.v4 = None;
+        six.v6 = Some([7; 18]);
+        f.table.announce(&six, 190, &mut f.rng, &mut f.sel).unwrap();
+        let mut body = Vec::new();
+        assert_eq!(f.table.save(200, &mut body), (1, 3));
+
+        // Loaded 30 s later into a new table whose clock reads 5: ages are 130, 80 and 40.
+        let mut g = Fixture::new(table::<20>(4, 0), true);
+        assert_eq!(g.table.load(&body, 20, 5, 30, 1000), Ok((1, 3)));
+        let c = g.table.scrape(&[1; 20]);
+        assert_eq!((c.seeders, c.leechers), (1, 2));
+        let t = g.table.totals();
+        assert_eq!((t.torrents, t.peers, t.seeders), (1, 3, 1));
+        g.sel.clear();
+        g.peer(9, false, Event::Started, 5);
+        // A new IPv4 leecher is sent the IPv4 seeder and leecher, with their ids.
+        g.sel.ids.sort_unstable();
+        assert_eq!(g.sel.ids, vec![[1; 20], [2; 20]]);
+        // Each peer keeps what was left of its lifetime: at a timeout of 100 s the seeder
+        // (130 s old) is gone on load, the others go when their time is up.
+        let mut h = Fixture::new(table::<0>(4, 0), false);
+        assert_eq!(h.table.load(&body, 20, 5, 30, 100), Ok((1, 2)));
+        for i in 0..h.table.shards() {
+            h.table.sweep(i, 5 + 30, 100);
+        }
+        assert_eq!(h.table.totals().peers, 1);
+        // Damage is reported, not loaded as garbage.
+        assert!(h
+            .table
+            .load(&body[..body.len() - 3], 20, 5, 0, 100)
+            .is_err());
+        assert!(h.table.load(&body, 7, 5, 0, 100).is_err());
     }
 
     #[test]

@@ -34,7 +34,8 @@ pub struct Record<const A: usize, const I: usize> {
 }
 
 impl<const A: usize, const I: usize> Record<A, I> {
-    fn seen(&self) -> u16 {
+    /// The process second it was last seen (16 bits, wrapping).
+    pub fn seen(&self) -> u16 {
         u16::from_ne_bytes(self.seen)
     }
 
@@ -358,6 +359,18 @@ impl<const I: usize> Torrent<I> {
         }
         self.tidy();
         dropped
+    }
+
+    /// The IPv4 records (seeders first) and how many are seeders.
+    pub fn records_v4(&self) -> (&[Record<6, I>], u32) {
+        (&self.v4, self.seeders4)
+    }
+
+    /// The IPv6 records (seeders first) and how many are seeders.
+    pub fn records_v6(&self) -> (&[Record<18, I>], u32) {
+        self.extra
+            .as_ref()
+            .map_or((&[][..], 0), |e| (&e.v6[..], e.seeders6))
     }
 
     /// Seeders of both families.

@@ -272,3 +272,104 @@ impl Udp {
             .expect("announce answer")
     }
 }
+
+/// A `hotpath serve` process, killed (by its PID) if the test ends while it still runs; its
+/// log lines are kept for the test to read.
+pub struct Proc {
+    pub child: std::process::Child,
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    pub http: SocketAddr,
+    pub admin: Option<SocketAddr>,
+}
+
+impl Proc {
+    /// Starts the binary with `config`, in `cwd`, and waits until it has started its workers.
+    pub fn spawn(config: &std::path::Path, cwd: &std::path::Path) -> Proc {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hotpath"))
+            .args(["serve", "--config"])
+            .arg(config)
+            .current_dir(cwd)
+            .env("RUST_LOG", "info")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("hotpath starts");
+        let stderr = child.stderr.take().unwrap();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let lines = log.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if line.contains("workers started") {
+                    let _ = tx.send(());
+                }
+                lines.lock().unwrap().push(line);
+            }
+        });
+        let started = rx.recv_timeout(Duration::from_secs(30)).is_ok();
+        let mut proc = Proc {
+            child,
+            log,
+            http: "0.0.0.0:0".parse().unwrap(),
+            admin: None,
+        };
+        assert!(started, "hotpath did not start:\n{}", proc.log_text());
+        let text = proc.log_text();
+        let addr = |kind: &str| {
+            text.lines().find_map(|l| {
+                let rest = l.split("listening on ").nth(1)?;
+                rest.strip_suffix(kind)?.trim().parse::<SocketAddr>().ok()
+            })
+        };
+        proc.http = addr("(HTTP)").expect("an HTTP listener");
+        proc.admin = addr("(admin)");
+        proc
+    }
+
+    /// Everything logged so far.
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// Sends `signal` (e.g. "-KILL", "-TERM") and waits for the exit; returns its status.
+    pub fn signal(&mut self, signal: &str) -> std::process::ExitStatus {
+        let ok = std::process::Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {signal}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "hotpath did not exit on {signal}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The value of a metric line from /metrics.
+    pub fn metric(&self, name: &str) -> f64 {
+        let mut c = Client::connect(self.admin.expect("an admin listener"));
+        let text = String::from_utf8(c.get("/metrics").body).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name}"))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
