@@ -627,7 +627,7 @@ mod tests {
         assert_eq!(g.sel.ids, vec![[1; 20], [2; 20]]);
         // Each peer keeps what was left of its lifetime: at a timeout of 100 s the seeder
         // (130 s old) is gone on load, the others go when their time is up.
-        let mut h = Fixture::new(table::<0>(4, 0), false);
+        let h = Fixture::new(table::<0>(4, 0), false);
         assert_eq!(h.table.load(&body, 20, 5, 30, 100), Ok((1, 2)));
         for i in 0..h.table.shards() {
             h.table.sweep(i, 5 + 30, 100);
