@@ -201,12 +201,17 @@ pub enum AccessListMode {
 }
 
 section! {
-    /// The access list: a file of hex info hashes, one per line, reloaded on SIGHUP.
+    /// The access list: a file of hex info hashes, one per line, reloaded on SIGHUP, and/or
+    /// the database table hp_access_list; the list is what both hold.
     pub struct AccessListConfig {
         /// "off", "allow" (only listed hashes are served) or "deny" (listed hashes are refused).
         pub mode: AccessListMode = AccessListMode::Off,
-        /// The file of 40-character hex info hashes; `#` starts a comment.
+        /// The file of 40-character hex info hashes; `#` starts a comment. Empty: no file.
         pub path: String = String::new(),
+        /// Also list the info hashes in the database table hp_access_list (needs the store).
+        pub database: bool = false,
+        /// Seconds between reads of hp_access_list (SIGHUP reads it too).
+        pub reload_secs: u32 = 60,
     }
 }
 
@@ -386,11 +391,21 @@ impl Config {
                 );
             }
         }
-        if self.access_list.mode != AccessListMode::Off && self.access_list.path.is_empty() {
+        let al = &self.access_list;
+        if al.mode != AccessListMode::Off && al.path.is_empty() && !al.database {
             return bad(
                 "access_list.path",
-                "must name a file when access_list.mode is not off",
+                "must name a file when access_list.mode is not off (or set access_list.database)",
             );
+        }
+        if al.database && !self.store.enabled {
+            return bad(
+                "access_list.database",
+                "needs the store (store.enabled = true)",
+            );
+        }
+        if al.reload_secs == 0 {
+            return bad("access_list.reload_secs", "must be at least 1");
         }
         let st = &self.store;
         if st.enabled && st.data_dir.is_empty() {
@@ -555,6 +570,28 @@ mod tests {
             ),
             ("[server]\nbacklog = 0\n", "server.backlog"),
             ("[access_list]\nmode = \"allow\"\n", "access_list.path"),
+            (
+                "[access_list]\ndatabase = true\n[store]\nenabled = false\n",
+                "access_list.database",
+            ),
+            ("[store]\nurl = \"redis://x\"\n", "store.url"),
+            (
+                "[store]\nflush_interval_ms = 0\n",
+                "store.flush_interval_ms",
+            ),
+            ("[store]\nbatch_rows = 0\n", "store.batch_rows"),
+            (
+                "[store]\njournal_max_bytes = 100\n",
+                "store.journal_max_bytes",
+            ),
+            (
+                "[store]\nenabled = true\ndata_dir = \"\"\n",
+                "store.data_dir",
+            ),
+            (
+                "[tracker]\nsnapshot_interval_secs = 0\n",
+                "tracker.snapshot_interval_secs",
+            ),
             (
                 "[tracker]\nreal_ip_header = \"X-Real-IP\"\n",
                 "tracker.trusted_proxies",

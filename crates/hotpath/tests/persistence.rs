@@ -421,3 +421,30 @@ fn postgres_outage_loses_nothing() {
 fn mysql_outage_loses_nothing() {
     database_outage_loses_nothing(Dialect::Mysql);
 }
+
+#[test]
+fn the_access_list_follows_the_database() {
+    let mut config = common::test_config();
+    config.access_list.mode = hotpath_config::AccessListMode::Allow;
+    config.access_list.database = true;
+    config.access_list.reload_secs = 1;
+    let data = PathBuf::from(&config.store.data_dir);
+    let server = common::start(&config);
+    let mut c = Client::connect(server.http_addr().unwrap());
+    let a = common::announce([0x5a; 20], 1, 7000, 10, Event::Started);
+    let r = c.get(&announce_target(&a));
+    assert!(failure(&r.body).unwrap().contains("allow list"));
+
+    let mut db = backend::connect("", &data).unwrap();
+    let hex = "5a".repeat(20);
+    db.execute(&format!(
+        "INSERT INTO hp_access_list (info_hash, note) VALUES (X'{hex}', 'added by hand')"
+    ))
+    .unwrap();
+    wait_for(
+        "the reloader to pick the row up",
+        Duration::from_secs(10),
+        || failure(&c.get(&announce_target(&a)).body).is_none(),
+    );
+    server.shutdown().unwrap();
+}

@@ -1,6 +1,7 @@
-//! The access list: which info hashes the tracker serves, read from a file of hex hashes and
-//! swapped in whole on reload. Workers keep their own `Arc` of the current list and check a
-//! generation counter per request, so a request never takes a shared lock for it.
+//! The access list: which info hashes the tracker serves, from a file of hex hashes and/or the
+//! database (its rows handed over by the tracker's reloader), swapped in whole on reload.
+//! Workers keep their own `Arc` of the current list and check a generation counter per
+//! request, so a request never takes a shared lock for it.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,7 +18,15 @@ pub struct AccessList {
     mode: AccessListMode,
     path: String,
     generation: AtomicU64,
+    /// The two sources, kept apart so that reloading one keeps the other.
+    sources: Mutex<Sources>,
     current: Mutex<Arc<HashSet<Id20>>>,
+}
+
+#[derive(Debug, Default)]
+struct Sources {
+    file: HashSet<Id20>,
+    database: HashSet<Id20>,
 }
 
 /// A worker's view of the list, refreshed when the generation moves.
@@ -68,6 +77,7 @@ impl AccessList {
             mode,
             path: path.to_string(),
             generation: AtomicU64::new(0),
+            sources: Mutex::new(Sources::default()),
             current: Mutex::new(Arc::new(HashSet::new())),
         };
         if mode != AccessListMode::Off {
@@ -76,18 +86,36 @@ impl AccessList {
         Ok(list)
     }
 
-    /// Re-reads the file; on error the old list stays in force.
+    /// Re-reads the file (if one is configured); on error the old list stays in force.
+    /// Returns the size of the whole list.
     pub fn reload(&self) -> Result<usize, String> {
-        if self.mode == AccessListMode::Off {
-            return Ok(0);
+        if self.mode == AccessListMode::Off || self.path.is_empty() {
+            return Ok(self.len());
         }
         let text = std::fs::read_to_string(&self.path)
             .map_err(|e| format!("access list {}: {e}", self.path))?;
         let set = parse_list(&text).map_err(|e| format!("access list {}: {e}", self.path))?;
-        let n = set.len();
-        *self.current.lock() = Arc::new(set);
+        Ok(self.swap(|s| s.file = set))
+    }
+
+    /// Replaces the hashes that come from the database; returns the size of the whole list.
+    /// Nothing changes (and workers keep their view) when the rows are the same.
+    pub fn set_database(&self, hashes: impl IntoIterator<Item = Id20>) -> usize {
+        let set: HashSet<Id20> = hashes.into_iter().collect();
+        if self.sources.lock().database == set {
+            return self.len();
+        }
+        self.swap(|s| s.database = set)
+    }
+
+    fn swap(&self, change: impl FnOnce(&mut Sources)) -> usize {
+        let mut sources = self.sources.lock();
+        change(&mut sources);
+        let union: HashSet<Id20> = sources.file.union(&sources.database).copied().collect();
+        let n = union.len();
+        *self.current.lock() = Arc::new(union);
         self.generation.fetch_add(1, Ordering::Release);
-        Ok(n)
+        n
     }
 
     /// A view for one worker.
@@ -129,6 +157,26 @@ impl AccessList {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_list_is_the_file_and_the_database_together() {
+        let dir = std::env::temp_dir().join(format!("hotpath-access-{}", std::process::id()));
+        std::fs::write(&dir, format!("{}\n", "aa".repeat(20))).unwrap();
+        let list = AccessList::load(AccessListMode::Allow, dir.to_str().unwrap()).unwrap();
+        let mut view = list.view();
+        assert!(list.check(&mut view, &[0xaa; 20]).is_none());
+        assert!(list.check(&mut view, &[0xbb; 20]).is_some());
+        assert_eq!(list.set_database([[0xbb; 20], [0xcc; 20]]), 3);
+        assert!(list.check(&mut view, &[0xbb; 20]).is_none());
+        // Re-reading the file keeps the database's rows, and the other way round.
+        std::fs::write(&dir, format!("{}\n", "dd".repeat(20))).unwrap();
+        assert_eq!(list.reload().unwrap(), 3);
+        assert!(list.check(&mut view, &[0xaa; 20]).is_some());
+        assert_eq!(list.set_database([]), 1);
+        assert!(list.check(&mut view, &[0xbb; 20]).is_some());
+        assert!(list.check(&mut view, &[0xdd; 20]).is_none());
+        std::fs::remove_file(dir).unwrap();
+    }
 
     #[test]
     fn parses_and_names_bad_lines() {

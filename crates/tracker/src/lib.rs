@@ -58,6 +58,8 @@ pub struct Shared {
     pub unix_base: i64,
     /// Where swarms are saved at shutdown and loaded at start (`tracker.persist_swarms`).
     pub swarms_dir: Option<std::path::PathBuf>,
+    /// Seconds between reads of the access list's database rows, when that source is on.
+    pub access_db_reload: Option<u32>,
 }
 
 /// The tracker service.
@@ -103,6 +105,12 @@ impl Tracker {
         });
         let swarms_dir = (persist.is_some() && cfg.persist_swarms)
             .then(|| std::path::PathBuf::from(&config.store.data_dir));
+        let al = &config.access_list;
+        let access_db_reload = (al.database && al.mode != hotpath_config::AccessListMode::Off)
+            .then_some(al.reload_secs);
+        if let (Some(_), None) = (access_db_reload, &persist) {
+            return Err("access_list.database needs the store (store.enabled = true)".into());
+        }
         let tracker = Tracker {
             shared: Arc::new(Shared {
                 cfg,
@@ -113,8 +121,13 @@ impl Tracker {
                 persist,
                 unix_base: hotpath_store::unix_now() - i64::from(hotpath_service::process_secs()),
                 swarms_dir,
+                access_db_reload,
             }),
         };
+        if access_db_reload.is_some() {
+            let n = persist::reload_access_from_db(&tracker.shared)?;
+            log::info!("access list: {n} info hashes (file and database)");
+        }
         if let Some(dir) = &tracker.shared.swarms_dir {
             match persist::load_swarms(&tracker.shared, dir) {
                 Ok(Some((t, p, ago))) => {
@@ -268,7 +281,10 @@ impl Service for Tracker {
     }
 
     fn reload(&self) -> Result<String, String> {
-        let n = self.shared.access.reload()?;
+        let mut n = self.shared.access.reload()?;
+        if self.shared.access_db_reload.is_some() {
+            n = persist::reload_access_from_db(&self.shared)?;
+        }
         Ok(format!("access list reloaded: {n} info hashes"))
     }
 
@@ -288,6 +304,13 @@ impl Service for Tracker {
             jobs.push(Background {
                 name: "tracker-snapshot".into(),
                 run: Box::new(move |stop| persist::snapshotter(shared, stop)),
+            });
+        }
+        if self.shared.access_db_reload.is_some() {
+            let shared = self.shared.clone();
+            jobs.push(Background {
+                name: "access-list-reloader".into(),
+                run: Box::new(move |stop| persist::access_reloader(shared, stop)),
             });
         }
         jobs

@@ -53,6 +53,38 @@ pub fn snapshotter(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
     }
 }
 
+/// Reads the access list's rows from the database (`hp_access_list`) into the list; returns
+/// the size of the whole list. On an error the list stays as it was.
+pub fn reload_access_from_db(shared: &Shared) -> Result<usize, String> {
+    let db = shared
+        .persist
+        .as_ref()
+        .ok_or("access_list.database needs the store")?;
+    let rows = db
+        .with_backend(|b| b.access_list())
+        .map_err(|e| format!("access list from {}: {e}", db.name))?;
+    Ok(shared.access.set_database(rows))
+}
+
+/// Re-reads the access list's database rows every `access_list.reload_secs`, until `stop`.
+pub fn access_reloader(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
+    let Some(secs) = shared.access_db_reload else {
+        return;
+    };
+    let every = Duration::from_secs(u64::from(secs));
+    let mut due = Instant::now() + every;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(100));
+        if Instant::now() < due {
+            continue;
+        }
+        due = Instant::now() + every;
+        if let Err(e) = reload_access_from_db(&shared) {
+            log::warn!("{e}; the list in force stays");
+        }
+    }
+}
+
 /// The swarm snapshot's file name in `store.data_dir`.
 pub const SWARMS_FILE: &str = "swarms.snapshot";
 const MAGIC: &[u8; 8] = b"HPSWARM1";
