@@ -189,3 +189,46 @@ fn sighup_reloads_the_access_list() {
     std::fs::remove_file(list).unwrap();
     std::fs::remove_file(config).unwrap();
 }
+
+#[test]
+fn db_migrate_and_status_on_the_default_sqlite_file() {
+    let dir = std::env::temp_dir().join(format!("hotpath-cli-{}-db", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = temp(
+        "db.toml",
+        &format!("[store]\ndata_dir = \"{}\"\n", dir.display()),
+    );
+    let run = |args: &[&str]| {
+        let out = hotpath()
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, text) = run(&["db", "status"]);
+    assert_eq!(code, Some(1), "pending migrations: {text}");
+    assert!(text.contains("PENDING"), "{text}");
+    let (code, text) = run(&["db", "migrate"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        text.contains("applied 1 (torrents and journal positions)"),
+        "{text}"
+    );
+    assert!(text.contains("applied 2 (access list)"), "{text}");
+    let (code, text) = run(&["db", "migrate"]);
+    assert_eq!(code, Some(0));
+    assert!(text.contains("schema is current"), "{text}");
+    let (code, text) = run(&["db", "status"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        !text.contains("PENDING") && text.contains("journal"),
+        "{text}"
+    );
+    assert!(dir.join("hotpath.db").exists());
+    std::fs::remove_dir_all(dir).unwrap();
+}
