@@ -10,7 +10,7 @@ mod sqlite;
 
 use std::path::Path;
 
-use crate::merge::{Batch, Key};
+use crate::merge::{Batch, Key, TorrentRow};
 use crate::migrations::Migration;
 use crate::StoreError;
 
@@ -78,8 +78,12 @@ impl Dialect {
     /// The upsert of `rows` torrent rows: counts add, snapshots replace, `last_active` only
     /// moves forward, `first_seen` is kept.
     pub fn upsert_torrents(self, rows: usize) -> String {
-        let head = "INSERT INTO hp_torrents (info_hash, completed, seeders, leechers, first_seen, last_active)";
-        let tail = match self {
+        self.multi_insert(TORRENTS_HEAD, 6, rows, self.torrents_tail())
+    }
+
+    /// What an upsert of torrent rows does on a conflict.
+    fn torrents_tail(self) -> &'static str {
+        match self {
             Dialect::Sqlite => {
                 "ON CONFLICT (info_hash) DO UPDATE SET completed = hp_torrents.completed + excluded.completed, \
                  seeders = excluded.seeders, leechers = excluded.leechers, \
@@ -95,14 +99,50 @@ impl Dialect {
                  seeders = VALUES(seeders), leechers = VALUES(leechers), \
                  last_active = GREATEST(last_active, VALUES(last_active))"
             }
-        };
-        self.multi_insert(head, 6, rows, tail)
+        }
     }
 
     /// The upsert of `rows` journal positions (they only move forward).
     pub fn upsert_journal(self, rows: usize) -> String {
-        let head = "INSERT INTO hp_journal (worker, seq)";
-        let tail = match self {
+        self.multi_insert(JOURNAL_HEAD, 2, rows, self.journal_tail())
+    }
+
+    /// The same upserts with the values written into the text (integers and hex byte
+    /// strings only, so nothing needs escaping): for MySQL, whose prepared statements cost a
+    /// round trip and a column definition per placeholder.
+    pub fn upsert_literal(
+        self,
+        batch_rows: &[(Key, TorrentRow)],
+        seqs: &[(u32, u64)],
+    ) -> [String; 2] {
+        use std::fmt::Write as _;
+        let mut t = String::with_capacity(TORRENTS_HEAD.len() + batch_rows.len() * 80);
+        t.push_str(TORRENTS_HEAD);
+        for (i, (k, r)) in batch_rows.iter().enumerate() {
+            t.push_str(if i == 0 { " VALUES (X'" } else { ", (X'" });
+            for b in k {
+                let _ = write!(t, "{b:02x}");
+            }
+            let _ = write!(
+                t,
+                "',{},{},{},{},{})",
+                r.completed, r.seeders, r.leechers, r.first_seen, r.last_active
+            );
+        }
+        t.push(' ');
+        t.push_str(self.torrents_tail());
+        let mut j = String::from(JOURNAL_HEAD);
+        for (i, (w, s)) in seqs.iter().enumerate() {
+            let _ = write!(j, "{}({w},{s})", if i == 0 { " VALUES " } else { ", " });
+        }
+        j.push(' ');
+        j.push_str(self.journal_tail());
+        [t, j]
+    }
+
+    /// What an upsert of journal positions does on a conflict.
+    fn journal_tail(self) -> &'static str {
+        match self {
             Dialect::Sqlite => {
                 "ON CONFLICT (worker) DO UPDATE SET seq = max(hp_journal.seq, excluded.seq)"
             }
@@ -110,8 +150,7 @@ impl Dialect {
                 "ON CONFLICT (worker) DO UPDATE SET seq = GREATEST(hp_journal.seq, excluded.seq)"
             }
             Dialect::Mysql => "ON DUPLICATE KEY UPDATE seq = GREATEST(seq, VALUES(seq))",
-        };
-        self.multi_insert(head, 2, rows, tail)
+        }
     }
 
     /// The table of applied migrations, created when missing.
@@ -128,6 +167,10 @@ impl Dialect {
         }
     }
 }
+
+const TORRENTS_HEAD: &str =
+    "INSERT INTO hp_torrents (info_hash, completed, seeders, leechers, first_seen, last_active)";
+const JOURNAL_HEAD: &str = "INSERT INTO hp_journal (worker, seq)";
 
 /// A torrent as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,6 +291,28 @@ mod tests {
         assert!(my.contains("VALUES (?,?,?,?,?,?), (?,?,?,?,?,?) ON DUPLICATE KEY"));
         let sq = Dialect::Sqlite.upsert_torrents(1);
         assert_eq!(sq.matches('?').count(), 6);
+    }
+
+    #[test]
+    fn literal_upserts_carry_hex_keys_and_integers() {
+        let row = TorrentRow {
+            completed: 2,
+            seeders: 3,
+            leechers: 4,
+            first_seen: 5,
+            last_active: 6,
+        };
+        let [t, j] =
+            Dialect::Mysql.upsert_literal(&[([0xab; 20], row), ([1; 20], row)], &[(0, 9), (1, 3)]);
+        let hex = "ab".repeat(20);
+        assert!(
+            t.contains(&format!(
+                "VALUES (X'{hex}',2,3,4,5,6), (X'{}',2,3,4,5,6) ON DUPLICATE",
+                "01".repeat(20)
+            )),
+            "{t}"
+        );
+        assert!(j.contains("VALUES (0,9), (1,3) ON DUPLICATE KEY"), "{j}");
     }
 
     #[test]
