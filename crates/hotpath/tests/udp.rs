@@ -236,3 +236,28 @@ fn many_datagrams_in_one_burst_are_all_answered() {
     assert_eq!(seen.len(), 600);
     server.shutdown().unwrap();
 }
+
+#[test]
+fn a_completion_over_udp_is_persisted_and_scraped_after_a_restart() {
+    let config = test_config();
+    let server = start(&config);
+    let mut u = Udp::new(server.udp_addr().unwrap());
+    u.connect();
+    u.announce(H, 1, 7001, 10, Event::Started);
+    u.announce(H, 1, 7001, 0, Event::Completed);
+    // The in-process shutdown drains the journal to the SQLite file, as SIGTERM does.
+    server.shutdown().unwrap();
+
+    let server = start(&config);
+    let mut u = Udp::new(server.udp_addr().unwrap());
+    u.connect();
+    let mut p = Vec::new();
+    udp::write_scrape_request(&mut p, u.connection_id, 9, &[H]);
+    let r = u.exchange(&p, Duration::from_secs(2)).unwrap();
+    let Response::Scrape { entries, .. } = udp::parse_response(&r).unwrap() else {
+        panic!("{r:?}")
+    };
+    // seeders, completed, leechers: the peer is gone with the old process, its download not.
+    assert_eq!(&entries[4..8], &1u32.to_be_bytes());
+    server.shutdown().unwrap();
+}
