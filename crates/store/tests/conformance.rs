@@ -210,17 +210,22 @@ fn journaled_changes_survive_a_crash_exactly_once(d: Dialect) {
     assert_eq!(counts, vec![(key(1), 3), (key(2), 1)]);
 }
 
-fn the_flusher_writes_on_time_and_drains_at_stop(d: Dialect) {
-    let db = test_db(d, "flusher");
-    let mut cfg = config(&db);
-    cfg.flush_interval_ms = 50;
-    let (store, _) = Store::open(&cfg).unwrap();
+/// The store shared with a flusher thread, and the flag that stops it.
+fn with_flusher(store: Store) -> (Arc<Store>, Arc<AtomicBool>, std::thread::JoinHandle<()>) {
     let store = Arc::new(store);
     let stop = Arc::new(AtomicBool::new(false));
     let flusher = {
         let (store, stop) = (store.clone(), stop.clone());
         std::thread::spawn(move || store.run_flusher(&stop))
     };
+    (store, stop, flusher)
+}
+
+fn the_flusher_writes_on_time_and_drains_at_stop(d: Dialect) {
+    let db = test_db(d, "flusher");
+    let mut cfg = config(&db);
+    cfg.flush_interval_ms = 50;
+    let (store, stop, flusher) = with_flusher(Store::open(&cfg).unwrap().0);
     let mut w = store.writer(2);
     for i in 0..100u32 {
         w.append(done(key(i % 10), i)).unwrap();
@@ -292,13 +297,8 @@ fn failed_batches_are_merged_back_and_retried(d: Dialect) {
     cfg.flush_interval_ms = 20;
     cfg.retry_max_ms = 200;
     let inner = backend::connect(&db.url, &db.dir).unwrap();
-    let (store, _) = Store::open_with(&cfg, Box::new(Flaky { inner, fail: 4 })).unwrap();
-    let store = Arc::new(store);
-    let stop = Arc::new(AtomicBool::new(false));
-    let flusher = {
-        let (store, stop) = (store.clone(), stop.clone());
-        std::thread::spawn(move || store.run_flusher(&stop))
-    };
+    let opened = Store::open_with(&cfg, Box::new(Flaky { inner, fail: 4 })).unwrap();
+    let (store, stop, flusher) = with_flusher(opened.0);
     let mut w = store.writer(0);
     for i in 0..50u32 {
         w.append(done(key(i % 7), i)).unwrap();
