@@ -350,7 +350,8 @@ impl Worker {
                     self.accept(t - LISTENER_BASE);
                 }
             }
-            if !self.deferred.is_empty() {
+            // Also when no answer waits (its connection died): changes never sit uncommitted.
+            if self.h.service.uncommitted() {
                 self.commit_and_send();
             }
             if grace_until.is_none() && self.h.shared.stop.load(Ordering::Acquire) {

@@ -16,7 +16,7 @@ use std::io::{self, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::merge::Change;
 use crate::Shared;
@@ -39,6 +39,8 @@ pub struct Segment {
     pub bytes: u64,
     /// A writer still appends to it.
     pub open: bool,
+    /// Written since its last fsync (the syncer's to do).
+    pub unsynced: bool,
 }
 
 /// The file name of worker `worker`'s segment starting at `first_seq`.
@@ -165,7 +167,7 @@ pub struct JournalWriter {
     record: Vec<u8>,
     changes: Vec<Change>,
     next_seq: u64,
-    last_sync: Instant,
+    /// Written since this writer's last fsync.
     dirty: bool,
 }
 
@@ -183,7 +185,6 @@ impl JournalWriter {
             record,
             changes: Vec::new(),
             next_seq,
-            last_sync: Instant::now(),
             dirty: false,
         }
     }
@@ -223,8 +224,9 @@ impl JournalWriter {
         !self.changes.is_empty()
     }
 
-    /// Writes the buffered changes as one record (fsyncing when due) and hands them to the
-    /// flusher. On an I/O error the changes still reach the database from memory, but the
+    /// Writes the buffered changes as one record and hands them to the flusher. The fsync is
+    /// the syncer's, on its interval, off this thread; with `store.journal_fsync_ms = 0` it
+    /// happens here, before the caller acknowledges anything. On an I/O error the changes still reach the database from memory, but the
     /// caller must not acknowledge them: a crash before the flush would lose them.
     pub fn commit(&mut self) -> io::Result<()> {
         if self.changes.is_empty() {
@@ -247,6 +249,7 @@ impl JournalWriter {
             if let Some(s) = inner.segments.iter_mut().find(|s| s.path == self.path) {
                 s.last_seq = seq;
                 s.bytes = self.file_bytes;
+                s.unsynced = self.dirty;
             }
         }
         inner.pending_since.get_or_insert_with(Instant::now);
@@ -278,20 +281,19 @@ impl JournalWriter {
         let m = &self.shared.metrics;
         m.journal_records.add(1);
         m.journal_written.add(len);
-        let every = Duration::from_millis(self.shared.settings.journal_fsync_ms);
-        if every.is_zero() || self.last_sync.elapsed() >= every {
+        if self.shared.settings.journal_fsync_ms == 0 {
             self.sync()?;
         }
         Ok(())
     }
 
+    /// Fsyncs this writer's segment (strict mode, a segment's end, the writer's close).
     fn sync(&mut self) -> io::Result<()> {
         if let (Some(f), true) = (&self.file, self.dirty) {
             f.sync_data()?;
             self.shared.metrics.journal_syncs.add(1);
         }
         self.dirty = false;
-        self.last_sync = Instant::now();
         Ok(())
     }
 
@@ -313,6 +315,7 @@ impl JournalWriter {
             last_seq: 0,
             bytes: 0,
             open: true,
+            unsynced: false,
         });
         self.file = Some(file);
         self.path = path;

@@ -239,6 +239,9 @@ pub(crate) struct Inner {
 /// The write-behind store.
 pub struct Store {
     shared: Arc<Shared>,
+    /// `data_dir/LOCK`, locked while this store is open: two processes on one journal
+    /// would number records over each other.
+    _lock: std::fs::File,
     backend: Mutex<Box<dyn Backend>>,
     /// Per journal, the last sequence the database holds.
     confirmed: Mutex<HashMap<u32, u64>>,
@@ -273,6 +276,17 @@ impl Store {
         let settings = Settings::from_config(cfg);
         let dir = settings.journal_dir.clone();
         std::fs::create_dir_all(&dir).map_err(|e| journal_error(&dir, e))?;
+        let lock_path = Path::new(&cfg.data_dir).join("LOCK");
+        let lock = std::fs::File::create(&lock_path).map_err(|e| journal_error(&lock_path, e))?;
+        if let Err(e) = lock.try_lock() {
+            let why = match e {
+                std::fs::TryLockError::WouldBlock => std::io::Error::other(
+                    "another hotpath process uses this store.data_dir; give each its own",
+                ),
+                std::fs::TryLockError::Error(e) => e,
+            };
+            return Err(journal_error(&lock_path, why));
+        }
         let name = match cfg.url.as_str() {
             "" => format!("sqlite://{}/hotpath.db", cfg.data_dir),
             url => backend::redact(url),
@@ -327,6 +341,7 @@ impl Store {
                 last_seq: end.last_seq,
                 bytes: end.file_bytes,
                 open: false,
+                unsynced: false,
             });
         }
         if replayed > 0 {
@@ -351,6 +366,7 @@ impl Store {
         metrics.torn.set(torn);
         let pending_since = (pending.rows() > 0).then(Instant::now);
         let store = Store {
+            _lock: lock,
             shared: Arc::new(Shared {
                 settings,
                 inner: Mutex::new(Inner {
@@ -491,10 +507,65 @@ impl Store {
         }
     }
 
+    /// Fsyncs the journal segments written since the last call (the syncer's job, every
+    /// `store.journal_fsync_ms`: an fsync can stall for milliseconds, so it never runs on a
+    /// worker unless `store.journal_fsync_ms = 0` asks for it before every answer).
+    pub fn sync_journal(&self) {
+        let due: Vec<PathBuf> = {
+            let mut inner = self.shared.inner.lock();
+            inner
+                .segments
+                .iter_mut()
+                .filter_map(|s| std::mem::take(&mut s.unsynced).then(|| s.path.clone()))
+                .collect()
+        };
+        for path in due {
+            // A segment deleted in the meantime was confirmed: nothing to keep.
+            let synced = match std::fs::File::open(&path) {
+                Ok(f) => f.sync_data(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => Err(e),
+            };
+            match synced {
+                Ok(()) => self.shared.metrics.journal_syncs.add(1),
+                Err(e) => {
+                    self.shared.metrics.journal_errors.add(1);
+                    log::error!("journal {}: fsync: {e}", path.display());
+                }
+            }
+        }
+    }
+
     /// The flusher: writes the queue every interval or when a batch fills, retries failures
     /// with jittered backoff, and, once `stop` is set and every journal writer has closed,
-    /// drains the queue (bounded by `store.shutdown_drain_secs`).
+    /// drains the queue (bounded by `store.shutdown_drain_secs`). Beside it, on its own
+    /// thread, the syncer fsyncs the journal every `store.journal_fsync_ms`.
     pub fn run_flusher(&self, stop: &AtomicBool) {
+        let every = Duration::from_millis(self.shared.settings.journal_fsync_ms);
+        let syncer_stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            if !every.is_zero() {
+                let syncer_stop = &syncer_stop;
+                std::thread::Builder::new()
+                    .name("journal-sync".into())
+                    .spawn_scoped(scope, move || {
+                        let mut due = Instant::now() + every;
+                        while !syncer_stop.load(Ordering::Acquire) {
+                            std::thread::sleep(Duration::from_millis(20).min(every));
+                            if Instant::now() >= due {
+                                due = Instant::now() + every;
+                                self.sync_journal();
+                            }
+                        }
+                    })
+                    .expect("spawn the journal syncer");
+            }
+            self.flush_loop(stop);
+            syncer_stop.store(true, Ordering::Release);
+        });
+    }
+
+    fn flush_loop(&self, stop: &AtomicBool) {
         let s = &self.shared;
         let mut failures = 0u32;
         let mut due = Instant::now() + s.settings.flush_interval;

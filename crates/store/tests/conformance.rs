@@ -189,8 +189,10 @@ fn journaled_changes_survive_a_crash_exactly_once(d: Dialect) {
         w.append(done(key(1), 102)).unwrap();
         w.append(done(key(2), 102)).unwrap();
         w.commit().unwrap();
+        // A store has no drop-time flush: dropping it is what a kill leaves (the writer,
+        // whose drop would commit, is forgotten).
         std::mem::forget(w);
-        std::mem::forget(store);
+        drop(store);
     }
     let (store, restored) = Store::open(&cfg).unwrap();
     assert_eq!(restored.replayed, 1);
@@ -367,3 +369,41 @@ suite!(
     failed_batches_are_merged_back_and_retried,
     a_full_journal_refuses_changes,
 );
+
+#[test]
+fn one_data_dir_serves_one_process() {
+    let db = test_db(Dialect::Sqlite, "lock");
+    let cfg = config(&db);
+    let (first, _) = Store::open(&cfg).unwrap();
+    let e = Store::open(&cfg)
+        .err()
+        .expect("a second store on one data_dir is refused");
+    assert!(e.to_string().contains("another hotpath process"), "{e}");
+    drop(first);
+    Store::open(&cfg).unwrap();
+}
+
+#[test]
+fn the_syncer_fsyncs_the_journal_off_the_writers_thread() {
+    let db = test_db(Dialect::Sqlite, "sync");
+    let mut cfg = config(&db);
+    cfg.journal_fsync_ms = 50;
+    cfg.flush_interval_ms = 600_000;
+    let (store, stop, flusher) = with_flusher(Store::open(&cfg).unwrap().0);
+    let mut w = store.writer(0);
+    w.append(done(key(1), 1)).unwrap();
+    w.commit().unwrap();
+    assert_eq!(
+        store.metrics().journal_syncs.get(),
+        0,
+        "the writer did not fsync"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.metrics().journal_syncs.get() == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(store.metrics().journal_syncs.get(), 1);
+    stop.store(true, Ordering::Release);
+    drop(w);
+    flusher.join().unwrap();
+}
