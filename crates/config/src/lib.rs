@@ -235,7 +235,8 @@ section! {
         pub flush_interval_ms: u64 = 1000,
         /// Rows (distinct keys) pending that trigger a flush before the interval ends.
         pub batch_rows: usize = 10000,
-        /// Milliseconds between fsyncs of the journal (0: fsync before every acknowledgement).
+        /// Milliseconds between fsyncs of the journal, done by a background thread (0: each
+        /// worker fsyncs before every acknowledgement, at a cost in latency).
         /// A killed process loses nothing either way; a power loss may lose this much.
         pub journal_fsync_ms: u64 = 1000,
         /// Bytes the journal may hold on disk while the database is behind or down. At the
