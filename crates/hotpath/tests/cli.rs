@@ -17,10 +17,12 @@ impl Drop for Reaped {
     }
 }
 
-/// The binary, run from a scratch directory of this test process (its default data/ lands
-/// there).
+/// The binary, run from a scratch directory of its own (its default data/ lands there, and
+/// two servers may not share one).
 fn hotpath() -> Command {
-    let dir = std::env::temp_dir().join(format!("hotpath-cli-{}-work", std::process::id()));
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("hotpath-cli-{}-work{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut c = Command::new(env!("CARGO_BIN_EXE_hotpath"));
     c.current_dir(dir);
