@@ -436,10 +436,11 @@ impl Store {
     /// Writes what is queued now, in one transaction. `Ok(rows)` when written (0 when there
     /// was nothing); on an error the batch is back in the queue.
     pub fn flush(&self) -> Result<usize, StoreError> {
-        let (batch, since) = {
+        let (pending, since) = {
             let mut inner = self.shared.inner.lock();
-            (inner.pending.take(), inner.pending_since.take())
+            (std::mem::take(&mut inner.pending), inner.pending_since.take())
         };
+        let batch = pending.into_batch();
         if batch.is_empty() {
             return Ok(0);
         }

@@ -186,15 +186,20 @@ impl Pending {
 
     /// Empties the queue into a batch sorted by key.
     pub fn take(&mut self) -> Batch {
-        let mut torrents: Vec<_> = self.torrents.drain().collect();
+        std::mem::take(self).into_batch()
+    }
+
+    /// This queue as a batch sorted by key. The flusher swaps the queue out under the lock
+    /// (`std::mem::take`, O(1)) and sorts it after letting go, so workers never wait for a sort.
+    pub fn into_batch(self) -> Batch {
+        let mut torrents: Vec<_> = self.torrents.into_iter().collect();
         torrents.sort_unstable_by_key(|r| r.0);
-        let mut seqs: Vec<_> = self.seqs.drain().collect();
+        let mut seqs: Vec<_> = self.seqs.into_iter().collect();
         seqs.sort_unstable();
-        let changes = std::mem::take(&mut self.changes);
         Batch {
             torrents,
             seqs,
-            changes,
+            changes: self.changes,
         }
     }
 
