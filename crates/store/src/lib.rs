@@ -438,7 +438,10 @@ impl Store {
     pub fn flush(&self) -> Result<usize, StoreError> {
         let (pending, since) = {
             let mut inner = self.shared.inner.lock();
-            (std::mem::take(&mut inner.pending), inner.pending_since.take())
+            (
+                std::mem::take(&mut inner.pending),
+                inner.pending_since.take(),
+            )
         };
         let batch = pending.into_batch();
         if batch.is_empty() {

@@ -44,6 +44,27 @@ impl Dialect {
         }
     }
 
+    /// Splits `rows` rows into statement sizes that repeat from batch to batch, so prepared
+    /// statements are parsed once and reused: full statements of [`rows_per_statement`]
+    /// (rounded down to a power of two), then one per set bit of the rest (at most one of
+    /// each power of two). Parsing a fresh 100-row upsert costs SQLite as much as running it.
+    ///
+    /// [`rows_per_statement`]: Dialect::rows_per_statement
+    pub fn statement_sizes(self, mut rows: usize) -> impl Iterator<Item = usize> {
+        let full = 1 << self.rows_per_statement().ilog2();
+        std::iter::from_fn(move || {
+            let n = if rows >= full {
+                full
+            } else if rows > 0 {
+                1 << rows.ilog2()
+            } else {
+                return None;
+            };
+            rows -= n;
+            Some(n)
+        })
+    }
+
     fn placeholder(self, out: &mut String, n: usize) {
         use std::fmt::Write as _;
         match self {
@@ -291,6 +312,18 @@ mod tests {
         assert!(my.contains("VALUES (?,?,?,?,?,?), (?,?,?,?,?,?) ON DUPLICATE KEY"));
         let sq = Dialect::Sqlite.upsert_torrents(1);
         assert_eq!(sq.matches('?').count(), 6);
+    }
+
+    #[test]
+    fn statement_sizes_repeat_and_cover_every_row() {
+        let sizes: Vec<_> = Dialect::Sqlite.statement_sizes(4096 * 2 + 100).collect();
+        assert_eq!(sizes, vec![4096, 4096, 64, 32, 4]);
+        for n in [0, 1, 7, 4095, 4096, 50_000] {
+            let sizes: Vec<_> = Dialect::Postgres.statement_sizes(n).collect();
+            assert_eq!(sizes.iter().sum::<usize>(), n);
+            assert!(sizes.iter().all(|s| s.is_power_of_two()));
+            assert!(sizes.len() <= n / 8192 + 14);
+        }
     }
 
     #[test]

@@ -4,8 +4,10 @@
 
 use std::time::Duration;
 
+use std::collections::HashMap;
+
 use postgres::types::ToSql;
-use postgres::{Client, NoTls};
+use postgres::{Client, NoTls, Statement};
 
 use super::{db_error, Backend, Dialect, StoredTorrent, Written};
 use crate::merge::{Batch, Key};
@@ -16,7 +18,14 @@ const D: Dialect = Dialect::Postgres;
 
 pub(crate) struct Postgres {
     config: postgres::Config,
-    client: Option<Client>,
+    client: Option<Conn>,
+}
+
+/// A connection and the upserts prepared on it, by row count (see
+/// [`Dialect::statement_sizes`]): prepared once, not parsed and planned per batch.
+struct Conn {
+    client: Client,
+    upserts: HashMap<usize, Statement>,
 }
 
 type Param = Box<dyn ToSql + Sync>;
@@ -43,12 +52,22 @@ impl Postgres {
         &mut self,
         f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
     ) -> Result<T, StoreError> {
+        self.with_conn(|c| f(&mut c.client))
+    }
+
+    fn with_conn<T>(
+        &mut self,
+        f: impl FnOnce(&mut Conn) -> Result<T, postgres::Error>,
+    ) -> Result<T, StoreError> {
         if self.client.is_none() {
-            let c = self
+            let client = self
                 .config
                 .connect(NoTls)
                 .map_err(|e| db_error(D, format!("cannot connect: {e}"), true))?;
-            self.client = Some(c);
+            self.client = Some(Conn {
+                client,
+                upserts: HashMap::new(),
+            });
         }
         let r = f(self.client.as_mut().expect("connected"));
         r.map_err(|e| {
@@ -98,10 +117,21 @@ impl Backend for Postgres {
     }
 
     fn write(&mut self, batch: &Batch) -> Result<Written, StoreError> {
-        self.with(|c| {
-            let mut tx = c.transaction()?;
+        self.with_conn(|c| {
+            let mut tx = c.client.transaction()?;
             let mut w = Written::default();
-            for chunk in batch.torrents.chunks(D.rows_per_statement()) {
+            let mut rest = &batch.torrents[..];
+            for n in D.statement_sizes(rest.len()) {
+                let (chunk, tail) = rest.split_at(n);
+                rest = tail;
+                let st = match c.upserts.get(&n) {
+                    Some(st) => st.clone(),
+                    None => {
+                        let st = tx.prepare(&D.upsert_torrents(n))?;
+                        c.upserts.insert(n, st.clone());
+                        st
+                    }
+                };
                 let mut vals: Vec<Param> = Vec::with_capacity(chunk.len() * 6);
                 for (k, r) in chunk {
                     vals.push(Box::new(k.to_vec()));
@@ -112,7 +142,7 @@ impl Backend for Postgres {
                     vals.push(Box::new(i64::from(r.last_active)));
                 }
                 let refs: Vec<&(dyn ToSql + Sync)> = vals.iter().map(|v| v.as_ref()).collect();
-                tx.execute(&D.upsert_torrents(chunk.len()), &refs)?;
+                tx.execute(&st, &refs)?;
                 w.statements += 1;
                 w.rows += chunk.len() as u64;
             }

@@ -32,6 +32,8 @@ impl Sqlite {
             let open = || -> rusqlite::Result<Connection> {
                 let c = Connection::open(&self.path)?;
                 c.busy_timeout(Duration::from_secs(5))?;
+                // Room for every statement size (see `Dialect::statement_sizes`).
+                c.set_prepared_statement_cache_capacity(32);
                 c.pragma_update(None, "journal_mode", "WAL")?;
                 c.pragma_update(None, "synchronous", "NORMAL")?;
                 Ok(c)
@@ -98,8 +100,11 @@ impl Backend for Sqlite {
         self.with(|c| {
             let tx = c.transaction()?;
             let mut w = Written::default();
-            for chunk in batch.torrents.chunks(D.rows_per_statement()) {
-                let mut st = tx.prepare_cached(&D.upsert_torrents(chunk.len()))?;
+            let mut rest = &batch.torrents[..];
+            for n in D.statement_sizes(rest.len()) {
+                let (chunk, tail) = rest.split_at(n);
+                rest = tail;
+                let mut st = tx.prepare_cached(&D.upsert_torrents(n))?;
                 let params = chunk.iter().flat_map(|(k, r)| {
                     [
                         rusqlite::types::Value::Blob(k.to_vec()),
