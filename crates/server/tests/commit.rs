@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use hotpath_config::Config;
 use hotpath_server::RunningServer;
-use hotpath_service::{
-    Background, Context, HttpResponse, Kind, Outcome, Request, Service, ServiceWorker,
-};
+use hotpath_service::{Context, HttpResponse, Kind, Outcome, Request, Service, ServiceWorker};
 
 /// A service whose `/change` (or a UDP datagram "change") changes something that its commit
 /// makes durable; the commit succeeds while `durable` is set.
@@ -67,16 +65,6 @@ impl Service for Shared {
             service: self.0.clone(),
             pending: 0,
         })
-    }
-    fn write_metrics(&self, _: &mut String) {}
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        Vec::new()
-    }
-    fn reload(&self) -> Result<String, String> {
-        Ok(String::new())
-    }
-    fn background(&self) -> Vec<Background> {
-        Vec::new()
     }
 }
 

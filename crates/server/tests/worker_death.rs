@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use hotpath_config::Config;
 use hotpath_server::{RunningServer, ServerError};
-use hotpath_service::{
-    Background, Context, HttpResponse, Kind, Outcome, Request, Service, ServiceWorker,
-};
+use hotpath_service::{Context, HttpResponse, Kind, Outcome, Request, Service, ServiceWorker};
 
 /// A service whose handler panics on `/boom`.
 struct Fragile;
@@ -38,16 +36,6 @@ impl ServiceWorker for FragileWorker {
 impl Service for Fragile {
     fn worker(&self, _: usize) -> Box<dyn ServiceWorker> {
         Box::new(FragileWorker)
-    }
-    fn write_metrics(&self, _: &mut String) {}
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        Vec::new()
-    }
-    fn reload(&self) -> Result<String, String> {
-        Ok(String::new())
-    }
-    fn background(&self) -> Vec<Background> {
-        Vec::new()
     }
 }
 

@@ -171,16 +171,22 @@ pub trait Service: Send + Sync + 'static {
     fn worker(&self, index: usize) -> Box<dyn ServiceWorker>;
 
     /// Appends the service's own Prometheus metrics (gauges and counters, with HELP and TYPE).
-    fn write_metrics(&self, out: &mut String);
+    fn write_metrics(&self, _out: &mut String) {}
 
     /// The service's figures for `/stats`, as `(name, value)`.
-    fn stats(&self) -> Vec<(&'static str, u64)>;
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 
     /// Reloads what can be reloaded without a restart (SIGHUP); the text says what happened.
-    fn reload(&self) -> Result<String, String>;
+    fn reload(&self) -> Result<String, String> {
+        Ok("nothing to reload".into())
+    }
 
     /// Jobs to run on their own threads (expiry sweepers, flushers).
-    fn background(&self) -> Vec<Background>;
+    fn background(&self) -> Vec<Background> {
+        Vec::new()
+    }
 }
 
 /// Seconds since this process first asked, from a monotonic clock: the one clock the server
