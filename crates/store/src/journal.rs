@@ -203,7 +203,7 @@ impl JournalWriter {
 
     /// Buffers a change for the next commit; refused when the journal is full.
     pub fn append(&mut self, change: Change) -> Result<(), Refused> {
-        if !self.has_room(crate::merge::TORRENT_LEN) {
+        if !self.has_room(change.encoded_len()) {
             self.shared.metrics.refused.add(1);
             return Err(Refused::Full);
         }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 pub type Key = [u8; 20];
 
 /// One change a service hands the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// A torrent's counts at `at`, and downloads it completed since the last change.
     Torrent {
@@ -25,14 +25,51 @@ pub enum Change {
         /// Unix seconds of the change.
         at: u32,
     },
+    /// A popup shown to a user, or the user's click or close: the user's state for that
+    /// popup after it (absolute, so the newest wins), and one line of the event log.
+    Popup {
+        /// The user id (at most [`MAX_USER_LEN`] bytes).
+        user: Box<str>,
+        /// The popup id.
+        popup: u32,
+        /// What happened: [`SHOWN`], [`CLICK`] or [`CLOSE`].
+        action: u8,
+        /// Unix second from which the user may see the popup again (`u64::MAX`: never).
+        next_eligible: u64,
+        /// Times the user has been shown the popup, this one included.
+        shows: u32,
+        /// Unix seconds of the event.
+        at: u32,
+    },
 }
 
+/// [`Change::Popup`]'s action: shown.
+pub const SHOWN: u8 = 1;
+/// [`Change::Popup`]'s action: clicked.
+pub const CLICK: u8 = 2;
+/// [`Change::Popup`]'s action: closed.
+pub const CLOSE: u8 = 3;
+/// The longest user id a change carries.
+pub const MAX_USER_LEN: usize = 255;
+
 const TAG_TORRENT: u8 = 1;
+const TAG_POPUP: u8 = 2;
+/// Encoded size of a [`Change::Popup`] without its user id.
+const POPUP_FIXED: usize = 1 + 4 + 1 + 8 + 4 + 4 + 1;
 /// Encoded size of a [`Change::Torrent`].
 pub const TORRENT_LEN: usize = 1 + 20 + 16;
 
 impl Change {
-    /// Appends the change's journal encoding to `out`.
+    /// Bytes of its journal encoding.
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            Change::Torrent { .. } => TORRENT_LEN,
+            Change::Popup { user, .. } => POPUP_FIXED + user.len().min(MAX_USER_LEN),
+        }
+    }
+
+    /// Appends the change's journal encoding to `out`. A user id is cut at
+    /// [`MAX_USER_LEN`] bytes (callers refuse longer ones before).
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
             Change::Torrent {
@@ -47,6 +84,24 @@ impl Change {
                 for v in [completed, seeders, leechers, at] {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
+            }
+            Change::Popup {
+                user,
+                popup,
+                action,
+                next_eligible,
+                shows,
+                at,
+            } => {
+                out.push(TAG_POPUP);
+                out.extend_from_slice(&popup.to_le_bytes());
+                out.push(*action);
+                out.extend_from_slice(&next_eligible.to_le_bytes());
+                out.extend_from_slice(&shows.to_le_bytes());
+                out.extend_from_slice(&at.to_le_bytes());
+                let user = &user.as_bytes()[..user.len().min(MAX_USER_LEN)];
+                out.push(user.len() as u8);
+                out.extend_from_slice(user);
             }
         }
     }
@@ -66,6 +121,20 @@ impl Change {
                         at: u32_at(b, 33),
                     });
                     payload = &payload[TORRENT_LEN..];
+                }
+                TAG_POPUP if payload.len() >= POPUP_FIXED => {
+                    let b = payload;
+                    let len = POPUP_FIXED + usize::from(b[POPUP_FIXED - 1]);
+                    let user = std::str::from_utf8(b.get(POPUP_FIXED..len)?).ok()?;
+                    each(Change::Popup {
+                        popup: u32_at(b, 1),
+                        action: b[5],
+                        next_eligible: u64::from_le_bytes(b[6..14].try_into().unwrap()),
+                        shows: u32_at(b, 14),
+                        at: u32_at(b, 18),
+                        user: user.into(),
+                    });
+                    payload = &payload[len..];
                 }
                 _ => return None,
             }
@@ -100,10 +169,42 @@ impl TorrentRow {
     }
 }
 
+/// One user's state for one popup, as the flusher upserts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PopupUserRow {
+    /// Unix second from which the popup may be shown again (`u64::MAX`: never).
+    pub next_eligible: u64,
+    /// Times shown.
+    pub shows: u32,
+    /// The last action ([`SHOWN`], [`CLICK`], [`CLOSE`]).
+    pub last_action: u8,
+    /// Unix seconds of that action.
+    pub updated_at: u32,
+}
+
+/// One line of the popup event log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PopupEvent {
+    /// Unix seconds.
+    pub at: u32,
+    /// The user id.
+    pub user: Box<str>,
+    /// The popup id.
+    pub popup: u32,
+    /// [`SHOWN`], [`CLICK`] or [`CLOSE`].
+    pub action: u8,
+}
+
 /// Merged changes not yet written, and how far each worker's journal they cover.
 #[derive(Debug, Default)]
 pub struct Pending {
     torrents: HashMap<Key, TorrentRow>,
+    /// Per (user, popup): the newest state.
+    popup_users: HashMap<(Box<str>, u32), PopupUserRow>,
+    /// The event log, in arrival order.
+    popup_events: Vec<PopupEvent>,
+    /// Per (popup, UTC day): shows to add.
+    popup_daily: HashMap<(u32, u32), u64>,
     /// Per journal (worker), the last record sequence merged here.
     seqs: HashMap<u32, u64>,
     /// Changes merged since the last take (for the metrics).
@@ -115,6 +216,12 @@ pub struct Pending {
 pub struct Batch {
     /// Torrent rows, sorted by info hash (so concurrent writers lock rows in one order).
     pub torrents: Vec<(Key, TorrentRow)>,
+    /// Per-user popup state, sorted by (user, popup).
+    pub popup_users: Vec<((Box<str>, u32), PopupUserRow)>,
+    /// Popup events, oldest first.
+    pub popup_events: Vec<PopupEvent>,
+    /// Shows to add per (popup, UTC day), sorted.
+    pub popup_daily: Vec<((u32, u32), u64)>,
     /// `(journal, last sequence)` for every journal with records in this batch.
     pub seqs: Vec<(u32, u64)>,
     /// Changes merged into this batch.
@@ -125,11 +232,14 @@ impl Batch {
     /// Rows to write.
     pub fn rows(&self) -> usize {
         self.torrents.len()
+            + self.popup_users.len()
+            + self.popup_events.len()
+            + self.popup_daily.len()
     }
 
     /// Whether there is nothing to write (no rows and no journal position to confirm).
     pub fn is_empty(&self) -> bool {
-        self.torrents.is_empty() && self.seqs.is_empty()
+        self.rows() == 0 && self.seqs.is_empty()
     }
 }
 
@@ -157,6 +267,31 @@ impl Pending {
                     .and_modify(|r| r.merge_newer(&row))
                     .or_insert(row);
             }
+            Change::Popup {
+                ref user,
+                popup,
+                action,
+                next_eligible,
+                shows,
+                at,
+            } => {
+                let row = PopupUserRow {
+                    next_eligible,
+                    shows,
+                    last_action: action,
+                    updated_at: at,
+                };
+                self.popup_users.insert((user.clone(), popup), row);
+                self.popup_events.push(PopupEvent {
+                    at,
+                    user: user.clone(),
+                    popup,
+                    action,
+                });
+                if action == SHOWN {
+                    *self.popup_daily.entry((popup, at / 86_400)).or_insert(0) += 1;
+                }
+            }
         }
     }
 
@@ -169,6 +304,9 @@ impl Pending {
     /// Distinct rows pending.
     pub fn rows(&self) -> usize {
         self.torrents.len()
+            + self.popup_users.len()
+            + self.popup_events.len()
+            + self.popup_daily.len()
     }
 
     /// The completed downloads pending for one torrent.
@@ -196,8 +334,15 @@ impl Pending {
         torrents.sort_unstable_by_key(|r| r.0);
         let mut seqs: Vec<_> = self.seqs.into_iter().collect();
         seqs.sort_unstable();
+        let mut popup_users: Vec<_> = self.popup_users.into_iter().collect();
+        popup_users.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut popup_daily: Vec<_> = self.popup_daily.into_iter().collect();
+        popup_daily.sort_unstable();
         Batch {
             torrents,
+            popup_users,
+            popup_events: self.popup_events,
+            popup_daily,
             seqs,
             changes: self.changes,
         }
@@ -217,6 +362,14 @@ impl Pending {
                     self.torrents.insert(key, older);
                 }
             }
+        }
+        for (key, older) in batch.popup_users {
+            self.popup_users.entry(key).or_insert(older);
+        }
+        let newer = std::mem::replace(&mut self.popup_events, batch.popup_events);
+        self.popup_events.extend(newer);
+        for (key, n) in batch.popup_daily {
+            *self.popup_daily.entry(key).or_insert(0) += n;
         }
         for (journal, seq) in batch.seqs {
             self.covered(journal, seq);
@@ -252,6 +405,61 @@ mod tests {
         assert_eq!(back, changes);
         assert!(Change::decode_all(&buf[..buf.len() - 1], &mut |_| {}).is_none());
         assert!(Change::decode_all(&[9, 1, 2], &mut |_| {}).is_none());
+    }
+
+    fn pop(user: &str, popup: u32, action: u8, next: u64, shows: u32, at: u32) -> Change {
+        Change::Popup {
+            user: user.into(),
+            popup,
+            action,
+            next_eligible: next,
+            shows,
+            at,
+        }
+    }
+
+    #[test]
+    fn popup_changes_round_trip_and_merge_into_state_log_and_daily_counts() {
+        let changes = vec![
+            pop("alice", 7, SHOWN, 1_000, 1, 86_400 + 10),
+            t(1, 1, 1, 5),
+            pop("alice", 7, CLICK, u64::MAX, 1, 86_400 + 20),
+            pop("bob", 7, SHOWN, 2_000, 3, 2 * 86_400),
+        ];
+        let mut buf = Vec::new();
+        for c in &changes {
+            c.encode(&mut buf);
+        }
+        assert_eq!(
+            buf.len(),
+            changes.iter().map(Change::encoded_len).sum::<usize>()
+        );
+        let mut back = Vec::new();
+        Change::decode_all(&buf, &mut |c| back.push(c)).unwrap();
+        assert_eq!(back, changes);
+        assert!(Change::decode_all(&buf[..buf.len() - 1], &mut |_| {}).is_none());
+
+        let mut p = Pending::default();
+        for c in &changes {
+            p.apply(c);
+        }
+        assert_eq!(p.rows(), 1 + 2 + 3 + 2);
+        let failed = p.take();
+        p.apply(&pop("alice", 7, CLOSE, 5_000, 1, 3 * 86_400));
+        p.restore(failed);
+        let b = p.take();
+        // The newest state wins, the log keeps every event in order, shows per day add.
+        let alice = b
+            .popup_users
+            .iter()
+            .find(|r| &*r.0 .0 == "alice")
+            .unwrap()
+            .1;
+        assert_eq!((alice.last_action, alice.next_eligible), (CLOSE, 5_000));
+        let actions: Vec<u8> = b.popup_events.iter().map(|e| e.action).collect();
+        assert_eq!(actions, vec![SHOWN, CLICK, SHOWN, CLOSE]);
+        assert_eq!(b.popup_daily, vec![((7, 1), 1), ((7, 2), 1)]);
+        assert_eq!(b.popup_users[0].0 .0.as_ref(), "alice", "sorted by user");
     }
 
     #[test]

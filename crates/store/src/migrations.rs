@@ -70,6 +70,43 @@ pub const MIGRATIONS: &[Migration] = &[
              note VARCHAR(255) NOT NULL DEFAULT '', added_at BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB",
         ],
     },
+    Migration {
+        version: 3,
+        name: "popups",
+        sqlite: &[
+            "CREATE TABLE hp_popups (id INTEGER PRIMARY KEY, definition TEXT NOT NULL, \
+             updated_at INTEGER NOT NULL)",
+            "CREATE TABLE hp_popup_users (user_id TEXT NOT NULL, popup_id INTEGER NOT NULL, \
+             next_eligible INTEGER NOT NULL, shows INTEGER NOT NULL, last_action INTEGER NOT NULL, \
+             updated_at INTEGER NOT NULL, PRIMARY KEY (user_id, popup_id)) WITHOUT ROWID",
+            "CREATE TABLE hp_popup_events (id INTEGER PRIMARY KEY, at INTEGER NOT NULL, \
+             user_id TEXT NOT NULL, popup_id INTEGER NOT NULL, action INTEGER NOT NULL)",
+            "CREATE TABLE hp_popup_daily (popup_id INTEGER NOT NULL, day INTEGER NOT NULL, \
+             shows INTEGER NOT NULL, PRIMARY KEY (popup_id, day)) WITHOUT ROWID",
+        ],
+        postgres: &[
+            "CREATE TABLE hp_popups (id INTEGER PRIMARY KEY, definition TEXT NOT NULL, \
+             updated_at BIGINT NOT NULL)",
+            "CREATE TABLE hp_popup_users (user_id TEXT NOT NULL, popup_id INTEGER NOT NULL, \
+             next_eligible BIGINT NOT NULL, shows BIGINT NOT NULL, last_action SMALLINT NOT NULL, \
+             updated_at BIGINT NOT NULL, PRIMARY KEY (user_id, popup_id))",
+            "CREATE TABLE hp_popup_events (id BIGSERIAL PRIMARY KEY, at BIGINT NOT NULL, \
+             user_id TEXT NOT NULL, popup_id INTEGER NOT NULL, action SMALLINT NOT NULL)",
+            "CREATE TABLE hp_popup_daily (popup_id INTEGER NOT NULL, day INTEGER NOT NULL, \
+             shows BIGINT NOT NULL, PRIMARY KEY (popup_id, day))",
+        ],
+        mysql: &[
+            "CREATE TABLE hp_popups (id INTEGER PRIMARY KEY, definition TEXT NOT NULL, \
+             updated_at BIGINT NOT NULL) ENGINE=InnoDB",
+            "CREATE TABLE hp_popup_users (user_id VARCHAR(255) NOT NULL, popup_id INTEGER NOT NULL, \
+             next_eligible BIGINT NOT NULL, shows BIGINT NOT NULL, last_action SMALLINT NOT NULL, \
+             updated_at BIGINT NOT NULL, PRIMARY KEY (user_id, popup_id)) ENGINE=InnoDB",
+            "CREATE TABLE hp_popup_events (id BIGINT AUTO_INCREMENT PRIMARY KEY, at BIGINT NOT NULL, \
+             user_id VARCHAR(255) NOT NULL, popup_id INTEGER NOT NULL, action SMALLINT NOT NULL) ENGINE=InnoDB",
+            "CREATE TABLE hp_popup_daily (popup_id INTEGER NOT NULL, day INTEGER NOT NULL, \
+             shows BIGINT NOT NULL, PRIMARY KEY (popup_id, day)) ENGINE=InnoDB",
+        ],
+    },
 ];
 
 /// The newest schema version this build knows.

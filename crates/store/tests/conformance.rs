@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hotpath_config::StoreConfig;
 use hotpath_store::backend::{self, Backend, Dialect, StoredTorrent, Written};
-use hotpath_store::merge::TorrentRow;
+use hotpath_store::merge::{PopupUserRow, TorrentRow, CLICK, CLOSE, SHOWN};
 use hotpath_store::migrations::{self, Migration};
 use hotpath_store::testing::{test_db, TestDb};
 use hotpath_store::{Batch, Change, Key, Store, StoreError};
@@ -89,6 +89,7 @@ fn upserts_add_counts_replace_snapshots_and_keep_first_seen(d: Dialect) {
         ],
         seqs: vec![(0, 7), (3, 2)],
         changes: 4,
+        ..Batch::default()
     };
     assert_eq!(
         b.write(&first).unwrap(),
@@ -101,6 +102,7 @@ fn upserts_add_counts_replace_snapshots_and_keep_first_seen(d: Dialect) {
         torrents: vec![(key(1), row(3, 9, 0, 200, 105))],
         seqs: vec![(0, 9), (3, 1)],
         changes: 3,
+        ..Batch::default()
     };
     b.write(&second).unwrap();
     let rows = stored(&mut *b);
@@ -132,6 +134,7 @@ fn big_batches_split_under_the_parameter_limit(d: Dialect) {
             .collect(),
         seqs: vec![(1, 1)],
         changes: n as u64,
+        ..Batch::default()
     };
     let w = b.write(&batch).unwrap();
     // Prepared statements come in repeating sizes; MySQL's text statements are cut evenly.
@@ -154,6 +157,7 @@ fn errors_say_whether_a_retry_can_help(d: Dialect) {
         torrents: vec![(key(1), row(1, 0, 0, 1, 1))],
         seqs: vec![],
         changes: 1,
+        ..Batch::default()
     };
     let e = b.write(&batch).unwrap_err();
     assert!(!e.retryable(), "{e}");
@@ -294,6 +298,18 @@ impl Backend for Flaky {
     fn access_list(&mut self) -> Result<Vec<Key>, StoreError> {
         self.inner.access_list()
     }
+    fn popups(&mut self) -> Result<Vec<(u32, String)>, StoreError> {
+        self.inner.popups()
+    }
+    fn popup_user(&mut self, user: &str) -> Result<Vec<(u32, PopupUserRow)>, StoreError> {
+        self.inner.popup_user(user)
+    }
+    fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError> {
+        self.inner.popup_daily(day)
+    }
+    fn popup_event_counts(&mut self) -> Result<Vec<(u32, u8, u64)>, StoreError> {
+        self.inner.popup_event_counts()
+    }
     fn execute(&mut self, sql: &str) -> Result<(), StoreError> {
         self.inner.execute(sql)
     }
@@ -356,6 +372,64 @@ fn a_full_journal_refuses_changes(d: Dialect) {
     assert_eq!(rows.iter().map(|r| r.1.completed).sum::<u64>(), taken + 1);
 }
 
+fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
+    let db = test_db(d, "popups");
+    let cfg = config(&db);
+    let (store, _) = Store::open(&cfg).unwrap();
+    let day = 20_000u32;
+    let at = day * 86_400 + 5;
+    let ev = |user: &str, popup, action, next, shows| Change::Popup {
+        user: user.into(),
+        popup,
+        action,
+        next_eligible: next,
+        shows,
+        at,
+    };
+    let mut w = store.writer(0);
+    // A user id with quotes and non-ASCII text, which no statement may choke on.
+    let odd = "o'brien \"ü\" 🙂";
+    for c in [
+        ev("alice", 1, SHOWN, 100, 1),
+        ev("alice", 1, CLICK, u64::MAX, 1),
+        ev(odd, 1, SHOWN, 200, 1),
+        ev(odd, 1, CLOSE, 300, 1),
+        ev("bob", 2, SHOWN, 400, 3),
+    ] {
+        w.append(c).unwrap();
+    }
+    w.commit().unwrap();
+    store.flush().unwrap();
+    // Written twice over (a replayed batch): state is absolute, so it does not drift.
+    w.append(ev("bob", 2, SHOWN, 500, 4)).unwrap();
+    w.commit().unwrap();
+    store.flush().unwrap();
+    store.with_backend(|b| {
+        let alice = b.popup_user("alice").unwrap();
+        assert_eq!(alice.len(), 1);
+        assert_eq!(
+            (alice[0].0, alice[0].1.next_eligible, alice[0].1.last_action),
+            (1, u64::MAX, CLICK)
+        );
+        let o = b.popup_user(odd).unwrap();
+        assert_eq!((o[0].1.next_eligible, o[0].1.last_action), (300, CLOSE));
+        assert_eq!(b.popup_user("bob").unwrap()[0].1.shows, 4);
+        assert!(b.popup_user("nobody").unwrap().is_empty());
+        let mut daily = b.popup_daily(day).unwrap();
+        daily.sort();
+        assert_eq!(daily, vec![(1, 2), (2, 2)]);
+        assert!(b.popup_daily(day + 1).unwrap().is_empty());
+        let counts = b.popup_event_counts().unwrap();
+        assert_eq!(
+            counts,
+            vec![(1, SHOWN, 2), (1, CLICK, 1), (1, CLOSE, 1), (2, SHOWN, 2)]
+        );
+        b.execute("INSERT INTO hp_popups (id, definition, updated_at) VALUES (7, '{\"id\":7}', 0)")
+            .unwrap();
+        assert_eq!(b.popups().unwrap(), vec![(7, "{\"id\":7}".to_string())]);
+    });
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod sqlite { use super::*; $( #[test] fn $name() { super::$name(Dialect::Sqlite) } )* }
@@ -374,6 +448,7 @@ suite!(
     the_flusher_writes_on_time_and_drains_at_stop,
     failed_batches_are_merged_back_and_retried,
     a_full_journal_refuses_changes,
+    popup_state_events_and_daily_counts_are_written_and_read_back,
 );
 
 #[test]

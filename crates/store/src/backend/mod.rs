@@ -10,7 +10,7 @@ mod sqlite;
 
 use std::path::Path;
 
-use crate::merge::{Batch, Key, TorrentRow};
+use crate::merge::{Batch, Key, PopupUserRow, TorrentRow};
 use crate::migrations::Migration;
 use crate::StoreError;
 
@@ -161,6 +161,82 @@ impl Dialect {
         [t, j]
     }
 
+    /// The upsert of `rows` per-user popup states (the newest replaces the stored one).
+    pub fn upsert_popup_users(self, rows: usize) -> String {
+        self.multi_insert(POPUP_USERS_HEAD, 6, rows, self.popup_users_tail())
+    }
+
+    fn popup_users_tail(self) -> &'static str {
+        match self {
+            Dialect::Sqlite | Dialect::Postgres => {
+                "ON CONFLICT (user_id, popup_id) DO UPDATE SET next_eligible = excluded.next_eligible, \
+                 shows = excluded.shows, last_action = excluded.last_action, updated_at = excluded.updated_at"
+            }
+            Dialect::Mysql => {
+                "ON DUPLICATE KEY UPDATE next_eligible = VALUES(next_eligible), shows = VALUES(shows), \
+                 last_action = VALUES(last_action), updated_at = VALUES(updated_at)"
+            }
+        }
+    }
+
+    /// The upsert of `rows` daily show counts (they add).
+    pub fn upsert_popup_daily(self, rows: usize) -> String {
+        self.multi_insert(POPUP_DAILY_HEAD, 3, rows, self.popup_daily_tail())
+    }
+
+    fn popup_daily_tail(self) -> &'static str {
+        match self {
+            Dialect::Sqlite | Dialect::Postgres => {
+                "ON CONFLICT (popup_id, day) DO UPDATE SET shows = hp_popup_daily.shows + excluded.shows"
+            }
+            Dialect::Mysql => "ON DUPLICATE KEY UPDATE shows = shows + VALUES(shows)",
+        }
+    }
+
+    /// The insert of `rows` popup events.
+    pub fn insert_popup_events(self, rows: usize) -> String {
+        self.multi_insert(POPUP_EVENTS_HEAD, 4, rows, "")
+    }
+
+    /// The popup tables' statements of one batch with the values written in (MySQL; user
+    /// ids as hex strings, so nothing needs escaping): users, daily counts, events; `None`
+    /// for a table with nothing to write.
+    pub fn popup_literals(self, batch: &Batch) -> [Option<String>; 3] {
+        use std::fmt::Write as _;
+        let hex = |s: &str| {
+            s.bytes().fold(String::new(), |mut h, b| {
+                let _ = write!(h, "{b:02x}");
+                h
+            })
+        };
+        let users = batch.popup_users.iter().map(|((user, popup), r)| {
+            format!(
+                "(X'{}',{popup},{},{},{},{})",
+                hex(user),
+                stored_time(r.next_eligible),
+                r.shows,
+                r.last_action,
+                r.updated_at
+            )
+        });
+        let daily = batch
+            .popup_daily
+            .iter()
+            .map(|((popup, day), n)| format!("({popup},{day},{n})"));
+        let events = batch
+            .popup_events
+            .iter()
+            .map(|e| format!("({},X'{}',{},{})", e.at, hex(&e.user), e.popup, e.action));
+        let statement = |head: &str, tuples: Vec<String>, tail: &str| {
+            (!tuples.is_empty()).then(|| format!("{head} VALUES {} {tail}", tuples.join(", ")))
+        };
+        [
+            statement(POPUP_USERS_HEAD, users.collect(), self.popup_users_tail()),
+            statement(POPUP_DAILY_HEAD, daily.collect(), self.popup_daily_tail()),
+            statement(POPUP_EVENTS_HEAD, events.collect(), ""),
+        ]
+    }
+
     /// What an upsert of journal positions does on a conflict.
     fn journal_tail(self) -> &'static str {
         match self {
@@ -192,6 +268,26 @@ impl Dialect {
 const TORRENTS_HEAD: &str =
     "INSERT INTO hp_torrents (info_hash, completed, seeders, leechers, first_seen, last_active)";
 const JOURNAL_HEAD: &str = "INSERT INTO hp_journal (worker, seq)";
+const POPUP_USERS_HEAD: &str =
+    "INSERT INTO hp_popup_users (user_id, popup_id, next_eligible, shows, last_action, updated_at)";
+const POPUP_DAILY_HEAD: &str = "INSERT INTO hp_popup_daily (popup_id, day, shows)";
+const POPUP_EVENT_COUNTS: &str = "SELECT popup_id, action, COUNT(*) FROM hp_popup_events \
+     GROUP BY popup_id, action ORDER BY popup_id, action";
+const POPUP_EVENTS_HEAD: &str = "INSERT INTO hp_popup_events (at, user_id, popup_id, action)";
+
+/// A unix time as stored (64-bit signed; "never", `u64::MAX`, becomes `i64::MAX`).
+pub fn stored_time(t: u64) -> i64 {
+    i64::try_from(t).unwrap_or(i64::MAX)
+}
+
+/// A stored time read back (`i64::MAX` is "never" again; negatives are 0).
+pub fn loaded_time(t: i64) -> u64 {
+    if t == i64::MAX {
+        u64::MAX
+    } else {
+        u64::try_from(t).unwrap_or(0)
+    }
+}
 
 /// A torrent as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,6 +337,18 @@ pub trait Backend: Send {
 
     /// The info hashes in `hp_access_list`.
     fn access_list(&mut self) -> Result<Vec<Key>, StoreError>;
+
+    /// Every popup definition in `hp_popups`: `(id, JSON text)`.
+    fn popups(&mut self) -> Result<Vec<(u32, String)>, StoreError>;
+
+    /// One user's state per popup, from `hp_popup_users`.
+    fn popup_user(&mut self, user: &str) -> Result<Vec<(u32, PopupUserRow)>, StoreError>;
+
+    /// Shows per popup on UTC day `day` (unix seconds / 86400), from `hp_popup_daily`.
+    fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError>;
+
+    /// `(popup, action, events)` over the whole event log (shows, clicks, closes per popup).
+    fn popup_event_counts(&mut self) -> Result<Vec<(u32, u8, u64)>, StoreError>;
 
     /// Runs one statement outside any batch (tests, tools).
     fn execute(&mut self, sql: &str) -> Result<(), StoreError>;

@@ -10,8 +10,8 @@ use std::time::Duration;
 use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder, TxOpts};
 
-use super::{db_error, Backend, Dialect, StoredTorrent, Written};
-use crate::merge::{Batch, Key};
+use super::{db_error, loaded_time, Backend, Dialect, StoredTorrent, Written};
+use crate::merge::{Batch, Key, PopupUserRow};
 use crate::migrations::Migration;
 use crate::StoreError;
 
@@ -98,6 +98,18 @@ impl Backend for Mysql {
             if !seqs.is_empty() {
                 tx.query_drop(D.upsert_literal(&[], seqs)[1].as_str())?;
             }
+            let rows = [
+                batch.popup_users.len(),
+                batch.popup_daily.len(),
+                batch.popup_events.len(),
+            ];
+            for (sql, n) in D.popup_literals(batch).into_iter().zip(rows) {
+                if let Some(sql) = sql {
+                    tx.query_drop(sql)?;
+                    w.statements += 1;
+                    w.rows += n as u64;
+                }
+            }
             tx.commit()?;
             Ok(w)
         })
@@ -136,6 +148,52 @@ impl Backend for Mysql {
             Ok(rows
                 .iter()
                 .filter_map(|h| Key::try_from(h.as_slice()).ok())
+                .collect())
+        })
+    }
+
+    fn popups(&mut self) -> Result<Vec<(u32, String)>, StoreError> {
+        self.with(|c| c.query("SELECT id, definition FROM hp_popups ORDER BY id"))
+    }
+
+    fn popup_user(&mut self, user: &str) -> Result<Vec<(u32, PopupUserRow)>, StoreError> {
+        self.with(|c| {
+            let rows: Vec<(u32, i64, i64, i64, i64)> = c.exec(
+                "SELECT popup_id, next_eligible, shows, last_action, updated_at \
+                 FROM hp_popup_users WHERE user_id = ?",
+                (user,),
+            )?;
+            Ok(rows
+                .into_iter()
+                .map(|(popup, next, shows, action, at)| {
+                    let row = PopupUserRow {
+                        next_eligible: loaded_time(next),
+                        shows: shows as u32,
+                        last_action: action as u8,
+                        updated_at: at as u32,
+                    };
+                    (popup, row)
+                })
+                .collect())
+        })
+    }
+
+    fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError> {
+        self.with(|c| {
+            let rows: Vec<(u32, i64)> = c.exec(
+                "SELECT popup_id, shows FROM hp_popup_daily WHERE day = ?",
+                (day,),
+            )?;
+            Ok(rows.into_iter().map(|(p, n)| (p, n as u64)).collect())
+        })
+    }
+
+    fn popup_event_counts(&mut self) -> Result<Vec<(u32, u8, u64)>, StoreError> {
+        self.with(|c| {
+            let rows: Vec<(u32, i64, i64)> = c.query(super::POPUP_EVENT_COUNTS)?;
+            Ok(rows
+                .into_iter()
+                .map(|(p, a, n)| (p, a as u8, n as u64))
                 .collect())
         })
     }

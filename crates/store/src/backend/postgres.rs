@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement};
 
-use super::{db_error, Backend, Dialect, StoredTorrent, Written};
-use crate::merge::{Batch, Key};
+use super::{db_error, loaded_time, stored_time, Backend, Dialect, StoredTorrent, Written};
+use crate::merge::{Batch, Key, PopupUserRow};
 use crate::migrations::Migration;
 use crate::StoreError;
 
@@ -25,7 +25,7 @@ pub(crate) struct Postgres {
 /// [`Dialect::statement_sizes`]): prepared once, not parsed and planned per batch.
 struct Conn {
     client: Client,
-    upserts: HashMap<usize, Statement>,
+    upserts: HashMap<(&'static str, usize), Statement>,
 }
 
 type Param = Box<dyn ToSql + Sync>;
@@ -120,32 +120,94 @@ impl Backend for Postgres {
         self.with_conn(|c| {
             let mut tx = c.client.transaction()?;
             let mut w = Written::default();
-            let mut rest = &batch.torrents[..];
-            for n in D.statement_sizes(rest.len()) {
-                let (chunk, tail) = rest.split_at(n);
-                rest = tail;
-                let st = match c.upserts.get(&n) {
-                    Some(st) => st.clone(),
-                    None => {
-                        let st = tx.prepare(&D.upsert_torrents(n))?;
-                        c.upserts.insert(n, st.clone());
-                        st
+            let cache = &mut c.upserts;
+            let mut put = |tx: &mut postgres::Transaction<'_>,
+                           table: &'static str,
+                           rows: usize,
+                           sql: &dyn Fn(usize) -> String,
+                           values: &dyn Fn(usize, &mut Vec<Param>)|
+             -> Result<(), postgres::Error> {
+                let mut start = 0;
+                for n in D.statement_sizes(rows) {
+                    let st = match cache.get(&(table, n)) {
+                        Some(st) => st.clone(),
+                        None => {
+                            let st = tx.prepare(&sql(n))?;
+                            cache.insert((table, n), st.clone());
+                            st
+                        }
+                    };
+                    let mut vals: Vec<Param> = Vec::new();
+                    for i in start..start + n {
+                        values(i, &mut vals);
                     }
-                };
-                let mut vals: Vec<Param> = Vec::with_capacity(chunk.len() * 6);
-                for (k, r) in chunk {
-                    vals.push(Box::new(k.to_vec()));
-                    vals.push(Box::new(r.completed as i64));
-                    vals.push(Box::new(i64::from(r.seeders)));
-                    vals.push(Box::new(i64::from(r.leechers)));
-                    vals.push(Box::new(i64::from(r.first_seen)));
-                    vals.push(Box::new(i64::from(r.last_active)));
+                    start += n;
+                    let refs: Vec<&(dyn ToSql + Sync)> = vals.iter().map(|v| v.as_ref()).collect();
+                    tx.execute(&st, &refs)?;
+                    w.statements += 1;
+                    w.rows += n as u64;
                 }
-                let refs: Vec<&(dyn ToSql + Sync)> = vals.iter().map(|v| v.as_ref()).collect();
-                tx.execute(&st, &refs)?;
-                w.statements += 1;
-                w.rows += chunk.len() as u64;
-            }
+                Ok(())
+            };
+            let t = &batch.torrents;
+            put(
+                &mut tx,
+                "torrents",
+                t.len(),
+                &|n| D.upsert_torrents(n),
+                &|i, v| {
+                    let (k, r) = &t[i];
+                    v.push(Box::new(k.to_vec()));
+                    v.push(Box::new(r.completed as i64));
+                    v.push(Box::new(i64::from(r.seeders)));
+                    v.push(Box::new(i64::from(r.leechers)));
+                    v.push(Box::new(i64::from(r.first_seen)));
+                    v.push(Box::new(i64::from(r.last_active)));
+                },
+            )?;
+            let u = &batch.popup_users;
+            put(
+                &mut tx,
+                "popup_users",
+                u.len(),
+                &|n| D.upsert_popup_users(n),
+                &|i, v| {
+                    let ((user, popup), r) = &u[i];
+                    v.push(Box::new(user.to_string()));
+                    v.push(Box::new(*popup as i32));
+                    v.push(Box::new(stored_time(r.next_eligible)));
+                    v.push(Box::new(i64::from(r.shows)));
+                    v.push(Box::new(i16::from(r.last_action)));
+                    v.push(Box::new(i64::from(r.updated_at)));
+                },
+            )?;
+            let d = &batch.popup_daily;
+            put(
+                &mut tx,
+                "popup_daily",
+                d.len(),
+                &|n| D.upsert_popup_daily(n),
+                &|i, v| {
+                    let ((popup, day), n) = d[i];
+                    v.push(Box::new(popup as i32));
+                    v.push(Box::new(day as i32));
+                    v.push(Box::new(n as i64));
+                },
+            )?;
+            let e = &batch.popup_events;
+            put(
+                &mut tx,
+                "popup_events",
+                e.len(),
+                &|n| D.insert_popup_events(n),
+                &|i, v| {
+                    let ev = &e[i];
+                    v.push(Box::new(i64::from(ev.at)));
+                    v.push(Box::new(ev.user.to_string()));
+                    v.push(Box::new(ev.popup as i32));
+                    v.push(Box::new(i16::from(ev.action)));
+                },
+            )?;
             if !batch.seqs.is_empty() {
                 let mut vals: Vec<Param> = Vec::with_capacity(batch.seqs.len() * 2);
                 for &(j, s) in &batch.seqs {
@@ -201,6 +263,66 @@ impl Backend for Postgres {
             Ok(rows
                 .iter()
                 .filter_map(|r| Key::try_from(r.get::<_, Vec<u8>>(0).as_slice()).ok())
+                .collect())
+        })
+    }
+
+    fn popups(&mut self) -> Result<Vec<(u32, String)>, StoreError> {
+        self.with(|c| {
+            let rows = c.query("SELECT id, definition FROM hp_popups ORDER BY id", &[])?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get::<_, i32>(0) as u32, r.get::<_, String>(1)))
+                .collect())
+        })
+    }
+
+    fn popup_user(&mut self, user: &str) -> Result<Vec<(u32, PopupUserRow)>, StoreError> {
+        self.with(|c| {
+            let rows = c.query(
+                "SELECT popup_id, next_eligible, shows, last_action, updated_at \
+                 FROM hp_popup_users WHERE user_id = $1",
+                &[&user],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    (
+                        r.get::<_, i32>(0) as u32,
+                        PopupUserRow {
+                            next_eligible: loaded_time(r.get(1)),
+                            shows: r.get::<_, i64>(2) as u32,
+                            last_action: r.get::<_, i16>(3) as u8,
+                            updated_at: r.get::<_, i64>(4) as u32,
+                        },
+                    )
+                })
+                .collect())
+        })
+    }
+
+    fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError> {
+        self.with(|c| {
+            let rows = c.query(
+                "SELECT popup_id, shows FROM hp_popup_daily WHERE day = $1",
+                &[&(day as i32)],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get::<_, i32>(0) as u32, r.get::<_, i64>(1) as u64))
+                .collect())
+        })
+    }
+
+    fn popup_event_counts(&mut self) -> Result<Vec<(u32, u8, u64)>, StoreError> {
+        self.with(|c| {
+            let rows = c.query(super::POPUP_EVENT_COUNTS, &[])?;
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    let popup = r.get::<_, i32>(0) as u32;
+                    (popup, r.get::<_, i16>(1) as u8, r.get::<_, i64>(2) as u64)
+                })
                 .collect())
         })
     }

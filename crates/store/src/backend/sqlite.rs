@@ -4,10 +4,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use rusqlite::types::Value;
 use rusqlite::{params_from_iter, Connection};
 
-use super::{db_error, Backend, Dialect, StoredTorrent, Written};
-use crate::merge::{Batch, Key};
+use super::{db_error, loaded_time, stored_time, Backend, Dialect, StoredTorrent, Written};
+use crate::merge::{Batch, Key, PopupUserRow};
 use crate::migrations::Migration;
 use crate::StoreError;
 
@@ -68,6 +69,32 @@ impl Sqlite {
     }
 }
 
+/// Writes `rows` with statements of repeating sizes (see [`Dialect::statement_sizes`]), each
+/// prepared once per connection.
+fn put<T>(
+    tx: &rusqlite::Transaction<'_>,
+    w: &mut Written,
+    rows: &[T],
+    sql: impl Fn(usize) -> String,
+    values: impl Fn(&T, &mut Vec<Value>),
+) -> rusqlite::Result<()> {
+    let mut rest = rows;
+    let mut vals = Vec::new();
+    for n in D.statement_sizes(rows.len()) {
+        let (chunk, tail) = rest.split_at(n);
+        rest = tail;
+        vals.clear();
+        for r in chunk {
+            values(r, &mut vals);
+        }
+        tx.prepare_cached(&sql(n))?
+            .execute(params_from_iter(vals.drain(..)))?;
+        w.statements += 1;
+        w.rows += n as u64;
+    }
+    Ok(())
+}
+
 impl Backend for Sqlite {
     fn dialect(&self) -> Dialect {
         D
@@ -100,25 +127,65 @@ impl Backend for Sqlite {
         self.with(|c| {
             let tx = c.transaction()?;
             let mut w = Written::default();
-            let mut rest = &batch.torrents[..];
-            for n in D.statement_sizes(rest.len()) {
-                let (chunk, tail) = rest.split_at(n);
-                rest = tail;
-                let mut st = tx.prepare_cached(&D.upsert_torrents(n))?;
-                let params = chunk.iter().flat_map(|(k, r)| {
-                    [
-                        rusqlite::types::Value::Blob(k.to_vec()),
+            put(
+                &tx,
+                &mut w,
+                &batch.torrents,
+                |n| D.upsert_torrents(n),
+                |(k, r), v| {
+                    v.extend([
+                        Value::Blob(k.to_vec()),
                         (r.completed as i64).into(),
                         i64::from(r.seeders).into(),
                         i64::from(r.leechers).into(),
                         i64::from(r.first_seen).into(),
                         i64::from(r.last_active).into(),
-                    ]
-                });
-                st.execute(params_from_iter(params))?;
-                w.statements += 1;
-                w.rows += chunk.len() as u64;
-            }
+                    ])
+                },
+            )?;
+            put(
+                &tx,
+                &mut w,
+                &batch.popup_users,
+                |n| D.upsert_popup_users(n),
+                |((u, p), r), v| {
+                    v.extend([
+                        Value::Text(u.to_string()),
+                        i64::from(*p).into(),
+                        stored_time(r.next_eligible).into(),
+                        i64::from(r.shows).into(),
+                        i64::from(r.last_action).into(),
+                        i64::from(r.updated_at).into(),
+                    ])
+                },
+            )?;
+            put(
+                &tx,
+                &mut w,
+                &batch.popup_daily,
+                |n| D.upsert_popup_daily(n),
+                |((p, d), n), v| {
+                    v.extend([
+                        i64::from(*p).into(),
+                        i64::from(*d).into(),
+                        (*n as i64).into(),
+                    ])
+                },
+            )?;
+            put(
+                &tx,
+                &mut w,
+                &batch.popup_events,
+                |n| D.insert_popup_events(n),
+                |e, v| {
+                    v.extend([
+                        i64::from(e.at).into(),
+                        Value::Text(e.user.to_string()),
+                        i64::from(e.popup).into(),
+                        i64::from(e.action).into(),
+                    ])
+                },
+            )?;
             if !batch.seqs.is_empty() {
                 let mut st = tx.prepare_cached(&D.upsert_journal(batch.seqs.len()))?;
                 let params = batch
@@ -179,6 +246,59 @@ impl Backend for Sqlite {
                 }
             }
             Ok(out)
+        })
+    }
+
+    fn popups(&mut self) -> Result<Vec<(u32, String)>, StoreError> {
+        self.with(|c| {
+            let mut st = c.prepare("SELECT id, definition FROM hp_popups ORDER BY id")?;
+            let rows = st.query_map([], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, String>(1)?)))?;
+            rows.collect()
+        })
+    }
+
+    fn popup_user(&mut self, user: &str) -> Result<Vec<(u32, PopupUserRow)>, StoreError> {
+        self.with(|c| {
+            let mut st = c.prepare_cached(
+                "SELECT popup_id, next_eligible, shows, last_action, updated_at \
+                 FROM hp_popup_users WHERE user_id = ?1",
+            )?;
+            let rows = st.query_map([user], |r| {
+                Ok((
+                    r.get::<_, u32>(0)?,
+                    PopupUserRow {
+                        next_eligible: loaded_time(r.get(1)?),
+                        shows: r.get::<_, i64>(2)? as u32,
+                        last_action: r.get::<_, i64>(3)? as u8,
+                        updated_at: r.get::<_, i64>(4)? as u32,
+                    },
+                ))
+            })?;
+            rows.collect()
+        })
+    }
+
+    fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError> {
+        self.with(|c| {
+            let mut st = c.prepare("SELECT popup_id, shows FROM hp_popup_daily WHERE day = ?1")?;
+            let rows = st.query_map([day], |r| {
+                Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)? as u64))
+            })?;
+            rows.collect()
+        })
+    }
+
+    fn popup_event_counts(&mut self) -> Result<Vec<(u32, u8, u64)>, StoreError> {
+        self.with(|c| {
+            let mut st = c.prepare(super::POPUP_EVENT_COUNTS)?;
+            let rows = st.query_map([], |r| {
+                Ok((
+                    r.get::<_, u32>(0)?,
+                    r.get::<_, i64>(1)? as u8,
+                    r.get::<_, i64>(2)? as u64,
+                ))
+            })?;
+            rows.collect()
         })
     }
 
