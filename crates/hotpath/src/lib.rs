@@ -136,11 +136,7 @@ fn tracker(config: &Config) -> anyhow::Result<Tracker> {
 fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
     use hotpath_store::{backend, migrations};
     let cfg = &config.store;
-    let name = if cfg.url.is_empty() {
-        format!("sqlite://{}/hotpath.db", cfg.data_dir)
-    } else {
-        backend::redact(&cfg.url)
-    };
+    let name = backend::display_name(&cfg.url, &cfg.data_dir);
     let mut b =
         backend::connect(&cfg.url, std::path::Path::new(&cfg.data_dir)).context("store.url")?;
     match action {
@@ -186,7 +182,7 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
                     }
                 );
             }
-            let dir = std::path::Path::new(&cfg.data_dir).join("journal");
+            let dir = hotpath_store::journal_dir(&cfg.data_dir);
             let files = hotpath_store::journal::list_segments(&dir).unwrap_or_default();
             let bytes: u64 = files
                 .iter()

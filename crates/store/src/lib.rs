@@ -111,6 +111,11 @@ fn journal_error(path: &Path, source: std::io::Error) -> StoreError {
     }
 }
 
+/// The journal's directory under `store.data_dir`.
+pub fn journal_dir(data_dir: &str) -> PathBuf {
+    Path::new(data_dir).join("journal")
+}
+
 /// Unix seconds now.
 pub fn unix_now() -> i64 {
     SystemTime::now()
@@ -207,7 +212,7 @@ pub struct Settings {
 impl Settings {
     fn from_config(cfg: &StoreConfig) -> Settings {
         Settings {
-            journal_dir: Path::new(&cfg.data_dir).join("journal"),
+            journal_dir: journal_dir(&cfg.data_dir),
             journal_max_bytes: cfg.journal_max_bytes,
             journal_segment_bytes: cfg.journal_segment_bytes,
             journal_fsync_ms: cfg.journal_fsync_ms,
@@ -291,10 +296,7 @@ impl Store {
             };
             return Err(journal_error(&lock_path, why));
         }
-        let name = match cfg.url.as_str() {
-            "" => format!("sqlite://{}/hotpath.db", cfg.data_dir),
-            url => backend::redact(url),
-        };
+        let name = backend::display_name(&cfg.url, &cfg.data_dir);
         if cfg.migrate {
             migrations::migrate(&mut *backend)?;
         } else {

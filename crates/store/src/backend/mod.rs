@@ -362,7 +362,7 @@ pub fn connect(url: &str, data_dir: &Path) -> Result<Box<dyn Backend>, StoreErro
         why: why.to_string(),
     };
     if url.is_empty() {
-        return Ok(Box::new(sqlite::Sqlite::new(data_dir.join("hotpath.db"))));
+        return Ok(Box::new(sqlite::Sqlite::new(data_dir.join(DEFAULT_FILE))));
     }
     if let Some(path) = url.strip_prefix("sqlite://") {
         if path.is_empty() {
@@ -379,6 +379,18 @@ pub fn connect(url: &str, data_dir: &Path) -> Result<Box<dyn Backend>, StoreErro
     Err(bad(
         "unknown scheme: use sqlite://, postgres:// or mysql://",
     ))
+}
+
+/// The SQLite file in `store.data_dir` that an empty `store.url` means.
+pub const DEFAULT_FILE: &str = "hotpath.db";
+
+/// The database a `store.url` names, for logs and errors: the URL without its password, or
+/// the default SQLite file when it is empty.
+pub fn display_name(url: &str, data_dir: &str) -> String {
+    match url {
+        "" => format!("sqlite://{data_dir}/{DEFAULT_FILE}"),
+        url => redact(url),
+    }
 }
 
 /// The URL without its password, for logs and errors.
