@@ -49,7 +49,7 @@ pub enum ServerError {
 pub struct RunningServer {
     addrs: Addresses,
     stop: Arc<AtomicBool>,
-    wakers: Vec<mio::Waker>,
+    wakers: Vec<Arc<mio::Waker>>,
     threads: Vec<JoinHandle<()>>,
     died: Receiver<String>,
     service: Arc<dyn Service>,
@@ -154,10 +154,12 @@ impl RunningServer {
                 (tcp, udp)
             };
             let poll = mio::Poll::new()?;
-            wakers.push(worker::waker(&poll)?);
+            let waker = Arc::new(worker::waker(&poll)?);
+            wakers.push(waker.clone());
             setups.push(Setup {
                 index,
                 poll,
+                waker,
                 tcp,
                 udp,
             });

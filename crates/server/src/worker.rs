@@ -14,7 +14,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use hotpath_config::ServerConfig;
 use hotpath_service::{
-    process_secs, Context, HttpResponse, Kind, Outcome, Request, Service, ServiceWorker,
+    process_secs, Context, Handled, HttpResponse, Kind, Outcome, Request, Service, ServiceWorker,
 };
 use hotpath_wire::http::{self, header_slots, Head, Limits, Parsed};
 
@@ -55,6 +55,8 @@ pub struct Setup {
     pub index: usize,
     /// Its poll instance (the waker is registered on it).
     pub poll: Poll,
+    /// Its waker (shutdown, and the service's parked requests).
+    pub waker: Arc<Waker>,
     /// Its TCP listeners.
     pub tcp: Vec<(TcpListener, ListenerKind)>,
     /// Its UDP sockets.
@@ -80,6 +82,11 @@ struct Conn {
     registered: bool,
     /// Holds answers that wait for this event-loop turn's journal commit.
     deferred: bool,
+    /// The service parked the first unanswered request; nothing more is read or answered
+    /// until the service wakes the worker.
+    parked: bool,
+    /// When the parked request was first handled (its latency counts from then).
+    parked_at: Option<Instant>,
 }
 
 impl Conn {
@@ -123,8 +130,12 @@ impl Handler {
     /// buffer reaches its cap (the rest is answered once the client reads).
     fn process(&mut self, conn: &mut Conn) {
         let max_out = self.shared.cfg.max_output_bytes;
-        while conn.rstart < conn.rend && !conn.closing && conn.pending_out() < max_out {
-            let started = Instant::now();
+        while conn.rstart < conn.rend
+            && !conn.closing
+            && !conn.parked
+            && conn.pending_out() < max_out
+        {
+            let started = conn.parked_at.take().unwrap_or_else(Instant::now);
             let mut slots = header_slots::<HEADER_SLOTS>();
             let buf = &conn.rbuf[conn.rstart..conn.rend];
             match http::parse_request(buf, &mut slots[..self.max_headers], &self.limits) {
@@ -133,7 +144,14 @@ impl Handler {
                     return;
                 }
                 Ok(Parsed::Complete(req, used)) => {
-                    let keep = self.respond(&req, conn.peer, conn.kind, &mut conn.out, started);
+                    let Some(keep) =
+                        self.respond(&req, conn.peer, conn.kind, &mut conn.out, started)
+                    else {
+                        // Asked again, from the same bytes, when the service wakes us.
+                        conn.parked = true;
+                        conn.parked_at = Some(started);
+                        return;
+                    };
                     conn.rstart += used;
                     conn.partial_since = None;
                     conn.closing = !keep;
@@ -178,7 +196,7 @@ impl Handler {
         kind: ListenerKind,
         out: &mut Vec<u8>,
         started: Instant,
-    ) -> bool {
+    ) -> Option<bool> {
         self.resp.reset();
         let ctx = Context {
             peer,
@@ -204,7 +222,8 @@ impl Handler {
                 (Kind::Admin, Outcome::Ok)
             }
             (ListenerKind::Http, _) => match self.service.http(req, &ctx, &mut self.resp) {
-                Some(handled) => handled,
+                Some(Handled::Answered(kind, outcome)) => (kind, outcome),
+                Some(Handled::Parked) => return None,
                 None => self.not_found(),
             },
             (ListenerKind::Admin, _) => self.not_found(),
@@ -246,7 +265,7 @@ impl Handler {
                 self.metrics().access_log_dropped.add(1);
             }
         }
-        keep
+        Some(keep)
     }
 
     fn not_found(&mut self) -> (Kind, Outcome) {
@@ -272,6 +291,8 @@ pub struct Worker {
     last_sweep: u32,
     /// Connections whose answers wait for the journal commit at the end of this turn.
     deferred: Vec<usize>,
+    /// Connections whose service parked a request, to ask again when woken.
+    parked: Vec<usize>,
 }
 
 impl Worker {
@@ -280,6 +301,7 @@ impl Worker {
         let Setup {
             index,
             poll,
+            waker,
             mut tcp,
             mut udp,
         } = setup;
@@ -297,8 +319,14 @@ impl Worker {
             max_url_bytes: cfg.max_url_bytes,
             max_body_bytes: cfg.max_body_bytes,
         };
+        let mut service = shared.service.worker(index);
+        service.set_wake(Arc::new(move || {
+            if let Err(e) = waker.wake() {
+                log::error!("worker {index}: cannot wake: {e}");
+            }
+        }));
         let h = Handler {
-            service: shared.service.worker(index),
+            service,
             resp: HttpResponse::default(),
             limits,
             max_headers: cfg.max_headers.min(HEADER_SLOTS),
@@ -321,6 +349,7 @@ impl Worker {
             last_sweep: process_secs(),
             h,
             deferred: Vec::new(),
+            parked: Vec::new(),
         })
     }
 
@@ -340,15 +369,21 @@ impl Worker {
                 }
             }
             self.h.tick();
+            let mut woken = false;
             for ev in events.iter() {
                 let t = ev.token().0;
-                if t >= CONN_BASE {
+                if t == WAKER.0 {
+                    woken = true;
+                } else if t >= CONN_BASE {
                     self.drive(t - CONN_BASE);
                 } else if t >= UDP_BASE {
                     self.udp_ready(t - UDP_BASE);
                 } else if t >= LISTENER_BASE {
                     self.accept(t - LISTENER_BASE);
                 }
+            }
+            if woken && !self.parked.is_empty() {
+                self.resume_parked();
             }
             // Also when no answer waits (its connection died): changes never sit uncommitted.
             if self.h.service.uncommitted() {
@@ -371,6 +406,17 @@ impl Worker {
             if self.h.now != self.last_sweep {
                 self.last_sweep = self.h.now;
                 self.sweep_timeouts();
+            }
+        }
+    }
+
+    /// Asks the service again about every parked request (it woke us: some are answerable
+    /// now; the rest park again), then reads on from those connections.
+    fn resume_parked(&mut self) {
+        for slot in std::mem::take(&mut self.parked) {
+            if let Some(c) = self.conns[slot].as_mut().filter(|c| c.parked) {
+                c.parked = false;
+                self.drive(slot);
             }
         }
     }
@@ -453,6 +499,8 @@ impl Worker {
             closing: false,
             registered: false,
             deferred: false,
+            parked: false,
+            parked_at: None,
         });
         self.open += 1;
         self.h.shared.metrics[self.h.index]
@@ -488,11 +536,13 @@ impl Worker {
         let Some(conn) = self.conns[slot].as_mut() else {
             return;
         };
+        // A parked connection is already on the list; one that parks in this drive joins it.
+        let was_parked = conn.parked;
         let mut dead = !flush(conn);
         if !dead {
             self.h.process(conn);
         }
-        while !dead && !conn.closing && conn.pending_out() < max_out {
+        while !dead && !conn.closing && !conn.parked && conn.pending_out() < max_out {
             if conn.rend == conn.rbuf.len() {
                 if conn.rstart > 0 {
                     conn.rbuf.copy_within(conn.rstart..conn.rend, 0);
@@ -527,6 +577,9 @@ impl Worker {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => dead = true,
             }
+        }
+        if !dead && conn.parked && !was_parked {
+            self.parked.push(slot);
         }
         if !dead && self.h.service.uncommitted() {
             // These answers acknowledge changes not yet in the journal: they leave after the

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use hotpath_config::Config;
 use hotpath_server::RunningServer;
-use hotpath_service::{Context, HttpResponse, Kind, Outcome, Request, Service, ServiceWorker};
+use hotpath_service::{
+    Context, Handled, HttpResponse, Kind, Outcome, Request, Service, ServiceWorker,
+};
 
 /// A service whose `/change` (or a UDP datagram "change") changes something that its commit
 /// makes durable; the commit succeeds while `durable` is set.
@@ -30,12 +32,12 @@ impl ServiceWorker for JournaledWorker {
         req: &Request<'_, '_>,
         _: &Context,
         resp: &mut HttpResponse,
-    ) -> Option<(Kind, Outcome)> {
+    ) -> Option<Handled> {
         if req.path == "/change" {
             self.pending += 1;
         }
         resp.body.extend_from_slice(b"done");
-        Some((Kind::Other, Outcome::Ok))
+        Some((Kind::Other, Outcome::Ok).into())
     }
 
     fn udp(&mut self, packet: &[u8], _: &Context, out: &mut Vec<u8>) -> (Kind, Outcome) {

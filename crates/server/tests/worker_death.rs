@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use hotpath_config::Config;
 use hotpath_server::{RunningServer, ServerError};
-use hotpath_service::{Context, HttpResponse, Kind, Outcome, Request, Service, ServiceWorker};
+use hotpath_service::{
+    Context, Handled, HttpResponse, Kind, Outcome, Request, Service, ServiceWorker,
+};
 
 /// A service whose handler panics on `/boom`.
 struct Fragile;
@@ -20,12 +22,12 @@ impl ServiceWorker for FragileWorker {
         req: &Request<'_, '_>,
         _: &Context,
         resp: &mut HttpResponse,
-    ) -> Option<(Kind, Outcome)> {
+    ) -> Option<Handled> {
         if req.path == "/boom" {
             panic!("handler bug");
         }
         resp.body.extend_from_slice(b"fine");
-        Some((Kind::Other, Outcome::Ok))
+        Some((Kind::Other, Outcome::Ok).into())
     }
 
     fn udp(&mut self, _: &[u8], _: &Context, _: &mut Vec<u8>) -> (Kind, Outcome) {

@@ -24,20 +24,26 @@ pub enum Kind {
     Connect,
     /// `/healthz`.
     Health,
-    /// An admin endpoint (/metrics, /stats).
+    /// An admin endpoint (/metrics, /stats, /admin/…).
     Admin,
+    /// A popup decision (`GET /v1/popup`).
+    Popup,
+    /// A popup click or close (`POST /v1/popup/events`).
+    PopupEvent,
     /// Anything else (unknown paths, malformed packets).
     Other,
 }
 
 impl Kind {
     /// Every kind, in label order.
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Announce,
         Kind::Scrape,
         Kind::Connect,
         Kind::Health,
         Kind::Admin,
+        Kind::Popup,
+        Kind::PopupEvent,
         Kind::Other,
     ];
 
@@ -49,6 +55,8 @@ impl Kind {
             Kind::Connect => "connect",
             Kind::Health => "health",
             Kind::Admin => "admin",
+            Kind::Popup => "popup",
+            Kind::PopupEvent => "popup_event",
             Kind::Other => "other",
         }
     }
@@ -128,6 +136,29 @@ impl HttpResponse {
     }
 }
 
+/// What a service did with an HTTP request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// Answered in the response.
+    Answered(Kind, Outcome),
+    /// Cannot be answered before data the service is fetching arrives (a user's state from
+    /// the database, an admin write). The server keeps the request, reads nothing more on
+    /// that connection, and asks again after the service calls the worker's [`Wake`]; the
+    /// service must then answer or park it again, and must wake the worker within bounded
+    /// time (an error answer is an answer).
+    Parked,
+}
+
+impl From<(Kind, Outcome)> for Handled {
+    fn from((kind, outcome): (Kind, Outcome)) -> Handled {
+        Handled::Answered(kind, outcome)
+    }
+}
+
+/// Wakes one worker's event loop from another thread, so it asks again about the requests
+/// its service parked.
+pub type Wake = Arc<dyn Fn() + Send + Sync>;
+
 /// One worker's handle on a service.
 pub trait ServiceWorker: Send {
     /// Handles an HTTP request whose path this service serves; `None` when it does not serve
@@ -137,7 +168,11 @@ pub trait ServiceWorker: Send {
         req: &Request<'_, '_>,
         ctx: &Context,
         resp: &mut HttpResponse,
-    ) -> Option<(Kind, Outcome)>;
+    ) -> Option<Handled>;
+
+    /// Hands the worker the means to wake its event loop (called once, before any request).
+    /// Only services that park requests need it.
+    fn set_wake(&mut self, _wake: Wake) {}
 
     /// Handles one UDP datagram, appending the answer (if any) to `out`.
     fn udp(&mut self, packet: &[u8], ctx: &Context, out: &mut Vec<u8>) -> (Kind, Outcome);
@@ -186,6 +221,88 @@ pub trait Service: Send + Sync + 'static {
     /// Jobs to run on their own threads (expiry sweepers, flushers).
     fn background(&self) -> Vec<Background> {
         Vec::new()
+    }
+}
+
+/// Several services on one server: each HTTP request goes to the first service that serves
+/// its path; UDP goes to the first service; commits, metrics, stats, reloads and background
+/// jobs go to all.
+pub struct Composite {
+    services: Vec<Arc<dyn Service>>,
+}
+
+impl Composite {
+    /// The services, in the order they are asked.
+    pub fn new(services: Vec<Arc<dyn Service>>) -> Composite {
+        assert!(!services.is_empty(), "a server runs at least one service");
+        Composite { services }
+    }
+}
+
+struct CompositeWorker {
+    workers: Vec<Box<dyn ServiceWorker>>,
+}
+
+impl ServiceWorker for CompositeWorker {
+    fn http(
+        &mut self,
+        req: &Request<'_, '_>,
+        ctx: &Context,
+        resp: &mut HttpResponse,
+    ) -> Option<Handled> {
+        self.workers.iter_mut().find_map(|w| w.http(req, ctx, resp))
+    }
+
+    fn set_wake(&mut self, wake: Wake) {
+        for w in &mut self.workers {
+            w.set_wake(wake.clone());
+        }
+    }
+
+    fn udp(&mut self, packet: &[u8], ctx: &Context, out: &mut Vec<u8>) -> (Kind, Outcome) {
+        self.workers[0].udp(packet, ctx, out)
+    }
+
+    fn uncommitted(&self) -> bool {
+        self.workers.iter().any(|w| w.uncommitted())
+    }
+
+    fn commit(&mut self) -> bool {
+        // Every service commits, even after one failed: each answer waits on all of them.
+        self.workers
+            .iter_mut()
+            .filter(|w| w.uncommitted())
+            .fold(true, |ok, w| w.commit() && ok)
+    }
+}
+
+impl Service for Composite {
+    fn worker(&self, index: usize) -> Box<dyn ServiceWorker> {
+        Box::new(CompositeWorker {
+            workers: self.services.iter().map(|s| s.worker(index)).collect(),
+        })
+    }
+
+    fn write_metrics(&self, out: &mut String) {
+        for s in &self.services {
+            s.write_metrics(out);
+        }
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        self.services.iter().flat_map(|s| s.stats()).collect()
+    }
+
+    fn reload(&self) -> Result<String, String> {
+        let mut said = Vec::new();
+        for s in &self.services {
+            said.push(s.reload()?);
+        }
+        Ok(said.join("; "))
+    }
+
+    fn background(&self) -> Vec<Background> {
+        self.services.iter().flat_map(|s| s.background()).collect()
     }
 }
 

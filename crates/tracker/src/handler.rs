@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use hotpath_service::{Context, HttpResponse, Kind, Outcome, Request, ServiceWorker};
+use hotpath_service::{Context, Handled, HttpResponse, Kind, Outcome, Request, ServiceWorker};
 use hotpath_store::{Change, JournalWriter};
 use hotpath_wire::bencode::{put_bytes, put_failure, put_int};
 use hotpath_wire::query::{self, Event, Id20};
@@ -354,7 +354,7 @@ impl ServiceWorker for TrackerWorker {
         req: &Request<'_, '_>,
         ctx: &Context,
         resp: &mut HttpResponse,
-    ) -> Option<(Kind, Outcome)> {
+    ) -> Option<Handled> {
         let kind = match req.path {
             "/announce" => Kind::Announce,
             "/scrape" => Kind::Scrape,
@@ -364,7 +364,7 @@ impl ServiceWorker for TrackerWorker {
         if req.method != "GET" && req.method != "HEAD" {
             fail(resp, "use GET");
             resp.status = 405;
-            return Some((kind, Outcome::Refused));
+            return Some((kind, Outcome::Refused).into());
         }
         let result = match kind {
             Kind::Announce => self.announce_http(req, ctx, resp),
@@ -373,10 +373,10 @@ impl ServiceWorker for TrackerWorker {
         // Failures are answered with 200 and a bencoded reason, as clients expect; the
         // request was framed correctly, so the connection stays usable.
         match result {
-            Ok(()) => Some((kind, Outcome::Ok)),
+            Ok(()) => Some((kind, Outcome::Ok).into()),
             Err(reason) => {
                 fail(resp, reason);
-                Some((kind, Outcome::Refused))
+                Some((kind, Outcome::Refused).into())
             }
         }
     }
