@@ -269,10 +269,11 @@ impl ServiceWorker for CompositeWorker {
 
     fn commit(&mut self) -> bool {
         // Every service commits, even after one failed: each answer waits on all of them.
-        self.workers
-            .iter_mut()
-            .filter(|w| w.uncommitted())
-            .fold(true, |ok, w| w.commit() && ok)
+        let mut durable = true;
+        for w in self.workers.iter_mut().filter(|w| w.uncommitted()) {
+            durable &= w.commit();
+        }
+        durable
     }
 }
 
