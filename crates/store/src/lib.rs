@@ -54,7 +54,7 @@ use hotpath_config::StoreConfig;
 
 pub use backend::{Backend, Dialect, StoredTorrent};
 pub use journal::{JournalWriter, Refused};
-pub use merge::{Batch, Change, Key};
+pub use merge::{Batch, Change, Key, PopupUserRow, CLICK, CLOSE, MAX_USER_LEN, SHOWN};
 
 use journal::Segment;
 use merge::Pending;
@@ -439,9 +439,61 @@ impl Store {
         f(&mut **self.backend.lock())
     }
 
+    /// The users' popup state, per user: the database's rows with the queue's newer ones laid
+    /// over them. Read under the backend lock, so no batch is between the two (see `flush`).
+    pub fn popup_users(
+        &self,
+        users: &[&str],
+    ) -> Result<HashMap<String, Vec<(u32, PopupUserRow)>>, StoreError> {
+        let mut backend = self.backend.lock();
+        let mut out: HashMap<String, Vec<(u32, PopupUserRow)>> = HashMap::new();
+        for (user, popup, row) in backend.popup_users(users)? {
+            out.entry(user).or_default().push((popup, row));
+        }
+        let inner = self.shared.inner.lock();
+        for user in users {
+            for &(popup, row) in inner.pending.popup_user(user) {
+                let rows = out.entry((*user).to_string()).or_default();
+                match rows.iter_mut().find(|(p, _)| *p == popup) {
+                    Some((_, r)) => *r = row,
+                    None => rows.push((popup, row)),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Shows per popup on UTC day `day`: the database's and the queue's.
+    pub fn popup_daily(&self, day: u32) -> Result<HashMap<u32, u64>, StoreError> {
+        let mut backend = self.backend.lock();
+        let mut out: HashMap<u32, u64> = backend.popup_daily(day)?.into_iter().collect();
+        for (popup, n) in self.shared.inner.lock().pending.popup_daily(day) {
+            *out.entry(popup).or_insert(0) += n;
+        }
+        Ok(out)
+    }
+
+    /// Events per `(popup, action)` over the whole log: the database's and the queue's.
+    pub fn popup_event_counts(&self) -> Result<HashMap<(u32, u8), u64>, StoreError> {
+        let mut backend = self.backend.lock();
+        let mut out: HashMap<(u32, u8), u64> = backend
+            .popup_event_counts()?
+            .into_iter()
+            .map(|(p, a, n)| ((p, a), n))
+            .collect();
+        for (popup, action) in self.shared.inner.lock().pending.popup_event_keys() {
+            *out.entry((popup, action)).or_insert(0) += 1;
+        }
+        Ok(out)
+    }
+
     /// Writes what is queued now, in one transaction. `Ok(rows)` when written (0 when there
     /// was nothing); on an error the batch is back in the queue.
     pub fn flush(&self) -> Result<usize, StoreError> {
+        // The backend first, then the queue: whoever holds the backend (a reader of user state
+        // under `with_backend`) sees every change either in the database or in the queue,
+        // never in a batch on its way between them.
+        let mut backend = self.backend.lock();
         let (pending, since) = {
             let mut inner = self.shared.inner.lock();
             (
@@ -455,7 +507,8 @@ impl Store {
         }
         let m = &self.shared.metrics;
         let started = Instant::now();
-        let result = self.backend.lock().write(&batch);
+        let result = backend.write(&batch);
+        drop(backend);
         match result {
             Ok(w) => {
                 let rows = batch.rows();

@@ -199,8 +199,11 @@ pub struct PopupEvent {
 #[derive(Debug, Default)]
 pub struct Pending {
     torrents: HashMap<Key, TorrentRow>,
-    /// Per (user, popup): the newest state.
-    popup_users: HashMap<(Box<str>, u32), PopupUserRow>,
+    /// Per user, per popup: the newest state (keyed by user so a user's pending state is
+    /// one lookup when the popup service loads it).
+    popup_users: HashMap<Box<str>, Vec<(u32, PopupUserRow)>>,
+    /// Rows in `popup_users`.
+    popup_user_rows: usize,
     /// The event log, in arrival order.
     popup_events: Vec<PopupEvent>,
     /// Per (popup, UTC day): shows to add.
@@ -281,7 +284,7 @@ impl Pending {
                     last_action: action,
                     updated_at: at,
                 };
-                self.popup_users.insert((user.clone(), popup), row);
+                self.put_popup_user(user, popup, row, true);
                 self.popup_events.push(PopupEvent {
                     at,
                     user: user.clone(),
@@ -295,6 +298,40 @@ impl Pending {
         }
     }
 
+    /// Sets a user's state for a popup; an existing row is replaced only when `newer`.
+    fn put_popup_user(&mut self, user: &str, popup: u32, row: PopupUserRow, newer: bool) {
+        let rows = match self.popup_users.get_mut(user) {
+            Some(rows) => rows,
+            None => self.popup_users.entry(user.into()).or_default(),
+        };
+        match rows.iter_mut().find(|(p, _)| *p == popup) {
+            Some((_, r)) if newer => *r = row,
+            Some(_) => {}
+            None => {
+                rows.push((popup, row));
+                self.popup_user_rows += 1;
+            }
+        }
+    }
+
+    /// A user's pending state per popup (written to the database by the next flush).
+    pub fn popup_user(&self, user: &str) -> &[(u32, PopupUserRow)] {
+        self.popup_users.get(user).map_or(&[], Vec::as_slice)
+    }
+
+    /// `(popup, action)` of every pending event.
+    pub fn popup_event_keys(&self) -> impl Iterator<Item = (u32, u8)> + '_ {
+        self.popup_events.iter().map(|e| (e.popup, e.action))
+    }
+
+    /// Shows pending per popup on UTC day `day`.
+    pub fn popup_daily(&self, day: u32) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.popup_daily
+            .iter()
+            .filter(move |((_, d), _)| *d == day)
+            .map(|((p, _), n)| (*p, *n))
+    }
+
     /// Records that journal `journal` is merged up to record `seq`.
     pub fn covered(&mut self, journal: u32, seq: u64) {
         let s = self.seqs.entry(journal).or_insert(0);
@@ -304,7 +341,7 @@ impl Pending {
     /// Distinct rows pending.
     pub fn rows(&self) -> usize {
         self.torrents.len()
-            + self.popup_users.len()
+            + self.popup_user_rows
             + self.popup_events.len()
             + self.popup_daily.len()
     }
@@ -329,7 +366,12 @@ impl Pending {
         torrents.sort_unstable_by_key(|r| r.0);
         let mut seqs: Vec<_> = self.seqs.into_iter().collect();
         seqs.sort_unstable();
-        let mut popup_users: Vec<_> = self.popup_users.into_iter().collect();
+        let mut popup_users = Vec::with_capacity(self.popup_user_rows);
+        for (user, rows) in self.popup_users {
+            for (popup, row) in rows {
+                popup_users.push(((user.clone(), popup), row));
+            }
+        }
         popup_users.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut popup_daily: Vec<_> = self.popup_daily.into_iter().collect();
         popup_daily.sort_unstable();
@@ -358,8 +400,8 @@ impl Pending {
                 }
             }
         }
-        for (key, older) in batch.popup_users {
-            self.popup_users.entry(key).or_insert(older);
+        for ((user, popup), older) in batch.popup_users {
+            self.put_popup_user(&user, popup, older, false);
         }
         let newer = std::mem::replace(&mut self.popup_events, batch.popup_events);
         self.popup_events.extend(newer);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hotpath_config::StoreConfig;
-use hotpath_store::backend::{self, Backend, Dialect, StoredTorrent, Written};
+use hotpath_store::backend::{self, Backend, Dialect, StoredTorrent, UserRow, Written};
 use hotpath_store::merge::{PopupUserRow, TorrentRow, CLICK, CLOSE, SHOWN};
 use hotpath_store::migrations::{self, Migration};
 use hotpath_store::testing::{test_db, TestDb};
@@ -301,8 +301,11 @@ impl Backend for Flaky {
     fn popups(&mut self) -> Result<Vec<(u32, String)>, StoreError> {
         self.inner.popups()
     }
-    fn popup_user(&mut self, user: &str) -> Result<Vec<(u32, PopupUserRow)>, StoreError> {
-        self.inner.popup_user(user)
+    fn popup_users(&mut self, users: &[&str]) -> Result<Vec<UserRow>, StoreError> {
+        self.inner.popup_users(users)
+    }
+    fn save_popup(&mut self, id: u32, text: &str, at: i64) -> Result<(), StoreError> {
+        self.inner.save_popup(id, text, at)
     }
     fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError> {
         self.inner.popup_daily(day)
@@ -427,7 +430,60 @@ fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
         b.execute("INSERT INTO hp_popups (id, definition, updated_at) VALUES (7, '{\"id\":7}', 0)")
             .unwrap();
         assert_eq!(b.popups().unwrap(), vec![(7, "{\"id\":7}".to_string())]);
+        b.save_popup(7, "{\"id\":7,\"name\":\"o'brien\"}", 5)
+            .unwrap();
+        b.save_popup(8, "{}", 6).unwrap();
+        assert_eq!(
+            b.popups().unwrap(),
+            vec![
+                (7, "{\"id\":7,\"name\":\"o'brien\"}".to_string()),
+                (8, "{}".to_string())
+            ]
+        );
     });
+
+    // Many users in few statements: 600 users (one lookup of 512 and one of 128, padded),
+    // every second one with state.
+    let users: Vec<String> = (0..600).map(|i| format!("user-{i}")).collect();
+    for u in users.iter().step_by(2) {
+        w.append(ev(u, 3, SHOWN, 900, 1)).unwrap();
+    }
+    w.commit().unwrap();
+    store.flush().unwrap();
+    let refs: Vec<&str> = users.iter().map(String::as_str).collect();
+    let rows = store.with_backend(|b| b.popup_users(&refs).unwrap());
+    assert_eq!(rows.len(), 300, "padding repeats a user, never a row");
+    assert!(rows
+        .iter()
+        .all(|(u, p, r)| u[5..].parse::<u32>().unwrap() % 2 == 0
+            && *p == 3
+            && r.next_eligible == 900));
+
+    // The store lays the queue's newer state over the database's.
+    w.append(ev("alice", 1, SHOWN, 7_000, 2)).unwrap();
+    w.append(ev("carol", 4, SHOWN, 8_000, 1)).unwrap();
+    w.commit().unwrap();
+    let got = store.popup_users(&["alice", "carol", "nobody"]).unwrap();
+    assert_eq!(
+        got["alice"],
+        vec![(
+            1,
+            PopupUserRow {
+                next_eligible: 7_000,
+                shows: 2,
+                last_action: SHOWN,
+                updated_at: at
+            }
+        )]
+    );
+    assert_eq!(got["carol"][0].1.next_eligible, 8_000);
+    assert!(!got.contains_key("nobody"));
+    assert_eq!(
+        store.popup_daily(day).unwrap()[&1],
+        3,
+        "database 2 + queued 1"
+    );
+    assert_eq!(store.popup_event_counts().unwrap()[&(4, SHOWN)], 1);
 }
 
 macro_rules! suite {

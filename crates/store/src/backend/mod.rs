@@ -270,6 +270,70 @@ const TORRENTS_HEAD: &str =
 const JOURNAL_HEAD: &str = "INSERT INTO hp_journal (worker, seq)";
 const POPUP_USERS_HEAD: &str =
     "INSERT INTO hp_popup_users (user_id, popup_id, next_eligible, shows, last_action, updated_at)";
+/// A user's state for one popup as read back: `(user, popup, state)`.
+pub type UserRow = (String, u32, PopupUserRow);
+
+/// The `IN` list sizes of a user-state lookup: each lookup is padded (repeating its last user)
+/// to one of these, so a driver prepares at most four statements for any number of users.
+pub const USER_LOOKUP_SIZES: [usize; 4] = [1, 8, 64, 512];
+
+/// Splits `users` into lookups of [`USER_LOOKUP_SIZES`], each padded with its last user.
+pub fn user_lookups<'a>(users: &[&'a str]) -> Vec<Vec<&'a str>> {
+    let max = USER_LOOKUP_SIZES[USER_LOOKUP_SIZES.len() - 1];
+    users
+        .chunks(max)
+        .map(|chunk| {
+            let size = USER_LOOKUP_SIZES
+                .iter()
+                .copied()
+                .find(|&s| s >= chunk.len())
+                .unwrap_or(max);
+            let mut v = chunk.to_vec();
+            v.resize(size, chunk[chunk.len() - 1]);
+            v
+        })
+        .collect()
+}
+
+impl Dialect {
+    /// The lookup of `n` users' popup state (`n` placeholders).
+    pub fn select_popup_users(self, n: usize) -> String {
+        let mut sql = String::from(
+            "SELECT user_id, popup_id, next_eligible, shows, last_action, updated_at \
+             FROM hp_popup_users WHERE user_id IN (",
+        );
+        for i in 1..=n {
+            if i > 1 {
+                sql.push(',');
+            }
+            self.placeholder(&mut sql, i);
+        }
+        sql.push(')');
+        sql
+    }
+
+    /// The upsert of one popup definition.
+    pub fn save_popup(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => {
+                "INSERT INTO hp_popups (id, definition, updated_at) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (id) DO UPDATE SET definition = excluded.definition, \
+                 updated_at = excluded.updated_at"
+            }
+            Dialect::Postgres => {
+                "INSERT INTO hp_popups (id, definition, updated_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (id) DO UPDATE SET definition = excluded.definition, \
+                 updated_at = excluded.updated_at"
+            }
+            Dialect::Mysql => {
+                "INSERT INTO hp_popups (id, definition, updated_at) VALUES (?, ?, ?) \
+                 ON DUPLICATE KEY UPDATE definition = VALUES(definition), \
+                 updated_at = VALUES(updated_at)"
+            }
+        }
+    }
+}
+
 const POPUP_DAILY_HEAD: &str = "INSERT INTO hp_popup_daily (popup_id, day, shows)";
 const POPUP_EVENT_COUNTS: &str = "SELECT popup_id, action, COUNT(*) FROM hp_popup_events \
      GROUP BY popup_id, action ORDER BY popup_id, action";
@@ -341,8 +405,18 @@ pub trait Backend: Send {
     /// Every popup definition in `hp_popups`: `(id, JSON text)`.
     fn popups(&mut self) -> Result<Vec<(u32, String)>, StoreError>;
 
-    /// One user's state per popup, from `hp_popup_users`.
-    fn popup_user(&mut self, user: &str) -> Result<Vec<(u32, PopupUserRow)>, StoreError>;
+    /// The users' state per popup, from `hp_popup_users`: `(user, popup, state)` rows, in
+    /// as few statements as [`user_lookups`] allows.
+    fn popup_users(&mut self, users: &[&str]) -> Result<Vec<UserRow>, StoreError>;
+
+    /// One user's state per popup.
+    fn popup_user(&mut self, user: &str) -> Result<Vec<(u32, PopupUserRow)>, StoreError> {
+        let rows = self.popup_users(&[user])?;
+        Ok(rows.into_iter().map(|(_, p, r)| (p, r)).collect())
+    }
+
+    /// Creates or replaces popup `id`'s definition (JSON text), stamped `updated_at`.
+    fn save_popup(&mut self, id: u32, definition: &str, updated_at: i64) -> Result<(), StoreError>;
 
     /// Shows per popup on UTC day `day` (unix seconds / 86400), from `hp_popup_daily`.
     fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError>;

@@ -10,7 +10,9 @@ use std::time::Duration;
 use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder, TxOpts};
 
-use super::{db_error, loaded_time, Backend, Dialect, StoredTorrent, Written};
+use super::{
+    db_error, loaded_time, user_lookups, Backend, Dialect, StoredTorrent, UserRow, Written,
+};
 use crate::merge::{Batch, Key, PopupUserRow};
 use crate::migrations::Migration;
 use crate::StoreError;
@@ -156,26 +158,31 @@ impl Backend for Mysql {
         self.with(|c| c.query("SELECT id, definition FROM hp_popups ORDER BY id"))
     }
 
-    fn popup_user(&mut self, user: &str) -> Result<Vec<(u32, PopupUserRow)>, StoreError> {
+    fn popup_users(&mut self, users: &[&str]) -> Result<Vec<UserRow>, StoreError> {
         self.with(|c| {
-            let rows: Vec<(u32, i64, i64, i64, i64)> = c.exec(
-                "SELECT popup_id, next_eligible, shows, last_action, updated_at \
-                 FROM hp_popup_users WHERE user_id = ?",
-                (user,),
-            )?;
-            Ok(rows
-                .into_iter()
-                .map(|(popup, next, shows, action, at)| {
-                    let row = PopupUserRow {
-                        next_eligible: loaded_time(next),
-                        shows: shows as u32,
-                        last_action: action as u8,
-                        updated_at: at as u32,
-                    };
-                    (popup, row)
-                })
-                .collect())
+            let mut out = Vec::new();
+            for lookup in user_lookups(users) {
+                let rows: Vec<(String, u32, i64, i64, i64, i64)> =
+                    c.exec(D.select_popup_users(lookup.len()), lookup)?;
+                out.extend(
+                    rows.into_iter()
+                        .map(|(user, popup, next, shows, action, at)| {
+                            let row = PopupUserRow {
+                                next_eligible: loaded_time(next),
+                                shows: shows as u32,
+                                last_action: action as u8,
+                                updated_at: at as u32,
+                            };
+                            (user, popup, row)
+                        }),
+                );
+            }
+            Ok(out)
         })
+    }
+
+    fn save_popup(&mut self, id: u32, definition: &str, updated_at: i64) -> Result<(), StoreError> {
+        self.with(|c| c.exec_drop(D.save_popup(), (id, definition, updated_at)))
     }
 
     fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError> {

@@ -9,7 +9,10 @@ use std::collections::HashMap;
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement};
 
-use super::{db_error, loaded_time, stored_time, Backend, Dialect, StoredTorrent, Written};
+use super::{
+    db_error, loaded_time, stored_time, user_lookups, Backend, Dialect, StoredTorrent, UserRow,
+    Written,
+};
 use crate::merge::{Batch, Key, PopupUserRow};
 use crate::migrations::Migration;
 use crate::StoreError;
@@ -21,7 +24,7 @@ pub(crate) struct Postgres {
     client: Option<Conn>,
 }
 
-/// A connection and the upserts prepared on it, by row count (see
+/// A connection and the statements prepared on it (upserts and lookups), by row count (see
 /// [`Dialect::statement_sizes`]): prepared once, not parsed and planned per batch.
 struct Conn {
     client: Client,
@@ -277,27 +280,42 @@ impl Backend for Postgres {
         })
     }
 
-    fn popup_user(&mut self, user: &str) -> Result<Vec<(u32, PopupUserRow)>, StoreError> {
-        self.with(|c| {
-            let rows = c.query(
-                "SELECT popup_id, next_eligible, shows, last_action, updated_at \
-                 FROM hp_popup_users WHERE user_id = $1",
-                &[&user],
-            )?;
-            Ok(rows
-                .iter()
-                .map(|r| {
-                    (
-                        r.get::<_, i32>(0) as u32,
+    fn popup_users(&mut self, users: &[&str]) -> Result<Vec<UserRow>, StoreError> {
+        self.with_conn(|c| {
+            let mut out = Vec::new();
+            for lookup in user_lookups(users) {
+                let params: Vec<&(dyn ToSql + Sync)> =
+                    lookup.iter().map(|u| u as &(dyn ToSql + Sync)).collect();
+                let st = match c.upserts.get(&("popup_users_lookup", lookup.len())) {
+                    Some(st) => st.clone(),
+                    None => {
+                        let st = c.client.prepare(&D.select_popup_users(lookup.len()))?;
+                        c.upserts
+                            .insert(("popup_users_lookup", lookup.len()), st.clone());
+                        st
+                    }
+                };
+                for r in c.client.query(&st, &params)? {
+                    out.push((
+                        r.get::<_, String>(0),
+                        r.get::<_, i32>(1) as u32,
                         PopupUserRow {
-                            next_eligible: loaded_time(r.get(1)),
-                            shows: r.get::<_, i64>(2) as u32,
-                            last_action: r.get::<_, i16>(3) as u8,
-                            updated_at: r.get::<_, i64>(4) as u32,
+                            next_eligible: loaded_time(r.get(2)),
+                            shows: r.get::<_, i64>(3) as u32,
+                            last_action: r.get::<_, i16>(4) as u8,
+                            updated_at: r.get::<_, i64>(5) as u32,
                         },
-                    )
-                })
-                .collect())
+                    ));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn save_popup(&mut self, id: u32, definition: &str, updated_at: i64) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(D.save_popup(), &[&(id as i32), &definition, &updated_at])
+                .map(|_| ())
         })
     }
 

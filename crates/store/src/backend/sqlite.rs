@@ -7,7 +7,10 @@ use std::time::Duration;
 use rusqlite::types::Value;
 use rusqlite::{params_from_iter, Connection};
 
-use super::{db_error, loaded_time, stored_time, Backend, Dialect, StoredTorrent, Written};
+use super::{
+    db_error, loaded_time, stored_time, user_lookups, Backend, Dialect, StoredTorrent, UserRow,
+    Written,
+};
 use crate::merge::{Batch, Key, PopupUserRow};
 use crate::migrations::Migration;
 use crate::StoreError;
@@ -257,24 +260,38 @@ impl Backend for Sqlite {
         })
     }
 
-    fn popup_user(&mut self, user: &str) -> Result<Vec<(u32, PopupUserRow)>, StoreError> {
+    fn popup_users(&mut self, users: &[&str]) -> Result<Vec<UserRow>, StoreError> {
         self.with(|c| {
-            let mut st = c.prepare_cached(
-                "SELECT popup_id, next_eligible, shows, last_action, updated_at \
-                 FROM hp_popup_users WHERE user_id = ?1",
-            )?;
-            let rows = st.query_map([user], |r| {
-                Ok((
-                    r.get::<_, u32>(0)?,
-                    PopupUserRow {
-                        next_eligible: loaded_time(r.get(1)?),
-                        shows: r.get::<_, i64>(2)? as u32,
-                        last_action: r.get::<_, i64>(3)? as u8,
-                        updated_at: r.get::<_, i64>(4)? as u32,
-                    },
-                ))
-            })?;
-            rows.collect()
+            let mut out = Vec::new();
+            for lookup in user_lookups(users) {
+                let mut st = c.prepare_cached(&D.select_popup_users(lookup.len()))?;
+                let rows = st.query_map(rusqlite::params_from_iter(&lookup), |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, u32>(1)?,
+                        PopupUserRow {
+                            next_eligible: loaded_time(r.get(2)?),
+                            shows: r.get::<_, i64>(3)? as u32,
+                            last_action: r.get::<_, i64>(4)? as u8,
+                            updated_at: r.get::<_, i64>(5)? as u32,
+                        },
+                    ))
+                })?;
+                for row in rows {
+                    out.push(row?);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn save_popup(&mut self, id: u32, definition: &str, updated_at: i64) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                D.save_popup(),
+                rusqlite::params![id, definition, updated_at],
+            )
+            .map(|_| ())
         })
     }
 
