@@ -253,6 +253,35 @@ section! {
     }
 }
 
+section! {
+    /// The popup service: `GET /v1/popup` decides which popup (if any) a user sees, `POST
+    /// /v1/popup/events` records clicks and closes, `/admin/popups` manages the popups.
+    /// Popups live in the database (`hp_popups`); shows and answers go through the journal.
+    pub struct PopupsConfig {
+        /// Serve the popup API (needs the store: store.enabled = true).
+        pub enabled: bool = false,
+        /// Bearer token of the admin API (`Authorization: Bearer TOKEN`). Empty: the admin
+        /// API answers 403.
+        pub admin_token: String = String::new(),
+        /// Secret that signs show tokens (so a click or close names a real show). Empty: a
+        /// random secret is made once and kept in store.data_dir/popups.secret.
+        pub token_secret: String = String::new(),
+        /// Seconds a show token stays valid for a click or close.
+        pub token_ttl_secs: u64 = 7 * 86_400,
+        /// Milliseconds between reads of the popup table, so popups edited in the database
+        /// directly reach every worker (admin API changes are seen at once).
+        pub reload_ms: u64 = 500,
+        /// Users whose state is kept in memory; beyond it, those idle longest are dropped
+        /// (their state is in the database and is loaded again on their next request).
+        pub max_users: usize = 2_000_000,
+        /// Users whose state may be waiting to be loaded at once; beyond it, new users get
+        /// 503 until the database catches up.
+        pub max_loading: usize = 65_536,
+        /// Users loaded per database round trip.
+        pub load_batch: usize = 512,
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -267,6 +296,8 @@ pub struct Config {
     pub access_list: AccessListConfig,
     /// Persistence settings.
     pub store: StoreConfig,
+    /// The popup service.
+    pub popups: PopupsConfig,
 }
 
 impl Config {
@@ -440,6 +471,40 @@ impl Config {
         if st.retry_max_ms < 100 {
             return bad("store.retry_max_ms", "must be at least 100");
         }
+        let p = &self.popups;
+        if p.enabled && !st.enabled {
+            return bad("popups.enabled", "needs the store (store.enabled = true)");
+        }
+        if p.enabled && self.listen.http.is_empty() {
+            return bad("popups.enabled", "needs an HTTP listener (listen.http)");
+        }
+        if !p.admin_token.is_empty() && p.admin_token.len() < 16 {
+            return bad(
+                "popups.admin_token",
+                "must be at least 16 characters (or empty)",
+            );
+        }
+        if !p.token_secret.is_empty() && p.token_secret.len() < 16 {
+            return bad(
+                "popups.token_secret",
+                "must be at least 16 characters (or empty)",
+            );
+        }
+        if p.token_ttl_secs < 60 {
+            return bad("popups.token_ttl_secs", "must be at least 60");
+        }
+        if !(100..=600_000).contains(&p.reload_ms) {
+            return bad("popups.reload_ms", "must be between 100 and 600000");
+        }
+        if p.max_users < 1000 {
+            return bad("popups.max_users", "must be at least 1000");
+        }
+        if p.max_loading == 0 {
+            return bad("popups.max_loading", "must be at least 1");
+        }
+        if !(1..=4096).contains(&p.load_batch) {
+            return bad("popups.load_batch", "must be between 1 and 4096");
+        }
         if t.snapshot_interval_secs == 0 {
             return bad("tracker.snapshot_interval_secs", "must be at least 1");
         }
@@ -468,6 +533,7 @@ impl Config {
         write_section(&mut out, "tracker", &self.tracker);
         write_section(&mut out, "access_list", &self.access_list);
         write_section(&mut out, "store", &self.store);
+        write_section(&mut out, "popups", &self.popups);
         out
     }
 }
@@ -523,6 +589,8 @@ mod tests {
         check::<ListenConfig>();
         check::<TrackerConfig>();
         check::<AccessListConfig>();
+        check::<StoreConfig>();
+        check::<PopupsConfig>();
     }
 
     #[test]
@@ -581,6 +649,13 @@ mod tests {
                 "store.flush_interval_ms",
             ),
             ("[store]\nbatch_rows = 0\n", "store.batch_rows"),
+            (
+                "[store]\nenabled = false\n[popups]\nenabled = true\n",
+                "popups.enabled",
+            ),
+            ("[popups]\nadmin_token = \"short\"\n", "popups.admin_token"),
+            ("[popups]\nreload_ms = 5\n", "popups.reload_ms"),
+            ("[popups]\nload_batch = 0\n", "popups.load_batch"),
             (
                 "[store]\njournal_max_bytes = 100\n",
                 "store.journal_max_bytes",

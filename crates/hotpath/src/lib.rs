@@ -7,7 +7,9 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use hotpath_config::Config;
+use hotpath_popups::Popups;
 use hotpath_server::RunningServer;
+use hotpath_service::{Composite, Service};
 use hotpath_tracker::Tracker;
 
 /// What the binary was asked to do.
@@ -83,8 +85,8 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
                     log::warn!("{} = {}: {}.{fix}", f.setting, f.value, f.why);
                 }
             }
-            let tracker = Arc::new(tracker(&config)?);
-            hotpath_server::run(&config, tracker.clone()).context("server")?;
+            let (tracker, service) = services(&config)?;
+            hotpath_server::run(&config, service).context("server")?;
             tracker.save_swarms();
             log::info!("stopped");
             Ok(0)
@@ -115,21 +117,33 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
 
 /// Starts the server in this process (for tests and benchmarks) and returns its handle.
 pub fn start(config: &Config) -> anyhow::Result<RunningServer> {
-    let tracker = tracker(config)?;
-    Ok(RunningServer::start(config, Arc::new(tracker))?)
+    let (_, service) = services(config)?;
+    Ok(RunningServer::start(config, service)?)
 }
 
-/// The tracker, on its store when `store.enabled` (connected, migrated, journal replayed).
-fn tracker(config: &Config) -> anyhow::Result<Tracker> {
+/// The services the config asks for, on one store when `store.enabled` (connected, migrated,
+/// journal replayed): the tracker always, the popup service when `popups.enabled`. Returns
+/// the tracker too (its swarms are saved after the server stops).
+fn services(config: &Config) -> anyhow::Result<(Arc<Tracker>, Arc<dyn Service>)> {
     let persist = if config.store.enabled {
-        let opened = hotpath_store::Store::open(&config.store).context("store")?;
-        log::info!("store: {}", opened.0.name);
-        Some(opened)
+        let (store, restored) = hotpath_store::Store::open(&config.store).context("store")?;
+        log::info!("store: {}", store.name);
+        Some((Arc::new(store), restored))
     } else {
         log::info!("store disabled: nothing is kept across restarts");
         None
     };
-    Tracker::with_store(config, persist).map_err(anyhow::Error::msg)
+    let store = persist.as_ref().map(|(s, _)| s.clone());
+    let tracker = Arc::new(Tracker::with_store(config, persist).map_err(anyhow::Error::msg)?);
+    let service: Arc<dyn Service> = match store {
+        Some(store) if config.popups.enabled => {
+            let popups = Popups::new(&config.popups, &config.store.data_dir, store)
+                .map_err(anyhow::Error::msg)?;
+            Arc::new(Composite::new(vec![tracker.clone(), Arc::new(popups)]))
+        }
+        _ => tracker.clone(),
+    };
+    Ok((tracker, service))
 }
 
 /// `hotpath db migrate|status`.

@@ -2,15 +2,24 @@
 //! popup for this user; the service picks one (or none), records when the user may see it
 //! again, and logs what the user then does.
 //!
-//! Built so far: the model ([`model`]: a popup's payload, priority, active window, targeting,
-//! rollout and frequency rules, parsed and checked from JSON) and the decision ([`decide`]:
-//! targeting, rollout by a stable hash, frequency rules, the choice by priority with stable
-//! ties, and how shows, clicks and closes move a user's next eligible time). Pure functions:
-//! the HTTP handlers, the per-user cache and the write-behind of shows and events build on
-//! them. Must not: talk to a database (the store does) or open sockets (the server does).
+//! - [`model`]: a popup's payload, priority, active window, targeting, rollout and frequency
+//!   rules, parsed and checked from JSON;
+//! - [`decide`]: targeting, rollout by a stable hash, frequency rules, the choice by priority
+//!   with stable ties, and how shows, clicks and closes move a user's next eligible time;
+//! - [`api`] and [`token`]: the wire formats and the signed show tokens, without I/O;
+//! - [`users`]: the per-user state in memory (loaded on first sight, bounded);
+//! - [`service`]: the endpoints, and the loader, poller and admin threads.
+//!
+//! Must not: speak SQL (the store does, fed by journaled changes) or open sockets (the server
+//! does). Workers never wait on the database.
 
+pub mod api;
 pub mod decide;
 pub mod model;
+pub mod service;
+pub mod token;
+pub mod users;
 
 pub use decide::{Action, Catalog, Seen, Viewer};
 pub use model::{Frequency, Popup, Targeting, Version, Wait};
+pub use service::Popups;

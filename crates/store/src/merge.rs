@@ -182,6 +182,15 @@ pub struct PopupUserRow {
     pub updated_at: u32,
 }
 
+impl PopupUserRow {
+    /// The order of a user's states for one popup: later second, then more shows, then an
+    /// answer after the show it answers. Several workers (and, replayed, several journals)
+    /// may hold changes of one user, and no order among them is kept: this one is.
+    fn order(&self) -> (u32, u32, bool) {
+        (self.updated_at, self.shows, self.last_action != SHOWN)
+    }
+}
+
 /// One line of the popup event log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PopupEvent {
@@ -298,15 +307,19 @@ impl Pending {
         }
     }
 
-    /// Sets a user's state for a popup; an existing row is replaced only when `newer`.
+    /// Sets a user's state for a popup unless the state held is later (see
+    /// [`PopupUserRow::order`]); of two equal in order, the one merged last wins when `newer`.
     fn put_popup_user(&mut self, user: &str, popup: u32, row: PopupUserRow, newer: bool) {
         let rows = match self.popup_users.get_mut(user) {
             Some(rows) => rows,
             None => self.popup_users.entry(user.into()).or_default(),
         };
         match rows.iter_mut().find(|(p, _)| *p == popup) {
-            Some((_, r)) if newer => *r = row,
-            Some(_) => {}
+            Some((_, r)) => {
+                if row.order() > r.order() || (newer && row.order() == r.order()) {
+                    *r = row;
+                }
+            }
             None => {
                 rows.push((popup, row));
                 self.popup_user_rows += 1;
@@ -497,6 +510,24 @@ mod tests {
         assert_eq!(actions, vec![SHOWN, CLICK, SHOWN, CLOSE]);
         assert_eq!(b.popup_daily, vec![((7, 1), 1), ((7, 2), 1)]);
         assert_eq!(b.popup_users[0].0 .0.as_ref(), "alice", "sorted by user");
+
+        // Merged out of order (two workers' journals, replayed one after the other), a
+        // user's state still ends at the latest: later second, more shows, answer after show.
+        let mut p = Pending::default();
+        for c in [
+            pop("carol", 1, SHOWN, 50, 2, 100),
+            pop("carol", 1, CLICK, 900, 2, 100),
+            pop("carol", 1, SHOWN, 40, 1, 100),
+            pop("carol", 1, CLOSE, 60, 1, 99),
+        ] {
+            p.apply(&c);
+        }
+        let b = p.take();
+        let carol = b.popup_users[0].1;
+        assert_eq!(
+            (carol.shows, carol.last_action, carol.next_eligible),
+            (2, CLICK, 900)
+        );
     }
 
     #[test]

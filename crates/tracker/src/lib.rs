@@ -77,7 +77,7 @@ impl Tracker {
     /// downloads journaled and written behind.
     pub fn with_store(
         config: &Config,
-        persist: Option<(hotpath_store::Store, hotpath_store::Restored)>,
+        persist: Option<(Arc<hotpath_store::Store>, hotpath_store::Restored)>,
     ) -> Result<Tracker, String> {
         let cfg = config.tracker.clone();
         let caps = Caps {
@@ -101,7 +101,7 @@ impl Tracker {
                     db.name
                 );
             }
-            Arc::new(db)
+            db
         });
         let swarms_dir = (persist.is_some() && cfg.persist_swarms)
             .then(|| std::path::PathBuf::from(&config.store.data_dir));

@@ -1,0 +1,351 @@
+//! Per-user state in memory: for every user seen lately, their state per popup. Sharded
+//! behind short locks (a user's requests may arrive on any worker). A user not in memory is
+//! loaded from the database by the loader thread, never by a worker: the first request parks
+//! until the load is in, and the user then stays (with no state, for a user the database does
+//! not know: the negative cache). Bounded by `popups.max_users`: those idle longest are
+//! dropped, which is safe because everything they did is in the database or in the queue the
+//! loader reads through.
+
+use std::hash::BuildHasher;
+use std::mem::size_of;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+
+use crate::decide::Seen;
+
+const SHARDS: usize = 64;
+/// Seconds after a change during which a user is never dropped: the change may still be on
+/// its way from the worker's journal into the store's queue.
+const SETTLE_SECS: u32 = 3;
+
+/// One user's state.
+#[derive(Debug, Default, Clone)]
+pub struct UserState {
+    /// Per popup id.
+    pub seen: Vec<(u32, Seen)>,
+    /// Process second of the last request.
+    pub touched: u32,
+    /// Process second of the last change.
+    pub changed: u32,
+}
+
+impl UserState {
+    /// The state for popup `id`, if the user has any.
+    pub fn get(&self, id: u32) -> Option<Seen> {
+        self.seen.iter().find(|(p, _)| *p == id).map(|(_, s)| *s)
+    }
+
+    /// The state for popup `id`, made if missing.
+    pub fn entry(&mut self, id: u32) -> &mut Seen {
+        let i = match self.seen.iter().position(|(p, _)| *p == id) {
+            Some(i) => i,
+            None => {
+                self.seen.push((id, Seen::default()));
+                self.seen.len() - 1
+            }
+        };
+        &mut self.seen[i].1
+    }
+}
+
+enum Slot {
+    Ready(UserState),
+    /// Being loaded; these workers have requests parked on it.
+    Loading(Vec<u16>),
+    /// The load failed; requests get an error until this process second.
+    Failed(u32),
+}
+
+/// Heap bytes a slot holds besides its table entry.
+fn heap_bytes(user: &str, slot: &Slot) -> usize {
+    let key = user.len().next_multiple_of(8);
+    key + match slot {
+        Slot::Ready(s) => s.seen.capacity() * size_of::<(u32, Seen)>(),
+        Slot::Loading(w) => w.capacity() * size_of::<u16>(),
+        Slot::Failed(_) => 0,
+    }
+}
+
+/// Table bytes per entry (key, slot and hashbrown's control byte).
+const ENTRY_BYTES: usize = size_of::<(Box<str>, Slot)>() + 1;
+
+#[derive(Default)]
+struct Shard {
+    map: HashMap<Box<str>, Slot>,
+    heap: usize,
+}
+
+/// What a lookup found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Found<R> {
+    /// The state is in memory; the closure ran on it.
+    Ready(R),
+    /// Not in memory: queue a load (this worker now waits on it).
+    Load,
+    /// A load is under way (this worker now waits on it too).
+    Loading,
+    /// The last load failed a moment ago.
+    Failed,
+}
+
+/// The user table.
+pub struct Users {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: hashbrown::DefaultHashBuilder,
+    /// Users dropped to stay under the cap.
+    pub evicted: AtomicU64,
+}
+
+impl Default for Users {
+    fn default() -> Self {
+        Users {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            hasher: hashbrown::DefaultHashBuilder::default(),
+            evicted: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Users {
+    fn shard(&self, user: &str) -> &Mutex<Shard> {
+        &self.shards[(self.hasher.hash_one(user) as usize) % SHARDS]
+    }
+
+    /// Runs `f` on the user's state when it is in memory (at process second `now`, with
+    /// `changed` telling whether `f` changed it); otherwise records that `worker` waits
+    /// for it and says whether a load must be queued.
+    pub fn with<R>(
+        &self,
+        user: &str,
+        worker: u16,
+        now: u32,
+        f: impl FnOnce(&mut UserState) -> (R, bool),
+    ) -> Found<R> {
+        let mut shard = self.shard(user).lock();
+        let shard = &mut *shard;
+        match shard.map.get_mut(user) {
+            Some(Slot::Ready(state)) => {
+                let before = state.seen.capacity();
+                state.touched = now;
+                let (r, changed) = f(state);
+                if changed {
+                    state.changed = now;
+                }
+                shard.heap += (state.seen.capacity() - before) * size_of::<(u32, Seen)>();
+                Found::Ready(r)
+            }
+            Some(Slot::Loading(waiters)) => {
+                if !waiters.contains(&worker) {
+                    let before = waiters.capacity();
+                    waiters.push(worker);
+                    shard.heap += (waiters.capacity() - before) * size_of::<u16>();
+                }
+                Found::Loading
+            }
+            Some(Slot::Failed(until)) if now < *until => Found::Failed,
+            _ => {
+                let slot = Slot::Loading(vec![worker]);
+                let heap = heap_bytes(user, &slot);
+                if let Some(old) = shard.map.insert(user.into(), slot) {
+                    shard.heap -= heap_bytes(user, &old);
+                }
+                shard.heap += heap;
+                Found::Load
+            }
+        }
+    }
+
+    /// Forgets a load that could not be queued (the queue is full).
+    pub fn cancel(&self, user: &str) {
+        let mut shard = self.shard(user).lock();
+        if let Some(Slot::Loading(_)) = shard.map.get(user) {
+            let old = shard.map.remove(user).expect("present");
+            shard.heap -= heap_bytes(user, &old);
+        }
+    }
+
+    /// Stores a loaded user's state (or the failure, until process second `failed_until`)
+    /// and returns the workers waiting for it.
+    pub fn loaded(&self, user: &str, state: Result<UserState, u32>) -> Vec<u16> {
+        let mut shard = self.shard(user).lock();
+        let slot = match state {
+            Ok(s) => Slot::Ready(s),
+            Err(until) => Slot::Failed(until),
+        };
+        let heap = heap_bytes(user, &slot);
+        let old = shard.map.insert(user.into(), slot);
+        shard.heap += heap;
+        match old {
+            Some(old) => {
+                shard.heap -= heap_bytes(user, &old);
+                match old {
+                    Slot::Loading(w) => w,
+                    // Not loading (cannot happen: only the loader replaces a loading slot);
+                    // the state just loaded is as new as any.
+                    _ => Vec::new(),
+                }
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Users in memory (with state or known to have none).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().map.len()).sum()
+    }
+
+    /// Whether no user is in memory.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes the table takes: every bucket hashbrown allocated plus what entries hold on
+    /// the heap.
+    pub fn bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = s.lock();
+                s.map.capacity() * ENTRY_BYTES + s.heap
+            })
+            .sum()
+    }
+
+    /// Drops users idle longest until at most `max` are in memory (10 % below it, so this
+    /// runs rarely), never one changed in the last seconds or one being loaded. Returns
+    /// how many were dropped.
+    pub fn evict(&self, max: usize, now: u32) -> usize {
+        if self.len() <= max {
+            return 0;
+        }
+        let keep = max - max / 10;
+        let per_shard = keep / SHARDS;
+        let mut dropped = 0;
+        let mut touched = Vec::new();
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            let excess = shard.map.len().saturating_sub(per_shard);
+            if excess == 0 {
+                continue;
+            }
+            touched.clear();
+            touched.extend(shard.map.values().filter_map(|s| match s {
+                Slot::Ready(u) if now.saturating_sub(u.changed) >= SETTLE_SECS => Some(u.touched),
+                Slot::Failed(_) => Some(0),
+                _ => None,
+            }));
+            if touched.is_empty() {
+                continue;
+            }
+            let nth = excess.min(touched.len()) - 1;
+            let (_, cutoff, _) = touched.select_nth_unstable(nth);
+            let cutoff = *cutoff;
+            // Everyone idle since before the cutoff goes (fewer than `excess`), then users
+            // idle since exactly the cutoff until `excess` are gone.
+            let below = touched.iter().filter(|&&t| t < cutoff).count();
+            let mut ties = excess.saturating_sub(below);
+            let mut gone = 0;
+            let mut freed = 0;
+            shard.map.retain(|user, slot| {
+                let doomed = match slot {
+                    Slot::Ready(u) if now.saturating_sub(u.changed) >= SETTLE_SECS => {
+                        u.touched < cutoff || (u.touched == cutoff && ties > 0)
+                    }
+                    Slot::Failed(_) => true,
+                    _ => false,
+                };
+                if doomed {
+                    if let Slot::Ready(u) = slot {
+                        if u.touched == cutoff {
+                            ties -= 1;
+                        }
+                    }
+                    gone += 1;
+                    freed += heap_bytes(user, slot);
+                }
+                !doomed
+            });
+            shard.heap -= freed;
+            dropped += gone;
+            shard.map.shrink_to(0);
+        }
+        self.evicted.fetch_add(dropped as u64, Ordering::Relaxed);
+        dropped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shown(state: &mut UserState) -> ((), bool) {
+        state.entry(1).shows += 1;
+        ((), true)
+    }
+
+    #[test]
+    fn a_user_loads_once_and_waiters_are_told() {
+        let users = Users::default();
+        assert_eq!(users.with("alice", 0, 10, shown), Found::Load);
+        assert_eq!(users.with("alice", 1, 10, shown), Found::Loading);
+        assert_eq!(users.with("alice", 1, 10, shown), Found::Loading);
+        let mut waiters = users.loaded("alice", Ok(UserState::default()));
+        waiters.sort();
+        assert_eq!(waiters, [0, 1]);
+        assert_eq!(users.with("alice", 0, 11, shown), Found::Ready(()));
+        assert_eq!(
+            users.with("alice", 0, 11, |s| (s.get(1).unwrap().shows, false)),
+            Found::Ready(1)
+        );
+        // A failed load answers errors for a moment, then loads again.
+        assert_eq!(users.with("bob", 0, 10, shown), Found::Load);
+        assert_eq!(users.loaded("bob", Err(12)), [0]);
+        assert_eq!(users.with("bob", 0, 11, shown), Found::Failed);
+        assert_eq!(users.with("bob", 0, 12, shown), Found::Load);
+        users.cancel("bob");
+        assert_eq!(users.with("bob", 0, 12, shown), Found::Load);
+        assert_eq!(users.len(), 2);
+        assert!(users.bytes() > 2 * ENTRY_BYTES);
+    }
+
+    #[test]
+    fn eviction_drops_the_idle_and_spares_the_recently_changed_and_loading() {
+        let users = Users::default();
+        for i in 0..3000u32 {
+            let name = format!("u{i}");
+            assert_eq!(users.with(&name, 0, 0, shown), Found::Load);
+            users.loaded(&name, Ok(UserState::default()));
+            // Users 0..1000 idle since second 1; the rest used at 100; 2900.. changed at 100.
+            let at = if i < 1000 { 1 } else { 100 };
+            users.with(&name, 0, at, |_| ((), i >= 2900));
+        }
+        assert_eq!(users.with("loading", 0, 100, shown), Found::Load);
+        let before = users.bytes();
+        let dropped = users.evict(2000, 101);
+        assert!(dropped >= 1001, "dropped {dropped}");
+        assert!(users.len() <= 2000, "{}", users.len());
+        assert!(users.bytes() < before);
+        for i in (2900..3000).step_by(7) {
+            assert!(
+                matches!(
+                    users.with(&format!("u{i}"), 0, 101, |_| ((), false)),
+                    Found::Ready(())
+                ),
+                "u{i} changed a moment ago and stays"
+            );
+        }
+        assert_eq!(users.with("loading", 1, 101, shown), Found::Loading);
+        let idle_left = (0..1000)
+            .filter(|i| {
+                matches!(
+                    users.with(&format!("u{i}"), 0, 102, |_| ((), false)),
+                    Found::Ready(())
+                )
+            })
+            .count();
+        assert!(idle_left < 100, "the idle go first: {idle_left} left");
+        assert_eq!(users.evict(10_000, 200), 0);
+    }
+}
