@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use hotpath_wire::popup_token::Signer;
+
 use crate::zipf::Zipf;
 
 /// How a variable is drawn, as written in a scenario file or on the command line.
@@ -39,6 +41,17 @@ pub enum VarSpec {
         /// What each value is.
         #[serde(default = "default_of")]
         of: String,
+    },
+    /// `{ popup_token = "SECRET", user = "u", popup = "p" }`: a popup show token for the
+    /// values drawn for variables `u` and `p` in the same request, signed with the server's
+    /// `popups.token_secret` at the current second (a click or close the server accepts).
+    PopupToken {
+        /// The server's token secret.
+        popup_token: String,
+        /// The variable holding the user id.
+        user: String,
+        /// The variable holding the popup id.
+        popup: String,
     },
 }
 
@@ -91,10 +104,29 @@ enum Var {
     List(Vec<Vec<u8>>),
     ZipfInt(Zipf),
     ZipfBytes(Zipf, u64),
+    /// Signed with this signer over the values of variables `.1` (user) and `.2` (popup).
+    PopupToken(Signer, usize, usize),
 }
 
-fn compile(name: &str, spec: &VarSpec, seed: u64) -> Result<Var, String> {
+fn compile(name: &str, spec: &VarSpec, seed: u64, names: &[String]) -> Result<Var, String> {
     Ok(match spec {
+        VarSpec::PopupToken {
+            popup_token,
+            user,
+            popup,
+        } => {
+            let index = |v: &str, field: &str| {
+                names
+                    .iter()
+                    .position(|n| n == v)
+                    .ok_or_else(|| format!("vars.{name}.{field}: `{v}` names no declared variable"))
+            };
+            Var::PopupToken(
+                Signer::new(popup_token.as_bytes()),
+                index(user, "user")?,
+                index(popup, "popup")?,
+            )
+        }
         VarSpec::Named(n) if n == "random20" => Var::Random20,
         VarSpec::Named(n) => {
             return Err(format!(
@@ -152,10 +184,20 @@ pub struct Vars {
 impl Vars {
     /// Compiles the declared variables; errors name the variable.
     pub fn new(specs: &BTreeMap<String, VarSpec>, seed: u64) -> Result<Self, String> {
-        let mut v = Self::default();
+        let mut v = Self {
+            names: specs.keys().cloned().collect(),
+            vars: Vec::new(),
+        };
         for (i, (name, spec)) in specs.iter().enumerate() {
-            v.vars.push(compile(name, spec, seed ^ (i as u64 + 1))?);
-            v.names.push(name.clone());
+            let var = compile(name, spec, seed ^ (i as u64 + 1), &v.names)?;
+            if let Var::PopupToken(_, u, p) = &var {
+                let signs_token =
+                    |j: usize| matches!(specs.values().nth(j), Some(VarSpec::PopupToken { .. }));
+                if signs_token(*u) || signs_token(*p) {
+                    return Err(format!("vars.{name}: a token cannot sign another token"));
+                }
+            }
+            v.vars.push(var);
         }
         Ok(v)
     }
@@ -168,9 +210,12 @@ impl Vars {
     pub fn draw(&self, rng: &mut fastrand::Rng, draw: &mut Draw) {
         draw.bytes.clear();
         draw.spans.clear();
+        let mut tokens = false;
         for var in &self.vars {
             let start = draw.bytes.len();
             match var {
+                // Signed once the values it signs are drawn.
+                Var::PopupToken(..) => tokens = true,
                 Var::Random20 => {
                     let mut b = [0u8; 20];
                     rng.fill(&mut b);
@@ -196,6 +241,23 @@ impl Vars {
                 }
             }
             draw.spans.push((start, draw.bytes.len()));
+        }
+        if tokens {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            for (i, var) in self.vars.iter().enumerate() {
+                if let Var::PopupToken(signer, u, p) = var {
+                    let text = |j: usize| {
+                        let (s, e) = draw.spans[j];
+                        String::from_utf8_lossy(&draw.bytes[s..e]).into_owned()
+                    };
+                    let (user, popup) = (text(*u), text(*p).parse().unwrap_or(0));
+                    let start = draw.bytes.len();
+                    signer.sign(&mut draw.bytes, &user, popup, now);
+                    draw.spans[i] = (start, draw.bytes.len());
+                }
+            }
         }
     }
 }
@@ -369,6 +431,60 @@ mod tests {
         assert!(counts.len() > 100 && counts.len() <= 1000);
         assert_eq!(value20(5, 3), value20(5, 3));
         assert_ne!(value20(5, 3), value20(5, 4));
+    }
+
+    #[test]
+    fn popup_tokens_sign_the_values_drawn_with_them() {
+        let v = vars(&[
+            (
+                "a",
+                VarSpec::List {
+                    list: vec!["click".into()],
+                },
+            ),
+            (
+                "t",
+                VarSpec::PopupToken {
+                    popup_token: "bench-secret-0123456789".into(),
+                    user: "u".into(),
+                    popup: "p".into(),
+                },
+            ),
+            ("p", VarSpec::Range { range: [1, 50] }),
+            (
+                "u",
+                VarSpec::Range {
+                    range: [1, 1_000_000],
+                },
+            ),
+        ]);
+        let t = Template::parse("{u} {p} {t}", &v, "body").unwrap();
+        let signer = Signer::new(b"bench-secret-0123456789");
+        let mut rng = fastrand::Rng::with_seed(4);
+        let mut draw = Draw::default();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        for _ in 0..50 {
+            v.draw(&mut rng, &mut draw);
+            let mut out = Vec::new();
+            t.fill(&draw, &mut out);
+            let s = String::from_utf8(out).unwrap();
+            let f: Vec<&str> = s.split(' ').collect();
+            let at = signer.verify(f[2], f[0], f[1].parse().unwrap(), now + 1, 60);
+            assert!(at.is_ok(), "{s}: {at:?}");
+        }
+        let bad: BTreeMap<String, VarSpec> = [(
+            "t".to_string(),
+            VarSpec::PopupToken {
+                popup_token: "s".into(),
+                user: "nobody".into(),
+                popup: "t".into(),
+            },
+        )]
+        .into();
+        assert!(Vars::new(&bad, 0).unwrap_err().contains("vars.t.user"));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //!   rules, parsed and checked from JSON;
 //! - [`decide`]: targeting, rollout by a stable hash, frequency rules, the choice by priority
 //!   with stable ties, and how shows, clicks and closes move a user's next eligible time;
-//! - [`api`] and [`token`]: the wire formats and the signed show tokens, without I/O;
+//! - [`api`]: the wire formats, without I/O (show tokens: [`token`]);
 //! - [`users`]: the per-user state in memory (loaded on first sight, bounded);
 //! - [`service`]: the endpoints, and the loader, poller and admin threads.
 //!
@@ -17,8 +17,10 @@ pub mod api;
 pub mod decide;
 pub mod model;
 pub mod service;
-pub mod token;
 pub mod users;
+
+/// Show tokens (a wire format, kept with the codecs so the load generator signs them too).
+pub use hotpath_wire::popup_token as token;
 
 pub use decide::{Action, Catalog, Seen, Viewer};
 pub use model::{Frequency, Popup, Targeting, Version, Wait};

@@ -508,9 +508,9 @@ impl Store {
         let m = &self.shared.metrics;
         let started = Instant::now();
         let result = backend.write(&batch);
-        drop(backend);
         match result {
             Ok(w) => {
+                drop(backend);
                 let rows = batch.rows();
                 m.flushes.add(1);
                 m.rows.add(w.rows);
@@ -534,6 +534,7 @@ impl Store {
             }
             Err(e) => {
                 m.failures.add(1);
+                // Back in the queue before the backend is free (see above).
                 let mut inner = self.shared.inner.lock();
                 inner.pending.restore(batch);
                 if let Some(since) = since {

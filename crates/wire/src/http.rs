@@ -251,6 +251,7 @@ pub fn parse_decimal(s: &[u8]) -> Option<usize> {
 pub fn reason_phrase(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        201 => "Created",
         202 => "Accepted",
         204 => "No Content",
         400 => "Bad Request",
@@ -258,6 +259,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        409 => "Conflict",
         408 => "Request Timeout",
         413 => "Content Too Large",
         414 => "URI Too Long",
@@ -302,11 +304,16 @@ pub fn write_response(
     out.extend_from_slice(reason_phrase(head.status).as_bytes());
     out.extend_from_slice(b"\r\nServer: hotpath\r\nDate: ");
     out.extend_from_slice(date);
-    out.extend_from_slice(b"\r\nContent-Type: ");
-    out.extend_from_slice(head.content_type.as_bytes());
-    out.extend_from_slice(b"\r\nContent-Length: ");
-    out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
-    out.extend_from_slice(b"\r\n");
+    if head.status == 204 {
+        // No content: no Content-Type, and no Content-Length (RFC 9110, 8.6).
+        out.extend_from_slice(b"\r\n");
+    } else {
+        out.extend_from_slice(b"\r\nContent-Type: ");
+        out.extend_from_slice(head.content_type.as_bytes());
+        out.extend_from_slice(b"\r\nContent-Length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
     if !keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
     } else if minor_version == 0 {
@@ -662,6 +669,25 @@ mod tests {
         assert_eq!(parsed.content_length, Some(2));
         assert!(parsed.close);
         assert_eq!(&out[parsed.head_len..], b"hi");
+
+        let mut out = Vec::new();
+        let head = Head {
+            status: 204,
+            content_type: "application/json",
+            extra: b"Cache-Control: no-store\r\n",
+        };
+        write_response(&mut out, &head, &http_date(0), true, 1, b"");
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(text.starts_with("HTTP/1.1 204 No Content\r\n"), "{text}");
+        assert!(
+            !text.contains("Content-Length") && !text.contains("Content-Type"),
+            "{text}"
+        );
+        let parsed = parse_response_head(&out).unwrap().unwrap();
+        assert_eq!(
+            (parsed.status, parsed.content_length, parsed.head_len),
+            (204, None, out.len())
+        );
     }
 
     #[test]

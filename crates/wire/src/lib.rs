@@ -8,5 +8,6 @@
 
 pub mod bencode;
 pub mod http;
+pub mod popup_token;
 pub mod query;
 pub mod udp;
