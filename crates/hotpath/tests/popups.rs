@@ -194,16 +194,19 @@ fn api_end_to_end(dialect: Dialect) {
         .sum();
     assert_eq!(daily, 2);
 
-    // Unknown users are looked up once, in batches, and remembered (the negative cache).
+    // New users cost no lookup once the users with state are listed (the known set).
+    eventually("the known set", || {
+        p.log_text().contains("users with state listed")
+    });
     let loads = p.metric("hotpath_popups_loads_total");
-    let queries = p.metric("hotpath_popups_load_queries_total");
+    let fresh = p.metric("hotpath_popups_fresh_users_total");
     for _ in 0..3 {
         for i in 0..50 {
             decide(&mut c, &format!("user=new{i}&platform=desktop"));
         }
     }
-    assert_eq!(p.metric("hotpath_popups_loads_total") - loads, 50.0);
-    assert!(p.metric("hotpath_popups_load_queries_total") - queries <= 50.0);
+    assert_eq!(p.metric("hotpath_popups_loads_total"), loads);
+    assert_eq!(p.metric("hotpath_popups_fresh_users_total") - fresh, 50.0);
     assert!(p.metric("hotpath_popups_users_bytes") > 0.0);
 
     // After a restart: the click still holds, the cap still holds, tokens still verify.
@@ -221,6 +224,33 @@ fn api_end_to_end(dialect: Dialect) {
         None,
         "cap survives the restart"
     );
+    // A user with state is looked up once after the restart, then served from memory;
+    // several at once share lookups.
+    eventually("the known set", || {
+        p.log_text().contains("users with state listed")
+    });
+    assert!(
+        p.metric("hotpath_popups_known_users") >= 8.0,
+        "alice, bob, de0..de5"
+    );
+    let loads = p.metric("hotpath_popups_loads_total");
+    let queries = p.metric("hotpath_popups_load_queries_total");
+    let threads: Vec<_> = (0..6)
+        .map(|i| {
+            let addr = p.http;
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                for _ in 0..3 {
+                    decide(&mut c, &format!("user=de{i}&country=FR"));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(p.metric("hotpath_popups_loads_total") - loads, 6.0);
+    assert!(p.metric("hotpath_popups_load_queries_total") - queries <= 6.0);
     let r = event(&mut c, "alice", 1, "close", &token);
     assert_eq!(
         r.status,

@@ -374,6 +374,45 @@ impl Shared {
         }
     }
 
+    /// Reads every user with state into the known set (the queue's, then the database's,
+    /// on a connection of its own), so that from then on new users need no lookup. Retried
+    /// every 10 s if the database fails; until it succeeds, new users are looked up.
+    fn run_known_scan(&self, stop: &AtomicBool) {
+        loop {
+            let started = Instant::now();
+            for user in self.store.pending_popup_users() {
+                self.users.add_known(&user);
+            }
+            let mut n = 0u64;
+            let scanned = self.store.connect().and_then(|mut b| {
+                b.popup_user_ids(&mut |user| {
+                    self.users.add_known(user);
+                    n += 1;
+                })
+            });
+            match scanned {
+                Ok(()) => {
+                    self.users.known_complete();
+                    log::info!(
+                        "popups: {n} users with state listed in {} ms; new users need no lookup",
+                        started.elapsed().as_millis()
+                    );
+                    return;
+                }
+                Err(e) => log::warn!(
+                    "popups: cannot list the users with state ({e}); new users are looked up \
+                     until this works (retried in 10 s)"
+                ),
+            }
+            for _ in 0..100 {
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
     /// Polls the popup table (edits made in the database directly), rolls the daily counts
     /// over at midnight UTC, keeps the user table under its cap, and forgets admin answers
     /// nobody collected.
@@ -610,6 +649,12 @@ impl Service for Popups {
              # HELP hotpath_popups_users_evicted_total Idle users dropped to stay under the cap.\n\
              # TYPE hotpath_popups_users_evicted_total counter\n\
              hotpath_popups_users_evicted_total {}\n\
+             # HELP hotpath_popups_known_users Users known to have state (a new user needs no lookup).\n\
+             # TYPE hotpath_popups_known_users gauge\n\
+             hotpath_popups_known_users {}\n\
+             # HELP hotpath_popups_fresh_users_total New users started without a lookup.\n\
+             # TYPE hotpath_popups_fresh_users_total counter\n\
+             hotpath_popups_fresh_users_total {}\n\
              # HELP hotpath_popups_loads_total Users loaded from the database.\n\
              # TYPE hotpath_popups_loads_total counter\n\
              hotpath_popups_loads_total {}\n\
@@ -642,6 +687,8 @@ impl Service for Popups {
             g(&c.load_errors),
             s.cfg.max_users,
             g(&s.users.evicted),
+            s.users.known(),
+            g(&s.users.fresh),
             g(&c.loads),
             g(&c.load_queries),
             g(&c.load_failures),
@@ -677,6 +724,7 @@ impl Service for Popups {
         };
         vec![
             job("popups-loader", Shared::run_loader),
+            job("popups-known", Shared::run_known_scan),
             job("popups-poller", Shared::run_poller),
             job("popups-admin", Shared::run_admin),
         ]

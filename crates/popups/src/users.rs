@@ -5,10 +5,15 @@
 //! not know: the negative cache). Bounded by `popups.max_users`: those idle longest are
 //! dropped, which is safe because everything they did is in the database or in the queue the
 //! loader reads through.
+//!
+//! Beside it, the known set: a 64-bit hash of every user who has state anywhere (read from the
+//! database once at start, then kept as users get state). Once it is complete, a user outside
+//! it is new and starts with no state at once: no query, no wait. A hash collision only costs
+//! one needless query.
 
 use std::hash::BuildHasher;
 use std::mem::size_of;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hashbrown::HashMap;
 use parking_lot::Mutex;
@@ -75,6 +80,8 @@ const ENTRY_BYTES: usize = size_of::<(Box<str>, Slot)>() + 1;
 struct Shard {
     map: HashMap<Box<str>, Slot>,
     heap: usize,
+    /// Hashes of the users of this shard with state anywhere.
+    known: hashbrown::HashSet<u64>,
 }
 
 /// What a lookup found.
@@ -96,6 +103,10 @@ pub struct Users {
     hasher: hashbrown::DefaultHashBuilder,
     /// Users dropped to stay under the cap.
     pub evicted: AtomicU64,
+    /// The known set holds every user with state in the database.
+    known_complete: AtomicBool,
+    /// New users started without a query.
+    pub fresh: AtomicU64,
 }
 
 impl Default for Users {
@@ -104,13 +115,32 @@ impl Default for Users {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             hasher: hashbrown::DefaultHashBuilder::default(),
             evicted: AtomicU64::new(0),
+            known_complete: AtomicBool::new(false),
+            fresh: AtomicU64::new(0),
         }
     }
 }
 
 impl Users {
-    fn shard(&self, user: &str) -> &Mutex<Shard> {
-        &self.shards[(self.hasher.hash_one(user) as usize) % SHARDS]
+    fn shard(&self, user: &str) -> (&Mutex<Shard>, u64) {
+        let h = self.hasher.hash_one(user);
+        (&self.shards[(h as usize) % SHARDS], h)
+    }
+
+    /// Adds a user with state in the database to the known set.
+    pub fn add_known(&self, user: &str) {
+        let (shard, h) = self.shard(user);
+        shard.lock().known.insert(h);
+    }
+
+    /// Marks the known set complete: users outside it are new from now on.
+    pub fn known_complete(&self) {
+        self.known_complete.store(true, Ordering::Release);
+    }
+
+    /// Users in the known set.
+    pub fn known(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().known.len()).sum()
     }
 
     /// Runs `f` on the user's state when it is in memory (at process second `now`, with
@@ -123,8 +153,19 @@ impl Users {
         now: u32,
         f: impl FnOnce(&mut UserState) -> (R, bool),
     ) -> Found<R> {
-        let mut shard = self.shard(user).lock();
+        let (shard, h) = self.shard(user);
+        let mut shard = shard.lock();
         let shard = &mut *shard;
+        if !shard.map.contains_key(user)
+            && self.known_complete.load(Ordering::Acquire)
+            && !shard.known.contains(&h)
+        {
+            // New: nothing to load.
+            self.fresh.fetch_add(1, Ordering::Relaxed);
+            let slot = Slot::Ready(UserState::default());
+            shard.heap += heap_bytes(user, &slot);
+            shard.map.insert(user.into(), slot);
+        }
         match shard.map.get_mut(user) {
             Some(Slot::Ready(state)) => {
                 let before = state.seen.capacity();
@@ -132,6 +173,7 @@ impl Users {
                 let (r, changed) = f(state);
                 if changed {
                     state.changed = now;
+                    shard.known.insert(h);
                 }
                 shard.heap += (state.seen.capacity() - before) * size_of::<(u32, Seen)>();
                 Found::Ready(r)
@@ -159,7 +201,7 @@ impl Users {
 
     /// Forgets a load that could not be queued (the queue is full).
     pub fn cancel(&self, user: &str) {
-        let mut shard = self.shard(user).lock();
+        let mut shard = self.shard(user).0.lock();
         if let Some(Slot::Loading(_)) = shard.map.get(user) {
             let old = shard.map.remove(user).expect("present");
             shard.heap -= heap_bytes(user, &old);
@@ -169,7 +211,7 @@ impl Users {
     /// Stores a loaded user's state (or the failure, until process second `failed_until`)
     /// and returns the workers waiting for it.
     pub fn loaded(&self, user: &str, state: Result<UserState, u32>) -> Vec<u16> {
-        let mut shard = self.shard(user).lock();
+        let mut shard = self.shard(user).0.lock();
         let slot = match state {
             Ok(s) => Slot::Ready(s),
             Err(until) => Slot::Failed(until),
@@ -208,7 +250,9 @@ impl Users {
             .iter()
             .map(|s| {
                 let s = s.lock();
-                s.map.capacity() * ENTRY_BYTES + s.heap
+                s.map.capacity() * ENTRY_BYTES
+                    + s.heap
+                    + s.known.capacity() * (size_of::<u64>() + 1)
             })
             .sum()
     }
@@ -308,6 +352,33 @@ mod tests {
         assert_eq!(users.with("bob", 0, 12, shown), Found::Load);
         assert_eq!(users.len(), 2);
         assert!(users.bytes() > 2 * ENTRY_BYTES);
+    }
+
+    #[test]
+    fn once_the_known_set_is_complete_new_users_need_no_load() {
+        let users = Users::default();
+        users.add_known("old");
+        assert_eq!(
+            users.with("new", 0, 1, |_| ((), false)),
+            Found::Load,
+            "not complete yet"
+        );
+        users.cancel("new");
+        users.known_complete();
+        assert_eq!(
+            users.with("new", 0, 1, |s| (s.seen.len(), false)),
+            Found::Ready(0)
+        );
+        assert_eq!(
+            users.with("old", 0, 1, shown),
+            Found::Load,
+            "known: its state is loaded"
+        );
+        // A user who gets state joins the known set, so after eviction it is loaded again.
+        assert_eq!(users.with("fresh", 0, 1, shown), Found::Ready(()));
+        assert_eq!(users.known(), 2);
+        assert_eq!(users.evict(1000, 100), 0);
+        assert_eq!(users.fresh.load(Ordering::Relaxed), 2);
     }
 
     #[test]

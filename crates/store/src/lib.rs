@@ -258,6 +258,9 @@ pub struct Store {
     last_seq: HashMap<u32, u64>,
     /// The database, for logs.
     pub name: String,
+    /// `store.url` and `store.data_dir`, for [`Store::connect`].
+    url: String,
+    data_dir: PathBuf,
 }
 
 /// What [`Store::open`] found.
@@ -389,6 +392,8 @@ impl Store {
             confirmed: Mutex::new(confirmed),
             last_seq,
             name,
+            url: cfg.url.clone(),
+            data_dir: PathBuf::from(&cfg.data_dir),
         };
         store.prune();
         Ok((
@@ -437,6 +442,24 @@ impl Store {
     /// Runs `f` on the backend (start-up reads, the access list); waits for a flush in progress.
     pub fn with_backend<T>(&self, f: impl FnOnce(&mut dyn Backend) -> T) -> T {
         f(&mut **self.backend.lock())
+    }
+
+    /// A connection of its own to the store's database, for long reads (a scan at start)
+    /// that must not hold up flushes.
+    pub fn connect(&self) -> Result<Box<dyn Backend>, StoreError> {
+        backend::connect(&self.url, &self.data_dir)
+    }
+
+    /// The users with popup state waiting in the queue (replayed from the journal, or not
+    /// flushed yet).
+    pub fn pending_popup_users(&self) -> Vec<String> {
+        self.shared
+            .inner
+            .lock()
+            .pending
+            .popup_user_names()
+            .map(String::from)
+            .collect()
     }
 
     /// The users' popup state, per user: the database's rows with the queue's newer ones laid

@@ -332,6 +332,11 @@ impl Pending {
         self.popup_users.get(user).map_or(&[], Vec::as_slice)
     }
 
+    /// The users with pending state.
+    pub fn popup_user_names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.popup_users.keys().map(|u| &**u)
+    }
+
     /// `(popup, action)` of every pending event.
     pub fn popup_event_keys(&self) -> impl Iterator<Item = (u32, u8)> + '_ {
         self.popup_events.iter().map(|e| (e.popup, e.action))

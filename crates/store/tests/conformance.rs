@@ -304,6 +304,9 @@ impl Backend for Flaky {
     fn popup_users(&mut self, users: &[&str]) -> Result<Vec<UserRow>, StoreError> {
         self.inner.popup_users(users)
     }
+    fn popup_user_ids(&mut self, each: &mut dyn FnMut(&str)) -> Result<(), StoreError> {
+        self.inner.popup_user_ids(each)
+    }
     fn save_popup(&mut self, id: u32, text: &str, at: i64) -> Result<(), StoreError> {
         self.inner.save_popup(id, text, at)
     }
@@ -453,6 +456,13 @@ fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
     let refs: Vec<&str> = users.iter().map(String::as_str).collect();
     let rows = store.with_backend(|b| b.popup_users(&refs).unwrap());
     assert_eq!(rows.len(), 300, "padding repeats a user, never a row");
+    let mut ids = Vec::new();
+    store.with_backend(|b| b.popup_user_ids(&mut |u| ids.push(u.to_string())).unwrap());
+    ids.sort();
+    let mut want: Vec<String> = users.iter().step_by(2).cloned().collect();
+    want.extend(["alice", "bob", odd].map(String::from));
+    want.sort();
+    assert_eq!(ids, want, "each user with state once");
     assert!(rows
         .iter()
         .all(|(u, p, r)| u[5..].parse::<u32>().unwrap() % 2 == 0

@@ -270,6 +270,9 @@ const TORRENTS_HEAD: &str =
 const JOURNAL_HEAD: &str = "INSERT INTO hp_journal (worker, seq)";
 const POPUP_USERS_HEAD: &str =
     "INSERT INTO hp_popup_users (user_id, popup_id, next_eligible, shows, last_action, updated_at)";
+/// Every user id with popup state, once each (an index scan: the key starts with it).
+pub const POPUP_USER_IDS: &str = "SELECT DISTINCT user_id FROM hp_popup_users";
+
 /// A user's state for one popup as read back: `(user, popup, state)`.
 pub type UserRow = (String, u32, PopupUserRow);
 
@@ -414,6 +417,10 @@ pub trait Backend: Send {
         let rows = self.popup_users(&[user])?;
         Ok(rows.into_iter().map(|(_, p, r)| (p, r)).collect())
     }
+
+    /// Calls `each` with every user id that has popup state, streaming (millions of rows
+    /// are not held at once).
+    fn popup_user_ids(&mut self, each: &mut dyn FnMut(&str)) -> Result<(), StoreError>;
 
     /// Creates or replaces popup `id`'s definition (JSON text), stamped `updated_at`.
     fn save_popup(&mut self, id: u32, definition: &str, updated_at: i64) -> Result<(), StoreError>;

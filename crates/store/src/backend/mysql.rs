@@ -181,6 +181,17 @@ impl Backend for Mysql {
         })
     }
 
+    fn popup_user_ids(&mut self, each: &mut dyn FnMut(&str)) -> Result<(), StoreError> {
+        self.with(|c| {
+            for row in c.query_iter(super::POPUP_USER_IDS)? {
+                let user: String =
+                    mysql::from_row_opt(row?).map_err(|e| mysql::Error::FromRowError(e.0))?;
+                each(&user);
+            }
+            Ok(())
+        })
+    }
+
     fn save_popup(&mut self, id: u32, definition: &str, updated_at: i64) -> Result<(), StoreError> {
         self.with(|c| c.exec_drop(D.save_popup(), (id, definition, updated_at)))
     }

@@ -312,6 +312,17 @@ impl Backend for Postgres {
         })
     }
 
+    fn popup_user_ids(&mut self, each: &mut dyn FnMut(&str)) -> Result<(), StoreError> {
+        use postgres::fallible_iterator::FallibleIterator as _;
+        self.with(|c| {
+            let mut rows = c.query_raw(super::POPUP_USER_IDS, std::iter::empty::<&str>())?;
+            while let Some(row) = rows.next()? {
+                each(row.get::<_, &str>(0));
+            }
+            Ok(())
+        })
+    }
+
     fn save_popup(&mut self, id: u32, definition: &str, updated_at: i64) -> Result<(), StoreError> {
         self.with(|c| {
             c.execute(D.save_popup(), &[&(id as i32), &definition, &updated_at])

@@ -285,6 +285,17 @@ impl Backend for Sqlite {
         })
     }
 
+    fn popup_user_ids(&mut self, each: &mut dyn FnMut(&str)) -> Result<(), StoreError> {
+        self.with(|c| {
+            let mut st = c.prepare(super::POPUP_USER_IDS)?;
+            let mut rows = st.query([])?;
+            while let Some(row) = rows.next()? {
+                each(row.get_ref(0)?.as_str().unwrap_or_default());
+            }
+            Ok(())
+        })
+    }
+
     fn save_popup(&mut self, id: u32, definition: &str, updated_at: i64) -> Result<(), StoreError> {
         self.with(|c| {
             c.execute(
