@@ -121,6 +121,11 @@ section! {
         pub access_log: bool = false,
         /// Seconds shutdown waits for in-flight requests and unsent responses before exiting.
         pub shutdown_grace_secs: u64 = 5,
+        /// Nice value (0-19) of the background threads (store flusher, sweepers, popup
+        /// loader): workers answer first and housekeeping takes the idle time, so a flush
+        /// never stalls answers on a busy core. At saturation writes fall behind, bounded by
+        /// store.journal_max_bytes. 0: same priority as the workers.
+        pub background_nice: u32 = 10,
     }
 }
 
@@ -358,6 +363,9 @@ impl Config {
                 "server.max_url_bytes",
                 "must be at least 64 and at most server.max_header_bytes",
             );
+        }
+        if s.background_nice > 19 {
+            return bad("server.background_nice", "must be between 0 and 19");
         }
         if s.max_body_bytes > 64 << 20 {
             return bad("server.max_body_bytes", "at most 67108864");

@@ -128,7 +128,17 @@ impl Catalog {
             active(p, now)
                 && targeted(p, v)
                 && in_rollout(p.id, v.user, p.rollout_percent)
-                && allowed(&p.frequency, seen(p.id).as_ref(), now, shows_today(p.id))
+                && allowed(
+                    &p.frequency,
+                    seen(p.id).as_ref(),
+                    now,
+                    // Counted only for popups with a cap: most have none.
+                    if p.frequency.daily_cap.is_some() {
+                        shows_today(p.id)
+                    } else {
+                        0
+                    },
+                )
         })
     }
 }

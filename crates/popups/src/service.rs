@@ -3,7 +3,7 @@
 //! wait on the database: a request for a user not in memory parks until the loader has the
 //! user; admin writes park until the admin thread has written them.
 
-use std::collections::{HashMap, HashSet};
+use hashbrown::{HashMap, HashSet};
 use std::hash::Hasher as _;
 use std::net::SocketAddr;
 use std::path::Path;

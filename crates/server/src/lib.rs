@@ -208,6 +208,7 @@ impl RunningServer {
                     })?,
             );
         }
+        let nice = cfg.background_nice;
         for job in service.background() {
             let tx = died_tx.clone();
             let stop = stop.clone();
@@ -216,6 +217,9 @@ impl RunningServer {
                 std::thread::Builder::new()
                     .name(name.clone())
                     .spawn(move || {
+                        if nice > 0 {
+                            host::lower_priority(&name, nice);
+                        }
                         let mut notice = DeathNotice {
                             name,
                             tx,

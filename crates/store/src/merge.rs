@@ -4,7 +4,8 @@
 //! Owns: [`Change`] (with its journal encoding), [`TorrentRow`] and the merge rules, and
 //! [`Pending`], the per-key map the flusher drains into sorted [`Batch`]es. Must not: do I/O.
 
-use std::collections::HashMap;
+// hashbrown's default hasher: these maps are keyed by data the workers merge on every commit.
+use hashbrown::HashMap;
 
 /// A 20-byte key (an info hash).
 pub type Key = [u8; 20];
