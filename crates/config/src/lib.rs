@@ -247,6 +247,10 @@ section! {
         /// Bytes the journal may hold on disk while the database is behind or down. At the
         /// limit, requests that must be journaled are refused with a clear error.
         pub journal_max_bytes: u64 = 1 << 30,
+        /// Rows (distinct keys, and popup events) the queue may hold in memory while the
+        /// database is behind or down. At the limit, requests that must be recorded are
+        /// refused as when the journal is full, so memory stays bounded.
+        pub max_queue_rows: usize = 4_000_000,
         /// Bytes per journal segment file; confirmed segments are deleted.
         pub journal_segment_bytes: u64 = 16 << 20,
         /// Longest pause in milliseconds between retries of a failed flush (the pause doubles
@@ -466,6 +470,12 @@ impl Config {
         }
         if !(1..=1_000_000).contains(&st.batch_rows) {
             return bad("store.batch_rows", "must be between 1 and 1000000");
+        }
+        if st.max_queue_rows < 2 * st.batch_rows {
+            return bad(
+                "store.max_queue_rows",
+                "must be at least twice store.batch_rows",
+            );
         }
         if st.journal_segment_bytes < 1 << 16 {
             return bad("store.journal_segment_bytes", "must be at least 65536");

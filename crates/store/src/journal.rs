@@ -148,7 +148,9 @@ impl Refused {
     /// A reason fit for a client (a BitTorrent `failure reason`, an HTTP body).
     pub fn reason(self) -> &'static str {
         match self {
-            Refused::Full => "the server cannot record this now (its journal is full); retry later",
+            Refused::Full => {
+                "the server cannot record this now (its journal is full: the database is behind); retry later"
+            }
         }
     }
 }
@@ -189,10 +191,13 @@ impl JournalWriter {
         }
     }
 
-    /// Whether a change of `bytes` encoded bytes would be taken now.
+    /// Whether a change of `bytes` encoded bytes would be taken now: the journal on disk and
+    /// the rows waiting in memory are both under their bounds.
     pub fn has_room(&self, bytes: usize) -> bool {
         let used = self.shared.journal_bytes.load(Ordering::Relaxed) + self.record.len() as u64;
         used + bytes as u64 <= self.shared.settings.journal_max_bytes
+            && self.shared.queue_rows.load(Ordering::Relaxed) + self.changes.len()
+                < self.shared.settings.max_queue_rows
     }
 
     /// Counts a request refused for want of room, and gives its reason.
@@ -253,7 +258,9 @@ impl JournalWriter {
             }
         }
         inner.pending_since.get_or_insert_with(Instant::now);
-        let full = inner.pending.rows() >= self.shared.settings.batch_rows;
+        let rows = inner.pending.rows();
+        self.shared.queued(rows);
+        let full = rows >= self.shared.settings.batch_rows;
         drop(inner);
         if full {
             self.shared.wake.notify_one();

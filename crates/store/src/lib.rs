@@ -207,6 +207,8 @@ pub struct Settings {
     pub retry_max: Duration,
     /// `store.shutdown_drain_secs`.
     pub drain: Duration,
+    /// `store.max_queue_rows`.
+    pub max_queue_rows: usize,
 }
 
 impl Settings {
@@ -220,6 +222,7 @@ impl Settings {
             flush_interval: Duration::from_millis(cfg.flush_interval_ms),
             retry_max: Duration::from_millis(cfg.retry_max_ms),
             drain: Duration::from_secs(cfg.shutdown_drain_secs),
+            max_queue_rows: cfg.max_queue_rows,
         }
     }
 }
@@ -232,9 +235,22 @@ pub(crate) struct Shared {
     pub(crate) wake: Condvar,
     /// Bytes of journal segments on disk.
     pub(crate) journal_bytes: AtomicU64,
+    /// Rows in memory: the queue's and the batch being written's (bounded by
+    /// `store.max_queue_rows`).
+    pub(crate) queue_rows: AtomicUsize,
+    /// Rows of the batch being written.
+    pub(crate) in_flight: AtomicUsize,
     /// Live [`JournalWriter`]s; shutdown drains after the last one closes.
     pub(crate) writers: AtomicUsize,
     pub(crate) metrics: Metrics,
+}
+
+impl Shared {
+    /// Records that the queue holds `rows` (call under the inner lock).
+    pub(crate) fn queued(&self, rows: usize) {
+        let total = rows + self.in_flight.load(Ordering::Relaxed);
+        self.queue_rows.store(total, Ordering::Relaxed);
+    }
 }
 
 /// State behind the store's one lock: taken once per commit, never across I/O.
@@ -374,6 +390,7 @@ impl Store {
         metrics.replayed.set(replayed);
         metrics.torn.set(torn);
         let pending_since = (pending.rows() > 0).then(Instant::now);
+        let pending_rows = pending.rows();
         let store = Store {
             _lock: lock,
             shared: Arc::new(Shared {
@@ -385,6 +402,8 @@ impl Store {
                 }),
                 wake: Condvar::new(),
                 journal_bytes: AtomicU64::new(bytes),
+                queue_rows: AtomicUsize::new(pending_rows),
+                in_flight: AtomicUsize::new(0),
                 writers: AtomicUsize::new(0),
                 metrics,
             }),
@@ -421,6 +440,7 @@ impl Store {
         for c in changes {
             inner.pending.apply(c);
         }
+        self.shared.queued(inner.pending.rows());
         inner.pending_since.get_or_insert_with(Instant::now);
     }
 
@@ -519,6 +539,10 @@ impl Store {
         let mut backend = self.backend.lock();
         let (pending, since) = {
             let mut inner = self.shared.inner.lock();
+            self.shared
+                .in_flight
+                .store(inner.pending.rows(), Ordering::Relaxed);
+            self.shared.queued(0);
             (
                 std::mem::take(&mut inner.pending),
                 inner.pending_since.take(),
@@ -533,6 +557,8 @@ impl Store {
         let result = backend.write(&batch);
         match result {
             Ok(w) => {
+                self.shared.in_flight.store(0, Ordering::Relaxed);
+                self.shared.queued(self.shared.inner.lock().pending.rows());
                 drop(backend);
                 let rows = batch.rows();
                 m.flushes.add(1);
@@ -560,6 +586,8 @@ impl Store {
                 // Back in the queue before the backend is free (see above).
                 let mut inner = self.shared.inner.lock();
                 inner.pending.restore(batch);
+                self.shared.in_flight.store(0, Ordering::Relaxed);
+                self.shared.queued(inner.pending.rows());
                 if let Some(since) = since {
                     inner.pending_since = Some(inner.pending_since.map_or(since, |s| s.min(since)));
                 }
@@ -771,11 +799,16 @@ impl Store {
             .lock()
             .pending_since
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
-        let gauges: [(&str, &str, f64); 7] = [
+        let gauges: [(&str, &str, f64); 8] = [
             (
                 "hotpath_store_queue_rows",
                 "Distinct rows waiting to be written.",
                 self.queued_rows() as f64,
+            ),
+            (
+                "hotpath_store_queue_limit_rows",
+                "store.max_queue_rows: with this many rows in memory changes are refused.",
+                self.shared.settings.max_queue_rows as f64,
             ),
             (
                 "hotpath_store_flush_lag_seconds",

@@ -376,6 +376,37 @@ fn a_full_journal_refuses_changes(d: Dialect) {
     store.flush().unwrap();
     let rows = store.with_backend(|b| stored(b));
     assert_eq!(rows.iter().map(|r| r.1.completed).sum::<u64>(), taken + 1);
+
+    // The rows waiting in memory are bounded too: an event log grows with every change.
+    let db = test_db(d, "full_queue");
+    let mut cfg = config(&db);
+    cfg.batch_rows = 50;
+    cfg.max_queue_rows = 100;
+    let (store, _) = Store::open(&cfg).unwrap();
+    let mut w = store.writer(0);
+    let mut taken = 0u32;
+    while w
+        .append(Change::Popup {
+            user: format!("u{taken}").into(),
+            popup: 1,
+            action: SHOWN,
+            next_eligible: 0,
+            shows: 1,
+            at: 1,
+        })
+        .is_ok()
+    {
+        taken += 1;
+        w.commit().unwrap();
+        assert!(taken < 1000, "never refused");
+    }
+    assert!(
+        (33..=100).contains(&taken),
+        "{taken} changes (3 rows each) taken"
+    );
+    assert!(store.queued_rows() <= 100 + 3);
+    store.flush().unwrap();
+    assert!(w.has_room(64), "room again once written");
 }
 
 fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
