@@ -239,7 +239,7 @@ section! {
         /// Milliseconds between flushes of merged changes to the database.
         pub flush_interval_ms: u64 = 1000,
         /// Rows (distinct keys) pending that trigger a flush before the interval ends.
-        pub batch_rows: usize = 10000,
+        pub batch_rows: usize = 50000,
         /// Milliseconds between fsyncs of the journal, done by a background thread (0: each
         /// worker fsyncs before every acknowledgement, at a cost in latency).
         /// A killed process loses nothing either way; a power loss may lose this much.

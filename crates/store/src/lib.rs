@@ -543,8 +543,9 @@ impl Store {
                 .in_flight
                 .store(inner.pending.rows(), Ordering::Relaxed);
             self.shared.queued(0);
+            let room = Pending::with_room_of(&inner.pending);
             (
-                std::mem::take(&mut inner.pending),
+                std::mem::replace(&mut inner.pending, room),
                 inner.pending_since.take(),
             )
         };

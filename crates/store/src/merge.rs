@@ -257,6 +257,21 @@ impl Batch {
 }
 
 impl Pending {
+    /// An empty queue with room for as much as `like` holds, so the next interval's changes
+    /// merge without the tables growing (a growing table rehashes everything it holds, on
+    /// the worker that commits).
+    pub fn with_room_of(like: &Pending) -> Pending {
+        Pending {
+            torrents: HashMap::with_capacity(like.torrents.len()),
+            popup_users: HashMap::with_capacity(like.popup_users.len()),
+            popup_user_rows: 0,
+            popup_events: Vec::with_capacity(like.popup_events.len()),
+            popup_daily: HashMap::with_capacity(like.popup_daily.len()),
+            seqs: HashMap::with_capacity(like.seqs.len()),
+            changes: 0,
+        }
+    }
+
     /// Merges one change.
     pub fn apply(&mut self, change: &Change) {
         self.changes += 1;
