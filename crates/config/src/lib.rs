@@ -123,9 +123,11 @@ section! {
         pub shutdown_grace_secs: u64 = 5,
         /// Nice value (0-19) of the background threads (store flusher, sweepers, popup
         /// loader): workers answer first and housekeeping takes the idle time, so a flush
-        /// never stalls answers on a busy core. At saturation writes fall behind, bounded by
-        /// store.journal_max_bytes. 0: same priority as the workers.
-        pub background_nice: u32 = 10,
+        /// does not take the core from the workers. The risk: on an overloaded host a
+        /// lowered thread holding a lock a worker needs (a sweeper's swarm shard) waits long
+        /// for the CPU, and the worker with it. At saturation writes fall behind, bounded by
+        /// store.max_queue_rows and store.journal_max_bytes. 0: same priority as the workers.
+        pub background_nice: u32 = 0,
     }
 }
 

@@ -786,15 +786,27 @@ impl PopupsWorker {
         }
     }
 
-    fn not_loaded(
+    /// A 503 when the store cannot take a change now (journal or queue at its bound).
+    fn no_room(&self, kind: Kind, resp: &mut HttpResponse) -> Option<Option<Handled>> {
+        if self.journal.has_room(CHANGE_BYTES) {
+            return None;
+        }
+        self.shared.counters.journal_full.add(1);
+        resp.extra_headers.extend_from_slice(b"Retry-After: 5\r\n");
+        Some(refuse(resp, 503, kind, self.journal.refuse()))
+    }
+
+    /// The answer for a user whose state is not in memory: park (queuing a load if none is
+    /// under way), or an error while loads fail.
+    fn not_loaded<T>(
         &self,
-        found: Found<()>,
+        found: Found<T>,
         user: &str,
         kind: Kind,
         resp: &mut HttpResponse,
     ) -> Option<Handled> {
         match found {
-            Found::Ready(()) => unreachable!("handled by the caller"),
+            Found::Ready(_) => unreachable!("handled by the caller"),
             Found::Load => self.load(user, kind, resp),
             Found::Loading => Some(Handled::Parked),
             Found::Failed => {
@@ -827,10 +839,8 @@ impl PopupsWorker {
             self.shared.counters.bad_requests.add(1);
             return refuse(resp, 400, K, e);
         }
-        if !self.journal.has_room(CHANGE_BYTES) {
-            self.shared.counters.journal_full.add(1);
-            resp.extra_headers.extend_from_slice(b"Retry-After: 5\r\n");
-            return refuse(resp, 503, K, self.journal.refuse());
+        if let Some(refused) = self.no_room(K, resp) {
+            return refused;
         }
         self.refresh();
         let shared = &*self.shared;
@@ -872,15 +882,7 @@ impl PopupsWorker {
         drop(daily);
         let chosen = match found {
             Found::Ready(chosen) => chosen,
-            other => {
-                let found = match other {
-                    Found::Load => Found::Load,
-                    Found::Loading => Found::Loading,
-                    _ => Found::Failed,
-                };
-                let user = self.query.user().to_string();
-                return self.not_loaded(found, &user, K, resp);
-            }
+            other => return self.not_loaded(other, self.query.user(), K, resp),
         };
         let c = &shared.counters;
         let Some((id, seen)) = chosen else {
@@ -955,10 +957,8 @@ impl PopupsWorker {
             c.bad_tokens.add(1);
             return refuse(resp, 403, K, e.message());
         }
-        if !self.journal.has_room(CHANGE_BYTES) {
-            c.journal_full.add(1);
-            resp.extra_headers.extend_from_slice(b"Retry-After: 5\r\n");
-            return refuse(resp, 503, K, self.journal.refuse());
+        if let Some(refused) = self.no_room(K, resp) {
+            return refused;
         }
         let frequency = popup.frequency;
         let found = self
@@ -971,9 +971,7 @@ impl PopupsWorker {
             });
         let seen = match found {
             Found::Ready(seen) => seen,
-            Found::Load => return self.not_loaded(Found::Load, &event.user, K, resp),
-            Found::Loading => return Some(Handled::Parked),
-            Found::Failed => return self.not_loaded(Found::Failed, &event.user, K, resp),
+            other => return self.not_loaded(other, &event.user, K, resp),
         };
         match event.action {
             Action::Click => c.clicks.add(1),
