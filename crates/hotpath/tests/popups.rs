@@ -467,6 +467,46 @@ fn admin_and_database_edits_reach_every_worker_within_a_second() {
     assert!(p.signal("-TERM").success());
 }
 
+/// Past `popups.max_users` the idle users leave memory; when they come back their state is
+/// read again (from the database, or the queue while it is not written yet) and still holds.
+#[test]
+fn evicted_users_come_back_with_their_state() {
+    let db = test_db(Dialect::Sqlite, "popups_evict");
+    let mut p = Proc::spawn(
+        &write_config(&db, "max_users = 1000\nreload_ms = 100\n"),
+        &db.dir,
+    );
+    let mut c = Client::connect(p.http);
+    let once = r#"{"id": 1, "name": "once", "payload": {}, "frequency": {"max_shows": 1}}"#;
+    assert_eq!(admin(&mut c, "POST", "/admin/popups", once).status, 201);
+    eventually("the known set", || {
+        p.log_text().contains("users with state listed")
+    });
+    for i in 0..3000 {
+        assert!(
+            decide(&mut c, &format!("user=e{i}")).is_some(),
+            "e{i} first sight"
+        );
+    }
+    eventually("eviction", || {
+        p.metric("hotpath_popups_users_evicted_total") > 0.0
+            && p.metric("hotpath_popups_users") <= 1000.0
+    });
+    let loads = p.metric("hotpath_popups_loads_total");
+    for i in (0..3000).step_by(97) {
+        assert_eq!(
+            decide(&mut c, &format!("user=e{i}")),
+            None,
+            "e{i} was shown it once"
+        );
+    }
+    assert!(
+        p.metric("hotpath_popups_loads_total") > loads,
+        "evicted users were read again"
+    );
+    assert!(p.signal("-TERM").success());
+}
+
 /// kill -9 under a load of decisions and clicks: every acknowledged show and click is in the
 /// database after the restart, and the state it implies holds.
 fn kill_9_loses_nothing_acknowledged(dialect: Dialect) {
