@@ -4,13 +4,13 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{announce_target, failure, Client, Proc};
+use common::{announce_target, failure, server_addr, via, Client, Proc, Proxy};
 use hotpath_store::backend::{self, Dialect};
 use hotpath_store::testing::{test_db, TestDb};
 use hotpath_wire::query::{Announce, Event};
@@ -210,103 +210,6 @@ fn scrape_downloaded(body: &[u8]) -> u64 {
         .first()
         .and_then(|(_, e)| e.get("downloaded")?.as_int())
         .map_or(0, |d| d as u64)
-}
-
-/// A TCP forwarder in front of a database that can be cut (connections reset, new ones
-/// refused) and restored on the same port.
-struct Proxy {
-    addr: SocketAddr,
-    up: Arc<AtomicBool>,
-    done: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Proxy {
-    fn start(target: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let up = Arc::new(AtomicBool::new(true));
-        let done = Arc::new(AtomicBool::new(false));
-        let (u, d) = (up.clone(), done.clone());
-        let thread = std::thread::spawn(move || {
-            let mut listener = Some(listener);
-            let mut pipes: Vec<TcpStream> = Vec::new();
-            while !d.load(Ordering::Relaxed) {
-                if !u.load(Ordering::Relaxed) {
-                    // Down: no listener (connects are refused), live connections reset.
-                    listener = None;
-                    for p in pipes.drain(..) {
-                        let _ = p.shutdown(std::net::Shutdown::Both);
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue;
-                }
-                let l = listener.get_or_insert_with(|| TcpListener::bind(addr).unwrap());
-                l.set_nonblocking(true).unwrap();
-                match l.accept() {
-                    Ok((client, _)) => {
-                        client.set_nonblocking(false).unwrap();
-                        let Ok(server) = TcpStream::connect(target) else {
-                            continue;
-                        };
-                        for (mut from, mut to) in [
-                            (client.try_clone().unwrap(), server.try_clone().unwrap()),
-                            (server.try_clone().unwrap(), client.try_clone().unwrap()),
-                        ] {
-                            std::thread::spawn(move || {
-                                let _ = std::io::copy(&mut from, &mut to);
-                                let _ = to.shutdown(std::net::Shutdown::Both);
-                            });
-                        }
-                        pipes.push(client);
-                        pipes.push(server);
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-            for p in pipes {
-                let _ = p.shutdown(std::net::Shutdown::Both);
-            }
-        });
-        Proxy {
-            addr,
-            up,
-            done,
-            thread: Some(thread),
-        }
-    }
-
-    fn set_up(&self, up: bool) {
-        self.up.store(up, Ordering::Relaxed);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.done.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// `url` with its host and port replaced by `addr`. MySQL is told to stay on TCP: by default
-/// its client moves a loopback connection to the server's Unix socket, around the proxy.
-fn via(url: &str, addr: SocketAddr) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap();
-    let (auth, rest) = rest.rsplit_once('@').unwrap();
-    let path = &rest[rest.find('/').unwrap()..];
-    let tcp_only = if scheme == "mysql" {
-        "?prefer_socket=false"
-    } else {
-        ""
-    };
-    format!("{scheme}://{auth}@{addr}{path}{tcp_only}")
-}
-
-fn server_addr(url: &str) -> SocketAddr {
-    let rest = url.split_once('@').unwrap().1;
-    rest[..rest.find('/').unwrap()].parse().unwrap()
 }
 
 fn database_outage_loses_nothing(d: Dialect) {

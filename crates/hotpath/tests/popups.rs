@@ -17,13 +17,18 @@ use hotpath_store::{CLICK, CLOSE, SHOWN};
 const TOKEN: &str = "test-admin-token-0123456789";
 
 fn write_config(db: &TestDb, extra: &str) -> PathBuf {
+    write_config_for(db, &db.url, extra)
+}
+
+/// The config, on the database at `url` (the test database, or a proxy in front of it).
+fn write_config_for(db: &TestDb, url: &str, extra: &str) -> PathBuf {
     let data = db.dir.join("data");
     let text = format!(
         "[server]\nworkers = 2\nshutdown_grace_secs = 2\n\
          [listen]\nhttp = [\"127.0.0.1:0\"]\nudp = []\nadmin = [\"127.0.0.1:0\"]\nipv6 = false\n\
          [store]\nurl = \"{}\"\ndata_dir = \"{}\"\nflush_interval_ms = 100\n\
          [popups]\nenabled = true\nadmin_token = \"{TOKEN}\"\n{extra}",
-        db.url,
+        url,
         data.display()
     );
     let path = db.dir.join("hotpath.toml");
@@ -503,6 +508,82 @@ fn evicted_users_come_back_with_their_state() {
     assert!(
         p.metric("hotpath_popups_loads_total") > loads,
         "evicted users were read again"
+    );
+    assert!(p.signal("-TERM").success());
+}
+
+/// The database goes away: users in memory and new users are still answered (their changes
+/// wait in the journal), a user whose state must be read gets a quick 503 with Retry-After
+/// (no hang), an admin write gets 503 and changes nothing; back up, everything is written
+/// and the waiting user is served with their state.
+#[test]
+fn a_database_outage_answers_what_it_can_and_refuses_the_rest_quickly() {
+    let db = test_db(Dialect::Postgres, "popups_outage");
+    let proxy = common::Proxy::start(common::server_addr(&db.url));
+    let url = common::via(&db.url, proxy.addr);
+    let config = write_config_for(&db, &url, "");
+    let mut p = Proc::spawn(&config, &db.dir);
+    let mut c = Client::connect(p.http);
+    let once = r#"{"id": 1, "name": "once", "payload": {}, "frequency": {"max_shows": 1}}"#;
+    assert_eq!(admin(&mut c, "POST", "/admin/popups", once).status, 201);
+    assert!(decide(&mut c, "user=old").is_some());
+    assert!(decide(&mut c, "user=cached").is_some());
+    eventually("old's show written", || event_count(&db, 1, SHOWN) == 2);
+    // Restarted, `old` is known to have state but is not in memory.
+    assert!(p.signal("-TERM").success());
+    let mut p = Proc::spawn(&config, &db.dir);
+    eventually("the known set", || {
+        p.log_text().contains("users with state listed")
+    });
+    let mut c = Client::connect(p.http);
+    assert_eq!(
+        decide(&mut c, "user=cached"),
+        None,
+        "loaded while the database is up"
+    );
+
+    proxy.set_up(false);
+    std::thread::sleep(Duration::from_millis(200)); // the proxy resets what it carried
+    let asked = Instant::now();
+    let r = c.get("/v1/popup?user=old");
+    assert_eq!(r.status, 503, "{}", text(&r));
+    assert!(r.head.contains("Retry-After"), "{}", r.head);
+    assert!(
+        text(&r).contains("cannot be read from the database"),
+        "{}",
+        text(&r)
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(decide(&mut c, "user=cached"), None, "in memory: answered");
+    assert!(
+        decide(&mut c, "user=brand-new").is_some(),
+        "new: answered, journaled"
+    );
+    let two = r#"{"id": 2, "name": "two", "payload": {}}"#;
+    let r = admin(&mut c, "POST", "/admin/popups", two);
+    assert_eq!(r.status, 503, "{}", text(&r));
+    eventually("a failed flush", || {
+        p.metric("hotpath_store_flush_failures_total") >= 1.0
+    });
+
+    proxy.set_up(true);
+    eventually("the queued show written", || {
+        event_count(&db, 1, SHOWN) == 3
+    });
+    eventually("old served with its state", || {
+        let r = c.get("/v1/popup?user=old");
+        r.status == 204
+    });
+    assert_eq!(
+        json(&admin(&mut c, "GET", "/admin/popups", ""))["popups"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
     );
     assert!(p.signal("-TERM").success());
 }
