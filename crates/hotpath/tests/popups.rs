@@ -213,6 +213,18 @@ fn api_end_to_end(dialect: Dialect) {
     assert_eq!(p.metric("hotpath_popups_loads_total"), loads);
     assert_eq!(p.metric("hotpath_popups_fresh_users_total") - fresh, 50.0);
     assert!(p.metric("hotpath_popups_users_bytes") > 0.0);
+    let stats = json(&Client::connect(p.admin.unwrap()).get("/stats"));
+    let users = stats["popups"]["users"].as_u64().unwrap();
+    assert!(users >= 50, "{stats}");
+    assert!(
+        stats["popups"]["bytes_per_user"].as_u64().unwrap() > 0,
+        "{stats}"
+    );
+    assert_eq!(stats["popups"]["popups"], 3);
+    assert!(
+        stats["tracker"]["torrents"].is_u64(),
+        "the tracker's section stays"
+    );
 
     // After a restart: the click still holds, the cap still holds, tokens still verify.
     assert!(p.signal("-TERM").success());

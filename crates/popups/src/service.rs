@@ -698,19 +698,25 @@ impl Service for Popups {
         );
     }
 
+    fn name(&self) -> &'static str {
+        "popups"
+    }
+
     fn stats(&self) -> Vec<(&'static str, u64)> {
         let s = &self.shared;
         let c = &s.counters;
         let (users, bytes) = s.users();
         vec![
-            ("popups_shown", c.shown.load(Ordering::Relaxed)),
-            ("popups_none", c.none.load(Ordering::Relaxed)),
-            ("popups_events", {
-                c.clicks.load(Ordering::Relaxed) + c.closes.load(Ordering::Relaxed)
-            }),
-            ("popups_users", users as u64),
-            ("popups_users_bytes", bytes as u64),
-            ("popups_bytes_per_user", (bytes / users.max(1)) as u64),
+            ("popups", s.live.read().catalog.popups().len() as u64),
+            ("shown", c.shown.load(Ordering::Relaxed)),
+            ("none", c.none.load(Ordering::Relaxed)),
+            ("clicks", c.clicks.load(Ordering::Relaxed)),
+            ("closes", c.closes.load(Ordering::Relaxed)),
+            ("users", users as u64),
+            ("users_bytes", bytes as u64),
+            ("bytes_per_user", (bytes / users.max(1)) as u64),
+            ("known_users", s.users.known() as u64),
+            ("loads", c.loads.load(Ordering::Relaxed)),
         ]
     }
 

@@ -356,11 +356,7 @@ pub(crate) fn stats_json(shared: &Shared) -> String {
         }
         requests.insert((*proto).into(), kinds.into());
     }
-    let mut service = serde_json::Map::new();
-    for (k, v) in shared.service.stats() {
-        service.insert(k.into(), v.into());
-    }
-    serde_json::json!({
+    let mut doc = serde_json::json!({
         "uptime_secs": process_secs(),
         "workers": shared.workers,
         "connections": t.connections,
@@ -371,9 +367,16 @@ pub(crate) fn stats_json(shared: &Shared) -> String {
         "udp_datagrams_sent": t.udp_out,
         "udp_batches": t.udp_batches,
         "requests": requests,
-        "tracker": service,
-    })
-    .to_string()
+    });
+    // A section per service ("tracker", "popups"), each with its own figures.
+    for (name, figures) in shared.service.stats_sections() {
+        let section: serde_json::Map<String, serde_json::Value> = figures
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.into()))
+            .collect();
+        doc[name] = section.into();
+    }
+    doc.to_string()
 }
 
 /// Runs the server until SIGTERM or SIGINT (drained shutdown, `Ok`) or until a thread dies

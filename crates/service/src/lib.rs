@@ -208,9 +208,19 @@ pub trait Service: Send + Sync + 'static {
     /// Appends the service's own Prometheus metrics (gauges and counters, with HELP and TYPE).
     fn write_metrics(&self, _out: &mut String) {}
 
+    /// The service's name: its section in `/stats`.
+    fn name(&self) -> &'static str {
+        "service"
+    }
+
     /// The service's figures for `/stats`, as `(name, value)`.
     fn stats(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
+    }
+
+    /// The `/stats` sections: `(service name, its figures)`; one per service.
+    fn stats_sections(&self) -> Vec<(&'static str, Vec<(&'static str, u64)>)> {
+        vec![(self.name(), self.stats())]
     }
 
     /// Reloads what can be reloaded without a restart (SIGHUP); the text says what happened.
@@ -290,8 +300,11 @@ impl Service for Composite {
         }
     }
 
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        self.services.iter().flat_map(|s| s.stats()).collect()
+    fn stats_sections(&self) -> Vec<(&'static str, Vec<(&'static str, u64)>)> {
+        self.services
+            .iter()
+            .flat_map(|s| s.stats_sections())
+            .collect()
     }
 
     fn reload(&self) -> Result<String, String> {

@@ -251,6 +251,10 @@ impl Service for Tracker {
         }
     }
 
+    fn name(&self) -> &'static str {
+        "tracker"
+    }
+
     fn stats(&self) -> Vec<(&'static str, u64)> {
         let t = self.shared.store.totals();
         let c = &self.shared.counters;
