@@ -121,13 +121,12 @@ section! {
         pub access_log: bool = false,
         /// Seconds shutdown waits for in-flight requests and unsent responses before exiting.
         pub shutdown_grace_secs: u64 = 5,
-        /// Nice value (0-19) of the background threads (store flusher, sweepers, popup
-        /// loader): workers answer first and housekeeping takes the idle time, so a flush
-        /// does not take the core from the workers. The risk: on an overloaded host a
-        /// lowered thread holding a lock a worker needs (a sweeper's swarm shard) waits long
-        /// for the CPU, and the worker with it. At saturation writes fall behind, bounded by
-        /// store.max_queue_rows and store.journal_max_bytes. 0: same priority as the workers.
-        pub background_nice: u32 = 0,
+        /// Nice value (0-19) of the store's flusher thread (bulk work under no lock a worker
+        /// waits on for long): the workers answer first and the flush takes the idle time,
+        /// so it does not hold up answers on a busy core. At saturation writes fall behind,
+        /// bounded by store.max_queue_rows and store.journal_max_bytes. Sweepers and loaders
+        /// keep the workers' priority. 0: the flusher too.
+        pub background_nice: u32 = 10,
     }
 }
 

@@ -723,10 +723,7 @@ impl Service for Popups {
     fn background(&self) -> Vec<Background> {
         let job = |name: &str, run: fn(&Shared, &AtomicBool)| {
             let shared = self.shared.clone();
-            Background {
-                name: name.into(),
-                run: Box::new(move |stop| run(&shared, &stop)),
-            }
+            Background::new(name, move |stop| run(&shared, &stop))
         };
         vec![
             job("popups-loader", Shared::run_loader),

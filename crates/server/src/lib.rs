@@ -213,11 +213,12 @@ impl RunningServer {
             let tx = died_tx.clone();
             let stop = stop.clone();
             let name = job.name.clone();
+            let low_priority = job.low_priority;
             threads.push(
                 std::thread::Builder::new()
                     .name(name.clone())
                     .spawn(move || {
-                        if nice > 0 {
+                        if nice > 0 && low_priority {
                             host::lower_priority(&name, nice);
                         }
                         let mut notice = DeathNotice {

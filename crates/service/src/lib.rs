@@ -196,8 +196,30 @@ pub trait ServiceWorker: Send {
 pub struct Background {
     /// The thread's name.
     pub name: String,
+    /// Run at the lower priority `server.background_nice`: bulk work that holds no lock a
+    /// worker waits on for long (the store's flusher), so on a busy core the workers go
+    /// first. Jobs holding locks workers need (a sweeper's swarm shard) must not: lowered,
+    /// they would make the workers wait for them.
+    pub low_priority: bool,
     /// The job; it must return soon after `stop` becomes true.
     pub run: Box<dyn FnOnce(Arc<AtomicBool>) + Send>,
+}
+
+impl Background {
+    /// A job at the workers' priority.
+    pub fn new(name: &str, run: impl FnOnce(Arc<AtomicBool>) + Send + 'static) -> Background {
+        Background {
+            name: name.into(),
+            low_priority: false,
+            run: Box::new(run),
+        }
+    }
+
+    /// The same job at the lower priority (see [`Background::low_priority`]).
+    pub fn low_priority(mut self) -> Background {
+        self.low_priority = true;
+        self
+    }
 }
 
 /// A service the server runs.

@@ -294,28 +294,25 @@ impl Service for Tracker {
 
     fn background(&self) -> Vec<Background> {
         let shared = self.shared.clone();
-        let mut jobs = vec![Background {
-            name: "tracker-sweeper".into(),
-            run: Box::new(move |stop| sweeper(shared, stop)),
-        }];
+        let mut jobs = vec![Background::new("tracker-sweeper", move |stop| {
+            sweeper(shared, stop)
+        })];
         if let Some(db) = &self.shared.persist {
             let db = db.clone();
-            jobs.push(Background {
-                name: "store-flusher".into(),
-                run: Box::new(move |stop| db.run_flusher(&stop)),
-            });
+            // Bulk work under no lock a worker waits on for long: it may yield to the workers.
+            jobs.push(
+                Background::new("store-flusher", move |stop| db.run_flusher(&stop)).low_priority(),
+            );
             let shared = self.shared.clone();
-            jobs.push(Background {
-                name: "tracker-snapshot".into(),
-                run: Box::new(move |stop| persist::snapshotter(shared, stop)),
-            });
+            jobs.push(Background::new("tracker-snapshot", move |stop| {
+                persist::snapshotter(shared, stop)
+            }));
         }
         if self.shared.access_db_reload.is_some() {
             let shared = self.shared.clone();
-            jobs.push(Background {
-                name: "access-list-reloader".into(),
-                run: Box::new(move |stop| persist::access_reloader(shared, stop)),
-            });
+            jobs.push(Background::new("access-list-reloader", move |stop| {
+                persist::access_reloader(shared, stop)
+            }));
         }
         jobs
     }
