@@ -19,7 +19,7 @@ use hotpath_service::{
     process_secs, Background, Context, Handled, HttpResponse, Kind, Outcome, Request, Service,
     ServiceWorker, Wake,
 };
-use hotpath_store::{Change, JournalWriter, PopupUserRow, Store, CLICK, CLOSE, SHOWN};
+use hotpath_store::{Change, Counter, JournalWriter, PopupUserRow, Store, CLICK, CLOSE, SHOWN};
 
 use crate::api::{self, Event, Query, MAX_SEGMENTS};
 use crate::decide::{self, Action, Catalog, Seen};
@@ -102,21 +102,21 @@ impl Daily {
 
 #[derive(Default)]
 struct Counters {
-    shown: AtomicU64,
-    none: AtomicU64,
-    clicks: AtomicU64,
-    closes: AtomicU64,
-    bad_requests: AtomicU64,
-    bad_tokens: AtomicU64,
-    journal_full: AtomicU64,
-    load_busy: AtomicU64,
-    load_errors: AtomicU64,
-    loads: AtomicU64,
-    load_queries: AtomicU64,
-    load_failures: AtomicU64,
-    reloads: AtomicU64,
-    reload_failures: AtomicU64,
-    admin_writes: AtomicU64,
+    shown: Counter,
+    none: Counter,
+    clicks: Counter,
+    closes: Counter,
+    bad_requests: Counter,
+    bad_tokens: Counter,
+    journal_full: Counter,
+    load_busy: Counter,
+    load_errors: Counter,
+    loads: Counter,
+    load_queries: Counter,
+    load_failures: Counter,
+    reloads: Counter,
+    reload_failures: Counter,
+    admin_writes: Counter,
 }
 
 /// An admin answer: status and JSON body.
@@ -568,16 +568,6 @@ impl Shared {
     }
 }
 
-trait Add {
-    fn add(&self, n: u64);
-}
-
-impl Add for AtomicU64 {
-    fn add(&self, n: u64) {
-        self.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
 fn seen_of(r: &PopupUserRow) -> Seen {
     Seen {
         next_eligible: r.next_eligible,
@@ -617,7 +607,7 @@ impl Service for Popups {
         use std::fmt::Write as _;
         let s = &self.shared;
         let c = &s.counters;
-        let g = |x: &AtomicU64| x.load(Ordering::Relaxed);
+        let g = Counter::get;
         let (users, bytes) = s.users();
         let popups = s.live.read().catalog.popups().len();
         let _ = write!(
@@ -708,15 +698,15 @@ impl Service for Popups {
         let (users, bytes) = s.users();
         vec![
             ("popups", s.live.read().catalog.popups().len() as u64),
-            ("shown", c.shown.load(Ordering::Relaxed)),
-            ("none", c.none.load(Ordering::Relaxed)),
-            ("clicks", c.clicks.load(Ordering::Relaxed)),
-            ("closes", c.closes.load(Ordering::Relaxed)),
+            ("shown", c.shown.get()),
+            ("none", c.none.get()),
+            ("clicks", c.clicks.get()),
+            ("closes", c.closes.get()),
             ("users", users as u64),
             ("users_bytes", bytes as u64),
             ("bytes_per_user", (bytes / users.max(1)) as u64),
             ("known_users", s.users.known() as u64),
-            ("loads", c.loads.load(Ordering::Relaxed)),
+            ("loads", c.loads.get()),
         ]
     }
 

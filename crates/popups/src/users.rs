@@ -13,9 +13,11 @@
 
 use std::hash::BuildHasher;
 use std::mem::size_of;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use hashbrown::hash_map::EntryRef;
 use hashbrown::HashMap;
+use hotpath_store::Counter;
 use parking_lot::Mutex;
 
 use crate::decide::Seen;
@@ -102,11 +104,11 @@ pub struct Users {
     shards: Box<[Mutex<Shard>]>,
     hasher: hashbrown::DefaultHashBuilder,
     /// Users dropped to stay under the cap.
-    pub evicted: AtomicU64,
+    pub evicted: Counter,
     /// The known set holds every user with state in the database.
     known_complete: AtomicBool,
     /// New users started without a query.
-    pub fresh: AtomicU64,
+    pub fresh: Counter,
 }
 
 impl Default for Users {
@@ -114,9 +116,9 @@ impl Default for Users {
         Users {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             hasher: hashbrown::DefaultHashBuilder::default(),
-            evicted: AtomicU64::new(0),
+            evicted: Counter::default(),
             known_complete: AtomicBool::new(false),
-            fresh: AtomicU64::new(0),
+            fresh: Counter::default(),
         }
     }
 }
@@ -156,18 +158,24 @@ impl Users {
         let (shard, h) = self.shard(user);
         let mut shard = shard.lock();
         let shard = &mut *shard;
-        if !shard.map.contains_key(user)
-            && self.known_complete.load(Ordering::Acquire)
-            && !shard.known.contains(&h)
-        {
-            // New: nothing to load.
-            self.fresh.fetch_add(1, Ordering::Relaxed);
-            let slot = Slot::Ready(UserState::default());
-            shard.heap += heap_bytes(user, &slot);
-            shard.map.insert(user.into(), slot);
-        }
-        match shard.map.get_mut(user) {
-            Some(Slot::Ready(state)) => {
+        // One lookup: the slot found, or the one made for a user not in memory.
+        let slot = match shard.map.entry_ref(user) {
+            EntryRef::Occupied(o) => o.into_mut(),
+            EntryRef::Vacant(v) => {
+                let slot =
+                    if self.known_complete.load(Ordering::Acquire) && !shard.known.contains(&h) {
+                        // New: nothing to load.
+                        self.fresh.add(1);
+                        Slot::Ready(UserState::default())
+                    } else {
+                        Slot::Failed(0)
+                    };
+                shard.heap += heap_bytes(user, &slot);
+                v.insert(slot)
+            }
+        };
+        match slot {
+            Slot::Ready(state) => {
                 let before = state.seen.capacity();
                 state.touched = now;
                 let (r, changed) = f(state);
@@ -178,7 +186,7 @@ impl Users {
                 shard.heap += (state.seen.capacity() - before) * size_of::<(u32, Seen)>();
                 Found::Ready(r)
             }
-            Some(Slot::Loading(waiters)) => {
+            Slot::Loading(waiters) => {
                 if !waiters.contains(&worker) {
                     let before = waiters.capacity();
                     waiters.push(worker);
@@ -186,14 +194,11 @@ impl Users {
                 }
                 Found::Loading
             }
-            Some(Slot::Failed(until)) if now < *until => Found::Failed,
-            _ => {
-                let slot = Slot::Loading(vec![worker]);
-                let heap = heap_bytes(user, &slot);
-                if let Some(old) = shard.map.insert(user.into(), slot) {
-                    shard.heap -= heap_bytes(user, &old);
-                }
-                shard.heap += heap;
+            Slot::Failed(until) if now < *until => Found::Failed,
+            // Not in memory (or its failed load may be tried again): load it.
+            failed => {
+                *failed = Slot::Loading(vec![worker]);
+                shard.heap += size_of::<u16>();
                 Found::Load
             }
         }
@@ -315,7 +320,7 @@ impl Users {
             dropped += gone;
             shard.map.shrink_to(0);
         }
-        self.evicted.fetch_add(dropped as u64, Ordering::Relaxed);
+        self.evicted.add(dropped as u64);
         dropped
     }
 }
@@ -378,7 +383,7 @@ mod tests {
         assert_eq!(users.with("fresh", 0, 1, shown), Found::Ready(()));
         assert_eq!(users.known(), 2);
         assert_eq!(users.evict(1000, 100), 0);
-        assert_eq!(users.fresh.load(Ordering::Relaxed), 2);
+        assert_eq!(users.fresh.get(), 2);
     }
 
     #[test]
