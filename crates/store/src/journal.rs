@@ -246,7 +246,7 @@ impl JournalWriter {
             self.close_file();
         }
         let mut inner = self.shared.inner.lock();
-        for c in &self.changes {
+        for c in self.changes.drain(..) {
             inner.pending.apply(c);
         }
         if written.is_ok() {

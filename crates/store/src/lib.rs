@@ -333,7 +333,7 @@ impl Store {
             let mut undecodable = 0u64;
             let end = journal::scan(&path, &mut |seq, payload| {
                 if seq > done {
-                    if Change::decode_all(payload, &mut |c| pending.apply(&c)).is_none() {
+                    if Change::decode_all(payload, &mut |c| pending.apply(c)).is_none() {
                         undecodable += 1;
                     }
                     pending.covered(w, seq);
@@ -438,7 +438,7 @@ impl Store {
         }
         let mut inner = self.shared.inner.lock();
         for c in changes {
-            inner.pending.apply(c);
+            inner.pending.apply(c.clone());
         }
         self.shared.queued(inner.pending.rows());
         inner.pending_since.get_or_insert_with(Instant::now);

@@ -6,6 +6,7 @@
 
 // hashbrown's default hasher: these maps are keyed by data the workers merge on every commit.
 use hashbrown::HashMap;
+use smallvec::SmallVec;
 
 /// A 20-byte key (an info hash).
 pub type Key = [u8; 20];
@@ -205,13 +206,17 @@ pub struct PopupEvent {
     pub action: u8,
 }
 
+/// A user's pending rows per popup: one inline (a user mostly changes one popup between
+/// two flushes), more on the heap.
+type UserRows = SmallVec<[(u32, PopupUserRow); 1]>;
+
 /// Merged changes not yet written, and how far each worker's journal they cover.
 #[derive(Debug, Default)]
 pub struct Pending {
     torrents: HashMap<Key, TorrentRow>,
     /// Per user, per popup: the newest state (keyed by user so a user's pending state is
     /// one lookup when the popup service loads it).
-    popup_users: HashMap<Box<str>, Vec<(u32, PopupUserRow)>>,
+    popup_users: HashMap<Box<str>, UserRows>,
     /// Rows in `popup_users`.
     popup_user_rows: usize,
     /// The event log, in arrival order.
@@ -272,10 +277,10 @@ impl Pending {
         }
     }
 
-    /// Merges one change.
-    pub fn apply(&mut self, change: &Change) {
+    /// Merges one change (taken, so its user id moves into the event log uncopied).
+    pub fn apply(&mut self, change: Change) {
         self.changes += 1;
-        match *change {
+        match change {
             Change::Torrent {
                 info_hash,
                 completed,
@@ -296,7 +301,7 @@ impl Pending {
                     .or_insert(row);
             }
             Change::Popup {
-                ref user,
+                user,
                 popup,
                 action,
                 next_eligible,
@@ -309,10 +314,10 @@ impl Pending {
                     last_action: action,
                     updated_at: at,
                 };
-                self.put_popup_user(user, popup, row, true);
+                self.put_popup_user(&user, popup, row, true);
                 self.popup_events.push(PopupEvent {
                     at,
-                    user: user.clone(),
+                    user,
                     popup,
                     action,
                 });
@@ -345,7 +350,9 @@ impl Pending {
 
     /// A user's pending state per popup (written to the database by the next flush).
     pub fn popup_user(&self, user: &str) -> &[(u32, PopupUserRow)] {
-        self.popup_users.get(user).map_or(&[], Vec::as_slice)
+        self.popup_users
+            .get(user)
+            .map_or(&[], |rows| rows.as_slice())
     }
 
     /// The users with pending state.
@@ -402,9 +409,12 @@ impl Pending {
         seqs.sort_unstable();
         let mut popup_users = Vec::with_capacity(self.popup_user_rows);
         for (user, rows) in self.popup_users {
-            for (popup, row) in rows {
+            // The id is copied for all rows but the last, which takes it.
+            let (last, rest) = rows.split_last().expect("a user's rows are never empty");
+            for &(popup, row) in rest {
                 popup_users.push(((user.clone(), popup), row));
             }
+            popup_users.push(((user, last.0), last.1));
         }
         popup_users.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut popup_daily: Vec<_> = self.popup_daily.into_iter().collect();
@@ -512,11 +522,11 @@ mod tests {
 
         let mut p = Pending::default();
         for c in &changes {
-            p.apply(c);
+            p.apply(c.clone());
         }
         assert_eq!(p.rows(), 1 + 2 + 3 + 2);
         let failed = p.take();
-        p.apply(&pop("alice", 7, CLOSE, 5_000, 1, 3 * 86_400));
+        p.apply(pop("alice", 7, CLOSE, 5_000, 1, 3 * 86_400));
         p.restore(failed);
         let b = p.take();
         // The newest state wins, the log keeps every event in order, shows per day add.
@@ -541,7 +551,7 @@ mod tests {
             pop("carol", 1, SHOWN, 40, 1, 100),
             pop("carol", 1, CLOSE, 60, 1, 99),
         ] {
-            p.apply(&c);
+            p.apply(c);
         }
         let b = p.take();
         let carol = b.popup_users[0].1;
@@ -554,10 +564,10 @@ mod tests {
     #[test]
     fn changes_to_one_key_merge_into_one_row() {
         let mut p = Pending::default();
-        p.apply(&t(7, 1, 3, 200));
-        p.apply(&t(7, 1, 5, 100));
-        p.apply(&t(7, 0, 4, 300));
-        p.apply(&t(1, 1, 1, 50));
+        p.apply(t(7, 1, 3, 200));
+        p.apply(t(7, 1, 5, 100));
+        p.apply(t(7, 0, 4, 300));
+        p.apply(t(1, 1, 1, 50));
         p.covered(0, 9);
         p.covered(0, 4);
         p.covered(2, 1);
@@ -585,11 +595,11 @@ mod tests {
     #[test]
     fn a_restored_batch_loses_nothing_and_newer_snapshots_win() {
         let mut p = Pending::default();
-        p.apply(&t(7, 2, 3, 100));
-        p.apply(&t(8, 1, 1, 100));
+        p.apply(t(7, 2, 3, 100));
+        p.apply(t(8, 1, 1, 100));
         p.covered(1, 5);
         let failed = p.take();
-        p.apply(&t(7, 1, 9, 200));
+        p.apply(t(7, 1, 9, 200));
         p.covered(1, 6);
         p.restore(failed);
         let b = p.take();
