@@ -15,10 +15,11 @@ use std::hash::BuildHasher;
 use std::mem::size_of;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use hashbrown::hash_map::EntryRef;
-use hashbrown::HashMap;
+use hashbrown::hash_table::Entry as TableEntry;
+use hashbrown::HashTable;
 use hotpath_store::Counter;
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 
 use crate::decide::Seen;
 
@@ -27,14 +28,18 @@ const SHARDS: usize = 64;
 /// its way from the worker's journal into the store's queue.
 const SETTLE_SECS: u32 = 3;
 
+/// A user's state per popup id: one inline (most users have seen one popup, if any), more on
+/// the heap.
+pub type SeenList = SmallVec<[(u32, Seen); 1]>;
+
 /// One user's state.
 #[derive(Debug, Default, Clone)]
 pub struct UserState {
     /// Per popup id.
-    pub seen: Vec<(u32, Seen)>,
+    pub seen: SeenList,
     /// Process second of the last request.
     pub touched: u32,
-    /// Process second of the last change.
+    /// Process second of the last change (0: none since it came into memory).
     pub changed: u32,
 }
 
@@ -65,25 +70,73 @@ enum Slot {
     Failed(u32),
 }
 
-/// Heap bytes a slot holds besides its table entry.
-fn heap_bytes(user: &str, slot: &Slot) -> usize {
-    let key = user.len().next_multiple_of(8);
-    key + match slot {
-        Slot::Ready(s) => s.seen.capacity() * size_of::<(u32, Seen)>(),
-        Slot::Loading(w) => w.capacity() * size_of::<u16>(),
-        Slot::Failed(_) => 0,
+/// Bytes of a user id kept in its table entry.
+const INLINE: usize = 22;
+
+/// A user id as the table keeps it: in the entry when short (most ids are), so finding a
+/// user reads the entry only, not a second allocation somewhere else in memory.
+enum Key {
+    Inline(u8, [u8; INLINE]),
+    Heap(Box<[u8]>),
+}
+
+impl Key {
+    fn new(user: &[u8]) -> Key {
+        match u8::try_from(user.len()) {
+            Ok(n) if user.len() <= INLINE => {
+                let mut bytes = [0; INLINE];
+                bytes[..user.len()].copy_from_slice(user);
+                Key::Inline(n, bytes)
+            }
+            _ => Key::Heap(user.into()),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Key::Inline(n, bytes) => &bytes[..usize::from(*n)],
+            Key::Heap(bytes) => bytes,
+        }
     }
 }
 
-/// Table bytes per entry (key, slot and hashbrown's control byte).
-const ENTRY_BYTES: usize = size_of::<(Box<str>, Slot)>() + 1;
+/// One user in the table.
+struct Entry {
+    key: Key,
+    slot: Slot,
+}
+
+impl Entry {
+    /// Heap bytes the entry holds besides its place in the table.
+    fn heap(&self) -> usize {
+        let key = match &self.key {
+            Key::Inline(..) => 0,
+            Key::Heap(bytes) => bytes.len().next_multiple_of(8),
+        };
+        key + match &self.slot {
+            Slot::Ready(s) if s.seen.spilled() => s.seen.capacity() * size_of::<(u32, Seen)>(),
+            Slot::Ready(_) | Slot::Failed(_) => 0,
+            Slot::Loading(w) => w.capacity() * size_of::<u16>(),
+        }
+    }
+}
+
+/// Table bytes per entry (the entry and hashbrown's control byte).
+const ENTRY_BYTES: usize = size_of::<Entry>() + 1;
 
 #[derive(Default)]
 struct Shard {
-    map: HashMap<Box<str>, Slot>,
+    map: HashTable<Entry>,
     heap: usize,
-    /// Hashes of the users of this shard with state anywhere.
-    known: hashbrown::HashSet<u64>,
+    /// Hashes of the users of this shard with state anywhere (the hash is its own hash).
+    known: HashTable<u64>,
+}
+
+/// Adds hash `h` to a known set.
+fn know(known: &mut HashTable<u64>, h: u64) {
+    if let TableEntry::Vacant(v) = known.entry(h, |&k| k == h, |&k| k) {
+        v.insert(h);
+    }
 }
 
 /// What a lookup found.
@@ -124,15 +177,35 @@ impl Default for Users {
 }
 
 impl Users {
+    /// The user's hash, computed once per call: it picks the shard (from bits the table
+    /// itself does not use for placing entries), finds the entry and is the known set's key.
+    fn hash(&self, user: &[u8]) -> u64 {
+        self.hasher.hash_one(user)
+    }
+
     fn shard(&self, user: &str) -> (&Mutex<Shard>, u64) {
-        let h = self.hasher.hash_one(user);
-        (&self.shards[(h as usize) % SHARDS], h)
+        let h = self.hash(user.as_bytes());
+        (&self.shards[((h >> 32) as usize) % SHARDS], h)
+    }
+
+    /// The table's entry for `user` (hash `h`).
+    fn entry<'a>(
+        &self,
+        map: &'a mut HashTable<Entry>,
+        user: &str,
+        h: u64,
+    ) -> TableEntry<'a, Entry> {
+        map.entry(
+            h,
+            |e| e.key.bytes() == user.as_bytes(),
+            |e| self.hash(e.key.bytes()),
+        )
     }
 
     /// Adds a user with state in the database to the known set.
     pub fn add_known(&self, user: &str) {
         let (shard, h) = self.shard(user);
-        shard.lock().known.insert(h);
+        know(&mut shard.lock().known, h);
     }
 
     /// Marks the known set complete: users outside it are new from now on.
@@ -158,32 +231,44 @@ impl Users {
         let (shard, h) = self.shard(user);
         let mut shard = shard.lock();
         let shard = &mut *shard;
-        // One lookup: the slot found, or the one made for a user not in memory.
-        let slot = match shard.map.entry_ref(user) {
-            EntryRef::Occupied(o) => o.into_mut(),
-            EntryRef::Vacant(v) => {
-                let slot =
-                    if self.known_complete.load(Ordering::Acquire) && !shard.known.contains(&h) {
-                        // New: nothing to load.
-                        self.fresh.add(1);
-                        Slot::Ready(UserState::default())
-                    } else {
-                        Slot::Failed(0)
-                    };
-                shard.heap += heap_bytes(user, &slot);
-                v.insert(slot)
+        // One lookup: the entry found, or the one made for a user not in memory.
+        let entry = match self.entry(&mut shard.map, user, h) {
+            TableEntry::Occupied(o) => o.into_mut(),
+            TableEntry::Vacant(v) => {
+                let slot = if self.known_complete.load(Ordering::Acquire)
+                    && shard.known.find(h, |&k| k == h).is_none()
+                {
+                    // New: nothing to load.
+                    self.fresh.add(1);
+                    Slot::Ready(UserState::default())
+                } else {
+                    Slot::Failed(0)
+                };
+                let entry = Entry {
+                    key: Key::new(user.as_bytes()),
+                    slot,
+                };
+                shard.heap += entry.heap();
+                v.insert(entry).into_mut()
             }
         };
-        match slot {
+        match &mut entry.slot {
             Slot::Ready(state) => {
-                let before = state.seen.capacity();
+                let before = state.seen.spilled().then(|| state.seen.capacity());
                 state.touched = now;
                 let (r, changed) = f(state);
                 if changed {
-                    state.changed = now;
-                    shard.known.insert(h);
+                    if state.changed == 0 {
+                        // First change in memory: the user may be new to the known set.
+                        know(&mut shard.known, h);
+                    }
+                    state.changed = now.max(1);
                 }
-                shard.heap += (state.seen.capacity() - before) * size_of::<(u32, Seen)>();
+                let after = state.seen.spilled().then(|| state.seen.capacity());
+                if before != after {
+                    shard.heap += after.unwrap_or(0) * size_of::<(u32, Seen)>();
+                    shard.heap -= before.unwrap_or(0) * size_of::<(u32, Seen)>();
+                }
                 Found::Ready(r)
             }
             Slot::Loading(waiters) => {
@@ -206,27 +291,33 @@ impl Users {
 
     /// Forgets a load that could not be queued (the queue is full).
     pub fn cancel(&self, user: &str) {
-        let mut shard = self.shard(user).0.lock();
-        if let Some(Slot::Loading(_)) = shard.map.get(user) {
-            let old = shard.map.remove(user).expect("present");
-            shard.heap -= heap_bytes(user, &old);
+        let (shard, h) = self.shard(user);
+        let mut shard = shard.lock();
+        let shard = &mut *shard;
+        if let TableEntry::Occupied(o) = self.entry(&mut shard.map, user, h) {
+            if let Slot::Loading(_) = o.get().slot {
+                let (old, _) = o.remove();
+                shard.heap -= old.heap();
+            }
         }
     }
 
     /// Stores a loaded user's state (or the failure, until process second `failed_until`)
     /// and returns the workers waiting for it.
     pub fn loaded(&self, user: &str, state: Result<UserState, u32>) -> Vec<u16> {
-        let mut shard = self.shard(user).0.lock();
+        let (shard, h) = self.shard(user);
+        let mut shard = shard.lock();
+        let shard = &mut *shard;
         let slot = match state {
             Ok(s) => Slot::Ready(s),
             Err(until) => Slot::Failed(until),
         };
-        let heap = heap_bytes(user, &slot);
-        let old = shard.map.insert(user.into(), slot);
-        shard.heap += heap;
-        match old {
-            Some(old) => {
-                shard.heap -= heap_bytes(user, &old);
+        match self.entry(&mut shard.map, user, h) {
+            TableEntry::Occupied(mut o) => {
+                let entry = o.get_mut();
+                shard.heap -= entry.heap();
+                let old = std::mem::replace(&mut entry.slot, slot);
+                shard.heap += entry.heap();
                 match old {
                     Slot::Loading(w) => w,
                     // Not loading (cannot happen: only the loader replaces a loading slot);
@@ -234,7 +325,15 @@ impl Users {
                     _ => Vec::new(),
                 }
             }
-            None => Vec::new(),
+            TableEntry::Vacant(v) => {
+                let entry = Entry {
+                    key: Key::new(user.as_bytes()),
+                    slot,
+                };
+                shard.heap += entry.heap();
+                v.insert(entry);
+                Vec::new()
+            }
         }
     }
 
@@ -280,7 +379,7 @@ impl Users {
                 continue;
             }
             touched.clear();
-            touched.extend(shard.map.values().filter_map(|s| match s {
+            touched.extend(shard.map.iter().filter_map(|e| match &e.slot {
                 Slot::Ready(u) if now.saturating_sub(u.changed) >= SETTLE_SECS => Some(u.touched),
                 Slot::Failed(_) => Some(0),
                 _ => None,
@@ -297,8 +396,8 @@ impl Users {
             let mut ties = excess.saturating_sub(below);
             let mut gone = 0;
             let mut freed = 0;
-            shard.map.retain(|user, slot| {
-                let doomed = match slot {
+            shard.map.retain(|e| {
+                let doomed = match &e.slot {
                     Slot::Ready(u) if now.saturating_sub(u.changed) >= SETTLE_SECS => {
                         u.touched < cutoff || (u.touched == cutoff && ties > 0)
                     }
@@ -306,19 +405,19 @@ impl Users {
                     _ => false,
                 };
                 if doomed {
-                    if let Slot::Ready(u) = slot {
+                    if let Slot::Ready(u) = &e.slot {
                         if u.touched == cutoff {
                             ties -= 1;
                         }
                     }
                     gone += 1;
-                    freed += heap_bytes(user, slot);
+                    freed += e.heap();
                 }
                 !doomed
             });
             shard.heap -= freed;
             dropped += gone;
-            shard.map.shrink_to(0);
+            shard.map.shrink_to(0, |e| self.hash(e.key.bytes()));
         }
         self.evicted.add(dropped as u64);
         dropped
@@ -384,6 +483,33 @@ mod tests {
         assert_eq!(users.known(), 2);
         assert_eq!(users.evict(1000, 100), 0);
         assert_eq!(users.fresh.get(), 2);
+    }
+
+    #[test]
+    fn ids_inline_and_on_the_heap_are_told_apart() {
+        let users = Users::default();
+        users.known_complete();
+        // Up to 22 bytes an id is kept in the entry; longer ones on the heap.
+        let ids = ["", "a", &"a".repeat(22), &"a".repeat(23), &"é".repeat(150)];
+        for (i, id) in ids.iter().enumerate() {
+            let shows = u32::try_from(i).unwrap() + 1;
+            for _ in 0..shows {
+                assert_eq!(users.with(id, 0, 5, shown), Found::Ready(()));
+            }
+        }
+        let empty = users.bytes();
+        for (i, id) in ids.iter().enumerate() {
+            let shows = users.with(id, 0, 6, |s| (s.get(1).unwrap().shows, false));
+            assert_eq!(shows, Found::Ready(u32::try_from(i).unwrap() + 1), "{id:?}");
+        }
+        assert_eq!(users.len(), ids.len());
+        // Two more popups seen spill a user's list to the heap, and the bytes say so.
+        users.with("a", 0, 7, |s| {
+            s.entry(2);
+            s.entry(3);
+            ((), true)
+        });
+        assert!(users.bytes() >= empty + 3 * size_of::<(u32, Seen)>());
     }
 
     #[test]
