@@ -292,6 +292,51 @@ section! {
     }
 }
 
+section! {
+    /// Lua routes: requests to these paths are answered by a Lua script's `handle(req)`
+    /// (Lua 5.4; one VM per worker; every script compiled once, at start and on reload by
+    /// SIGHUP). A route is `{ path = "/echo", script = "examples/lua/echo.lua" }`, with
+    /// `prefix = true` to serve every path under it and `methods = ["GET", "POST"]` to allow
+    /// only those (any by default). Paths the tracker or the popup service serve are theirs.
+    pub struct LuaConfig {
+        /// The routes (script paths are relative to the working directory).
+        pub routes: Vec<LuaRoute> = Vec::new(),
+        /// VM instructions one request may run before it is stopped with a 500 (a runaway
+        /// loop costs the worker at most this).
+        pub max_instructions: u64 = 10_000_000,
+        /// Milliseconds one request may run before it is stopped with a 500.
+        pub max_ms: u64 = 100,
+        /// Megabytes of memory each worker's Lua VM may hold; an allocation beyond it fails
+        /// the request with a 500.
+        pub max_memory_mb: u64 = 64,
+        /// Send a script's error message in the 500's body (otherwise it is only logged).
+        pub debug_errors: bool = false,
+        /// Keys `hp.shared` (the dictionary all workers share) holds at most; beyond it, the
+        /// least recently used go.
+        pub shared_max_keys: usize = 100_000,
+        /// Megabytes of keys and values `hp.shared` holds at most; beyond it, the least
+        /// recently used go.
+        pub shared_max_mb: u64 = 16,
+    }
+}
+
+/// One Lua route.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LuaRoute {
+    /// The path, e.g. `/echo`.
+    pub path: String,
+    /// Serve every path that starts with `path` too (the longest matching prefix wins; an
+    /// exact route wins over prefixes).
+    #[serde(default)]
+    pub prefix: bool,
+    /// The methods allowed (others get 405); empty: any.
+    #[serde(default)]
+    pub methods: Vec<String>,
+    /// The script: a Lua file that defines a global function `handle(req)`.
+    pub script: String,
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -308,6 +353,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// The popup service.
     pub popups: PopupsConfig,
+    /// Lua routes.
+    pub lua: LuaConfig,
 }
 
 impl Config {
@@ -334,12 +381,6 @@ impl Config {
 
     /// Checks values that parse but make no sense.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        fn bad(key: &'static str, message: impl Into<String>) -> Result<(), ConfigError> {
-            Err(ConfigError::Invalid {
-                key,
-                message: message.into(),
-            })
-        }
         let s = &self.server;
         let t = &self.tracker;
         if s.workers > 1024 {
@@ -524,6 +565,7 @@ impl Config {
         if !(1..=4096).contains(&p.load_batch) {
             return bad("popups.load_batch", "must be between 1 and 4096");
         }
+        self.validate_lua()?;
         if t.snapshot_interval_secs == 0 {
             return bad("tracker.snapshot_interval_secs", "must be at least 1");
         }
@@ -532,6 +574,55 @@ impl Config {
                 "listen",
                 "at least one of listen.http and listen.udp is needed",
             );
+        }
+        Ok(())
+    }
+
+    fn validate_lua(&self) -> Result<(), ConfigError> {
+        let l = &self.lua;
+        if !l.routes.is_empty() && self.listen.http.is_empty() {
+            return bad("lua.routes", "needs an HTTP listener (listen.http)");
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, r) in l.routes.iter().enumerate() {
+            let what = |m: &str| format!("route {} ({}): {m}", i + 1, r.path);
+            if !r.path.starts_with('/') || r.path.contains(['?', '#', ' ']) {
+                return bad(
+                    "lua.routes",
+                    what("path must start with / and hold no ?, # or space"),
+                );
+            }
+            if r.script.is_empty() {
+                return bad("lua.routes", what("script is empty"));
+            }
+            if let Some(m) = r
+                .methods
+                .iter()
+                .find(|m| m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()))
+            {
+                return bad(
+                    "lua.routes",
+                    what(&format!("method {m:?} is not an upper-case method name")),
+                );
+            }
+            if !seen.insert((r.path.as_str(), r.prefix)) {
+                return bad("lua.routes", what("the same path is routed twice"));
+            }
+        }
+        if l.max_instructions < 1000 {
+            return bad("lua.max_instructions", "must be at least 1000");
+        }
+        if !(1..=60_000).contains(&l.max_ms) {
+            return bad("lua.max_ms", "must be between 1 and 60000");
+        }
+        if !(1..=65_536).contains(&l.max_memory_mb) {
+            return bad("lua.max_memory_mb", "must be between 1 and 65536");
+        }
+        if l.shared_max_keys == 0 {
+            return bad("lua.shared_max_keys", "must be at least 1");
+        }
+        if !(1..=65_536).contains(&l.shared_max_mb) {
+            return bad("lua.shared_max_mb", "must be between 1 and 65536");
         }
         Ok(())
     }
@@ -553,8 +644,17 @@ impl Config {
         write_section(&mut out, "access_list", &self.access_list);
         write_section(&mut out, "store", &self.store);
         write_section(&mut out, "popups", &self.popups);
+        write_section(&mut out, "lua", &self.lua);
         out
     }
+}
+
+/// A value that parses but makes no sense.
+fn bad(key: &'static str, message: impl Into<String>) -> Result<(), ConfigError> {
+    Err(ConfigError::Invalid {
+        key,
+        message: message.into(),
+    })
 }
 
 fn write_comment(out: &mut String, doc: &str) {
@@ -610,6 +710,7 @@ mod tests {
         check::<AccessListConfig>();
         check::<StoreConfig>();
         check::<PopupsConfig>();
+        check::<LuaConfig>();
     }
 
     #[test]
@@ -675,6 +776,20 @@ mod tests {
             ("[popups]\nadmin_token = \"short\"\n", "popups.admin_token"),
             ("[popups]\nreload_ms = 5\n", "popups.reload_ms"),
             ("[popups]\nload_batch = 0\n", "popups.load_batch"),
+            (
+                "[[lua.routes]]\npath = \"echo\"\nscript = \"e.lua\"\n",
+                "lua.routes",
+            ),
+            (
+                "[[lua.routes]]\npath = \"/e\"\nscript = \"e.lua\"\nmethods = [\"get\"]\n",
+                "lua.routes",
+            ),
+            (
+                "[[lua.routes]]\npath = \"/e\"\nscript = \"a.lua\"\n[[lua.routes]]\npath = \"/e\"\nscript = \"b.lua\"\n",
+                "lua.routes",
+            ),
+            ("[lua]\nmax_ms = 0\n", "lua.max_ms"),
+            ("[lua]\nmax_memory_mb = 0\n", "lua.max_memory_mb"),
             (
                 "[store]\njournal_max_bytes = 100\n",
                 "store.journal_max_bytes",

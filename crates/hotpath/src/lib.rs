@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use hotpath_config::Config;
+use hotpath_lua::LuaService;
 use hotpath_popups::Popups;
 use hotpath_server::RunningServer;
 use hotpath_service::{Composite, Service};
@@ -135,13 +136,23 @@ fn services(config: &Config) -> anyhow::Result<(Arc<Tracker>, Arc<dyn Service>)>
     };
     let store = persist.as_ref().map(|(s, _)| s.clone());
     let tracker = Arc::new(Tracker::with_store(config, persist).map_err(anyhow::Error::msg)?);
-    let service: Arc<dyn Service> = match store {
-        Some(store) if config.popups.enabled => {
-            let popups = Popups::new(&config.popups, &config.store.data_dir, store)
-                .map_err(anyhow::Error::msg)?;
-            Arc::new(Composite::new(vec![tracker.clone(), Arc::new(popups)]))
-        }
-        _ => tracker.clone(),
+    // The tracker first (it answers UDP), then the popup service, then the Lua routes: a
+    // path the tracker or the popups serve is theirs.
+    let mut all: Vec<Arc<dyn Service>> = vec![tracker.clone()];
+    if let (Some(store), true) = (store, config.popups.enabled) {
+        let popups = Popups::new(&config.popups, &config.store.data_dir, store)
+            .map_err(anyhow::Error::msg)?;
+        all.push(Arc::new(popups));
+    }
+    if !config.lua.routes.is_empty() {
+        let lua = LuaService::new(&config.lua).map_err(anyhow::Error::msg)?;
+        log::info!("lua: {} routes", config.lua.routes.len());
+        all.push(Arc::new(lua));
+    }
+    let service: Arc<dyn Service> = if all.len() == 1 {
+        tracker.clone()
+    } else {
+        Arc::new(Composite::new(all))
     };
     Ok((tracker, service))
 }

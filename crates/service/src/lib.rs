@@ -30,13 +30,15 @@ pub enum Kind {
     Popup,
     /// A popup click or close (`POST /v1/popup/events`).
     PopupEvent,
+    /// A request answered by a Lua route.
+    Lua,
     /// Anything else (unknown paths, malformed packets).
     Other,
 }
 
 impl Kind {
     /// Every kind, in label order.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Announce,
         Kind::Scrape,
         Kind::Connect,
@@ -44,6 +46,7 @@ impl Kind {
         Kind::Admin,
         Kind::Popup,
         Kind::PopupEvent,
+        Kind::Lua,
         Kind::Other,
     ];
 
@@ -57,6 +60,7 @@ impl Kind {
             Kind::Admin => "admin",
             Kind::Popup => "popup",
             Kind::PopupEvent => "popup_event",
+            Kind::Lua => "lua",
             Kind::Other => "other",
         }
     }
@@ -159,8 +163,9 @@ impl From<(Kind, Outcome)> for Handled {
 /// its service parked.
 pub type Wake = Arc<dyn Fn() + Send + Sync>;
 
-/// One worker's handle on a service.
-pub trait ServiceWorker: Send {
+/// One worker's handle on a service. It is made on the worker's own thread and stays there,
+/// so it may hold what cannot move between threads (a Lua VM).
+pub trait ServiceWorker {
     /// Handles an HTTP request whose path this service serves; `None` when it does not serve
     /// that path (the server then answers 404).
     fn http(

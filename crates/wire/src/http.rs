@@ -308,8 +308,11 @@ pub fn write_response(
         // No content: no Content-Type, and no Content-Length (RFC 9110, 8.6).
         out.extend_from_slice(b"\r\n");
     } else {
-        out.extend_from_slice(b"\r\nContent-Type: ");
-        out.extend_from_slice(head.content_type.as_bytes());
+        // An empty content type: the service wrote its own line among the extra headers.
+        if !head.content_type.is_empty() {
+            out.extend_from_slice(b"\r\nContent-Type: ");
+            out.extend_from_slice(head.content_type.as_bytes());
+        }
         out.extend_from_slice(b"\r\nContent-Length: ");
         out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
         out.extend_from_slice(b"\r\n");

@@ -1,0 +1,307 @@
+//! Lua routes end to end, in the server: scripts compiled once per worker, reloads that keep
+//! the old scripts when the new ones are broken, runaway loops and memory hogs contained, the
+//! shared dictionary across workers, script errors as 500s, broken scripts refused at start.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::{data_dir, start, test_config, Client};
+use hotpath_config::{Config, LuaRoute};
+
+/// Writes `scripts` (name, source) into a fresh directory; routes them at `/NAME` (a name
+/// ending in `/` is a prefix route).
+fn config_with(scripts: &[(&str, &str)]) -> (Config, PathBuf) {
+    let dir = data_dir();
+    let mut c = test_config();
+    c.store.enabled = false;
+    c.lua.debug_errors = true;
+    for (name, source) in scripts {
+        let file = dir.join(format!("{}.lua", name.trim_end_matches('/')));
+        std::fs::write(&file, source).unwrap();
+        c.lua.routes.push(LuaRoute {
+            path: format!("/{name}"),
+            prefix: name.ends_with('/'),
+            methods: Vec::new(),
+            script: file.display().to_string(),
+        });
+    }
+    (c, dir)
+}
+
+fn metric(admin: std::net::SocketAddr, name: &str) -> f64 {
+    let text = String::from_utf8(Client::connect(admin).get("/metrics").body).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name} in\n{text}"))
+}
+
+fn body(r: &common::Resp) -> String {
+    String::from_utf8_lossy(&r.body).into_owned()
+}
+
+const ECHO: &str = r#"
+local calls = 0
+function handle(req)
+  calls = calls + 1
+  local name = req:arg("name") or "?"
+  return 200, { ["Content-Type"] = "text/x-echo", ["X-Calls"] = tostring(calls) },
+    req.method .. " " .. req.path .. " " .. name .. " " .. (req:header("x-test") or "-") .. " " .. req.body
+end
+"#;
+
+#[test]
+fn scripts_compile_once_and_answer_with_status_headers_and_body() {
+    let (mut c, _dir) = config_with(&[
+        ("echo", ECHO),
+        (
+            "p/",
+            "function handle(req) return 201, nil, 'under ' .. req.path end",
+        ),
+    ]);
+    c.lua.routes[0].methods = vec!["GET".into(), "POST".into()];
+    let server = start(&c);
+    let http = server.http_addr().unwrap();
+    let admin = server.admin_addr().unwrap();
+    let mut clients: Vec<Client> = (0..4).map(|_| Client::connect(http)).collect();
+    for round in 0..50 {
+        for cl in clients.iter_mut() {
+            let r = cl.get(&format!("/echo?name=a%20b&round={round}"));
+            assert_eq!(r.status, 200);
+            assert!(body(&r).starts_with("GET /echo a b - "), "{}", body(&r));
+            assert!(
+                r.head.contains("Content-Type: text/x-echo\r\n"),
+                "{}",
+                r.head
+            );
+            assert_eq!(r.head.matches("Content-Type").count(), 1, "{}", r.head);
+        }
+    }
+    let cl = &mut clients[0];
+    cl.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nX-Test: yes\r\nContent-Length: 5\r\n\r\nhello");
+    let r = cl.read().unwrap();
+    assert_eq!(body(&r), "POST /echo ? yes hello");
+    // Prefix routes; exact routes only match exactly; methods outside the list get 405.
+    let r = cl.get("/p/a/b");
+    assert_eq!((r.status, body(&r).as_str()), (201, "under /p/a/b"));
+    assert_eq!(cl.get("/echo/more").status, 404);
+    cl.send(b"DELETE /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = cl.read().unwrap();
+    assert_eq!(r.status, 405);
+    assert!(r.head.contains("Allow: GET, POST\r\n"), "{}", r.head);
+    // Two scripts in each of two workers' VMs, compiled when the workers started, and never
+    // again for 200 requests; each VM kept its script's state between requests.
+    assert_eq!(metric(admin, "hotpath_lua_compiles_total"), 4.0);
+    assert!(metric(admin, "hotpath_lua_requests_total") >= 202.0);
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn a_reload_takes_working_scripts_and_keeps_the_old_ones_for_broken_ones() {
+    let (c, dir) = config_with(&[("v", "function handle() return 200, nil, 'one' end")]);
+    let file = dir.join("v.lua");
+    let server = start(&c);
+    let admin = server.admin_addr().unwrap();
+    let mut cl = Client::connect(server.http_addr().unwrap());
+    assert_eq!(body(&cl.get("/v")), "one");
+    for broken in [
+        "function handle() return 200, nil, 'two' ",
+        "local x = 1",
+        "error('fails while loading')",
+        "while true do end",
+    ] {
+        std::fs::write(&file, broken).unwrap();
+        server.reload();
+        for _ in 0..10 {
+            assert_eq!(body(&cl.get("/v")), "one", "after reloading {broken:?}");
+        }
+    }
+    assert_eq!(
+        metric(admin, "hotpath_lua_reloads_total{result=\"refused\"}"),
+        4.0
+    );
+    std::fs::write(&file, "function handle() return 200, nil, 'two' end").unwrap();
+    server.reload();
+    assert_eq!(body(&cl.get("/v")), "two");
+    assert_eq!(
+        metric(admin, "hotpath_lua_reloads_total{result=\"ok\"}"),
+        1.0
+    );
+    // Two at start, then one per worker that served after the reload.
+    let compiles = metric(admin, "hotpath_lua_compiles_total");
+    assert!((3.0..=4.0).contains(&compiles), "{compiles}");
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn runaway_loops_and_memory_hogs_get_500s_and_the_worker_goes_on() {
+    let (mut c, _dir) = config_with(&[
+        // Slow in C, few VM instructions: stopped by time.
+        (
+            "spin",
+            "function handle() while true do local s = string.rep('x', 100000) end end",
+        ),
+        // Fast VM instructions: stopped by their count.
+        (
+            "count",
+            "function handle() local n = 0 for i = 1, 1e9 do n = n + i end return 200, nil, tostring(n) end",
+        ),
+        (
+            "hog",
+            "function handle() local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 100000) .. i end end",
+        ),
+        ("ok", "function handle() return 200, nil, 'ok' end"),
+    ]);
+    c.server.workers = 1;
+    c.lua.max_ms = 500;
+    c.lua.max_instructions = 1_000_000;
+    c.lua.max_memory_mb = 16;
+    let server = start(&c);
+    let admin = server.admin_addr().unwrap();
+    let mut cl = Client::connect(server.http_addr().unwrap());
+    for (path, said) in [
+        ("/spin", "time budget exceeded"),
+        ("/count", "instruction budget exceeded"),
+        ("/hog", "not enough memory"),
+    ] {
+        for _ in 0..3 {
+            let t = Instant::now();
+            let r = cl.get(path);
+            assert_eq!(r.status, 500, "{path}");
+            assert!(body(&r).contains(said), "{path}: {}", body(&r));
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "{path}: {:?}",
+                t.elapsed()
+            );
+            // The same worker answers the next request on the same connection.
+            assert_eq!(body(&cl.get("/ok")), "ok");
+        }
+    }
+    assert!(metric(admin, "hotpath_lua_failures_total{reason=\"budget\"}") >= 6.0);
+    assert!(metric(admin, "hotpath_lua_failures_total{reason=\"memory\"}") >= 3.0);
+    // What the hog held was given back.
+    assert!(metric(admin, "hotpath_lua_memory_bytes") < 8.0 * 1024.0 * 1024.0);
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn the_shared_dictionary_is_one_for_all_workers() {
+    let (mut c, _dir) = config_with(&[
+        (
+            "hit",
+            "function handle() local n = hp.shared:incr('hits', 1, 0) return 200, nil, tostring(n) end",
+        ),
+        (
+            "get",
+            "function handle(req) local v = hp.shared:get(req:arg('k')) return 200, nil, tostring(v) end",
+        ),
+        (
+            "set",
+            "function handle(req) assert(hp.shared:set(req:arg('k'), req:arg('v'), tonumber(req:arg('ttl')))) return 204 end",
+        ),
+    ]);
+    c.server.workers = 2;
+    let server = start(&c);
+    let http = server.http_addr().unwrap();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut cl = Client::connect(http);
+                for _ in 0..50 {
+                    assert_eq!(cl.get("/hit").status, 200);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut cl = Client::connect(http);
+    assert_eq!(body(&cl.get("/get?k=hits")), "400");
+    assert_eq!(cl.get("/set?k=a&v=1&ttl=0.3").status, 204);
+    assert_eq!(cl.get("/set?k=b&v=2").status, 204);
+    // Another connection (on either worker) sees both, then only the one without a TTL.
+    let mut other = Client::connect(http);
+    assert_eq!(body(&other.get("/get?k=a")), "1");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(body(&other.get("/get?k=a")), "nil");
+    assert_eq!(body(&other.get("/get?k=b")), "2");
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn script_errors_and_bad_answers_are_500s() {
+    let (mut c, _dir) = config_with(&[
+        ("boom", "function handle() error('boom') end"),
+        ("status", "function handle() return 'x' end"),
+        (
+            "framing",
+            "function handle() return 200, { ['Content-Length'] = '5' }, 'hello' end",
+        ),
+        (
+            "split",
+            "function handle() return 200, { ['X-A'] = 'a\\r\\nX-B: b' } end",
+        ),
+        ("body", "function handle() return 200, nil, {} end"),
+        ("nobody", "function handle() return 204, nil, 'x' end"),
+        (
+            "json",
+            "function handle(req) return 200, nil, hp.json.encode(hp.json.decode(req.body)) end",
+        ),
+    ]);
+    c.lua.debug_errors = false;
+    let server = start(&c);
+    let mut cl = Client::connect(server.http_addr().unwrap());
+    for path in ["/boom", "/status", "/framing", "/split", "/body", "/nobody"] {
+        let r = cl.get(path);
+        assert_eq!(
+            (r.status, body(&r).as_str()),
+            (500, "internal error\n"),
+            "{path}"
+        );
+        assert!(!r.head.contains("X-B"), "{}", r.head);
+    }
+    cl.send(b"POST /json HTTP/1.1\r\nHost: t\r\nContent-Length: 14\r\n\r\n{\"a\": [1, 2]}\n");
+    let r = cl.read().unwrap();
+    assert_eq!((r.status, body(&r).as_str()), (200, "{\"a\":[1,2]}"));
+    cl.send(b"POST /json HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\n{x}");
+    assert_eq!(cl.read().unwrap().status, 500);
+    let admin = server.admin_addr().unwrap();
+    assert_eq!(
+        metric(admin, "hotpath_lua_failures_total{reason=\"error\"}"),
+        7.0
+    );
+    server.shutdown().unwrap();
+
+    // With lua.debug_errors the message goes to the client too.
+    let (mut c, _dir) = config_with(&[("boom", "function handle() error('boom') end")]);
+    c.lua.debug_errors = true;
+    let server = start(&c);
+    let r = Client::connect(server.http_addr().unwrap()).get("/boom");
+    assert!(body(&r).contains("boom.lua:1: boom"), "{}", body(&r));
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn broken_scripts_are_refused_at_start_naming_the_script() {
+    for (source, said) in [
+        (None, "cannot read"),
+        (Some("function handle( return end"), "syntax error"),
+        (Some("local x = 1"), "defines no function handle(req)"),
+        (Some("error('at load')"), "at load"),
+    ] {
+        let (mut c, dir) = config_with(&[("x", "function handle() end")]);
+        let file = dir.join("x.lua");
+        match source {
+            Some(s) => std::fs::write(&file, s).unwrap(),
+            None => std::fs::remove_file(&file).unwrap(),
+        }
+        c.lua.debug_errors = false;
+        let err = hotpath::start(&c).err().expect("refused");
+        let text = format!("{err:#}");
+        assert!(text.contains(&file.display().to_string()), "{text}");
+        assert!(text.contains(said), "{text}");
+    }
+}

@@ -1,0 +1,441 @@
+//! hotpath's Lua routes, as OpenResty serves Lua on nginx: the config maps paths to scripts,
+//! and each script's `handle(req)` answers with a status, headers and a body.
+//!
+//! Owns: one Lua 5.4 VM per worker, made on the worker's thread; every script compiled once
+//! per VM (at start, and again only after a reload by SIGHUP, which is atomic: scripts that do
+//! not compile or load are reported and the ones before keep serving); the per-request budget
+//! of VM instructions and time (a runaway loop gets a 500, the worker goes on), the memory cap
+//! per VM, and the `hp` API (`hp.shared`, `hp.json`, `hp.log`, `hp.now`, `hp.metrics`).
+//! Must not: block a worker on anything but the script itself.
+//!
+//! Lua 5.4 rather than LuaJIT: LuaJIT does not run instruction hooks inside compiled traces
+//! and cannot cap a VM's memory, so neither the budget nor the cap would hold there.
+
+mod req;
+pub mod shared;
+mod vm;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hotpath_config::LuaConfig;
+use hotpath_service::{
+    Context, Handled, HttpResponse, Kind, Outcome, Request, Service, ServiceWorker,
+};
+use parking_lot::{Mutex, RwLock};
+
+use crate::shared::SharedDict;
+use crate::vm::{Env, Failure, Limits, Script, Vm};
+
+/// The most names `hp.metrics.incr` may count.
+const MAX_USER_COUNTERS: usize = 1000;
+/// Script errors each worker logs per second at most (the rest are counted).
+const LOGS_PER_SEC: u32 = 10;
+
+/// The service's counters.
+#[derive(Default)]
+pub struct Counters {
+    /// Requests a script answered.
+    pub requests: AtomicU64,
+    /// Scripts compiled (per VM: scripts × workers at start, again on every reload).
+    pub compiles: AtomicU64,
+    /// Requests failed by a script error.
+    pub errors: AtomicU64,
+    /// Requests stopped at their instruction or time budget.
+    pub over_budget: AtomicU64,
+    /// Requests failed for want of memory.
+    pub out_of_memory: AtomicU64,
+    /// Reloads that took, and that were refused.
+    pub reloads: AtomicU64,
+    /// Reloads refused (the scripts before kept serving).
+    pub reload_failures: AtomicU64,
+    /// Bytes each worker's VM held when it last said.
+    memory: Mutex<BTreeMap<usize, u64>>,
+    /// The scripts' own counters (`hp.metrics.incr`).
+    user: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Counters {
+    fn user_incr(&self, name: &str, by: u64) -> Result<(), String> {
+        let mut user = self.user.lock();
+        if let Some(n) = user.get_mut(name) {
+            *n = n.saturating_add(by);
+            return Ok(());
+        }
+        if user.len() >= MAX_USER_COUNTERS {
+            return Err(format!(
+                "hp.metrics.incr: at most {MAX_USER_COUNTERS} names; {name:?} is one too many"
+            ));
+        }
+        user.insert(name.to_string(), by);
+        Ok(())
+    }
+}
+
+/// Which route serves a path: exact paths first, then the longest prefix.
+struct Router {
+    exact: HashMap<String, usize>,
+    /// (prefix, route), longest first.
+    prefixes: Vec<(String, usize)>,
+    /// Per route: the methods allowed (empty: any) and the `Allow` header for a 405.
+    methods: Vec<(Vec<String>, String)>,
+}
+
+impl Router {
+    fn new(cfg: &LuaConfig) -> Router {
+        let mut exact = HashMap::new();
+        let mut prefixes = Vec::new();
+        for (i, r) in cfg.routes.iter().enumerate() {
+            if r.prefix {
+                prefixes.push((r.path.clone(), i));
+            } else {
+                exact.insert(r.path.clone(), i);
+            }
+        }
+        prefixes.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+        let methods = cfg
+            .routes
+            .iter()
+            .map(|r| {
+                (
+                    r.methods.clone(),
+                    format!("Allow: {}\r\n", r.methods.join(", ")),
+                )
+            })
+            .collect();
+        Router {
+            exact,
+            prefixes,
+            methods,
+        }
+    }
+
+    fn route(&self, path: &str) -> Option<usize> {
+        if let Some(&i) = self.exact.get(path) {
+            return Some(i);
+        }
+        self.prefixes
+            .iter()
+            .find(|(p, _)| path.starts_with(p.as_str()))
+            .map(|&(_, i)| i)
+    }
+}
+
+struct Inner {
+    router: Router,
+    paths: Vec<String>,
+    files: Vec<String>,
+    scripts: RwLock<Arc<Vec<Script>>>,
+    generation: AtomicU64,
+    shared: Arc<SharedDict>,
+    counters: Arc<Counters>,
+    limits: Limits,
+    debug_errors: bool,
+}
+
+impl Inner {
+    fn env(&self) -> Env {
+        Env {
+            shared: self.shared.clone(),
+            counters: self.counters.clone(),
+            limits: self.limits,
+        }
+    }
+
+    /// Reads every script and loads them into a VM of their own (which is then dropped):
+    /// what a worker would meet, found before any worker meets it.
+    fn read_and_check(&self) -> Result<Vec<Script>, String> {
+        let mut scripts = Vec::with_capacity(self.files.len());
+        for f in &self.files {
+            let source = std::fs::read(f).map_err(|e| format!("{f}: cannot read: {e}"))?;
+            scripts.push(Script {
+                name: f.clone(),
+                source,
+            });
+        }
+        // The check VM counts (compiles, hp.metrics) apart from the workers'.
+        let env = Env {
+            counters: Arc::new(Counters::default()),
+            ..self.env()
+        };
+        Vm::new(&scripts, &env)?;
+        Ok(scripts)
+    }
+}
+
+/// The Lua routes.
+pub struct LuaService {
+    inner: Arc<Inner>,
+}
+
+impl LuaService {
+    /// Reads and checks every script of `cfg`'s routes; an error names the script.
+    pub fn new(cfg: &LuaConfig) -> Result<LuaService, String> {
+        let mb = |m: u64| usize::try_from(m << 20).unwrap_or(usize::MAX);
+        let inner = Inner {
+            router: Router::new(cfg),
+            paths: cfg.routes.iter().map(|r| r.path.clone()).collect(),
+            files: cfg.routes.iter().map(|r| r.script.clone()).collect(),
+            scripts: RwLock::new(Arc::new(Vec::new())),
+            generation: AtomicU64::new(0),
+            shared: Arc::new(SharedDict::new(cfg.shared_max_keys, mb(cfg.shared_max_mb))),
+            counters: Arc::new(Counters::default()),
+            limits: Limits {
+                instructions: cfg.max_instructions,
+                time: Duration::from_millis(cfg.max_ms),
+                memory: mb(cfg.max_memory_mb),
+            },
+            debug_errors: cfg.debug_errors,
+        };
+        let scripts = inner.read_and_check()?;
+        *inner.scripts.write() = Arc::new(scripts);
+        Ok(LuaService {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The service's counters.
+    pub fn counters(&self) -> &Counters {
+        &self.inner.counters
+    }
+}
+
+impl Service for LuaService {
+    fn worker(&self, index: usize) -> Box<dyn ServiceWorker> {
+        let inner = self.inner.clone();
+        let generation = inner.generation.load(Ordering::Acquire);
+        let scripts = inner.scripts.read().clone();
+        let vm = match Vm::new(&scripts, &inner.env()) {
+            Ok(vm) => Some(vm),
+            Err(e) => {
+                log::error!(
+                    "lua: worker {index} cannot load the scripts: {e}; its Lua routes answer 500"
+                );
+                None
+            }
+        };
+        Box::new(LuaWorker {
+            inner,
+            index,
+            generation,
+            vm,
+            served: 0,
+            log_second: 0,
+            logged: 0,
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        "lua"
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.inner.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            ("requests", g(&c.requests)),
+            (
+                "errors",
+                g(&c.errors) + g(&c.over_budget) + g(&c.out_of_memory),
+            ),
+            ("compiles", g(&c.compiles)),
+            ("reloads", g(&c.reloads)),
+            ("memory_bytes", c.memory.lock().values().sum()),
+            ("shared_keys", self.inner.shared.len() as u64),
+        ]
+    }
+
+    fn write_metrics(&self, out: &mut String) {
+        let c = &self.inner.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let shared = &self.inner.shared;
+        let _ = write!(
+            out,
+            "# HELP hotpath_lua_requests_total Requests a Lua route answered (errors included).\n\
+             # TYPE hotpath_lua_requests_total counter\n\
+             hotpath_lua_requests_total {}\n\
+             # HELP hotpath_lua_failures_total Requests a Lua route failed with a 500, by reason.\n\
+             # TYPE hotpath_lua_failures_total counter\n\
+             hotpath_lua_failures_total{{reason=\"error\"}} {}\n\
+             hotpath_lua_failures_total{{reason=\"budget\"}} {}\n\
+             hotpath_lua_failures_total{{reason=\"memory\"}} {}\n\
+             # HELP hotpath_lua_compiles_total Scripts compiled into a worker's VM (at start and on reloads, never per request).\n\
+             # TYPE hotpath_lua_compiles_total counter\n\
+             hotpath_lua_compiles_total {}\n\
+             # HELP hotpath_lua_reloads_total Script reloads (SIGHUP), by result.\n\
+             # TYPE hotpath_lua_reloads_total counter\n\
+             hotpath_lua_reloads_total{{result=\"ok\"}} {}\n\
+             hotpath_lua_reloads_total{{result=\"refused\"}} {}\n\
+             # HELP hotpath_lua_memory_bytes Bytes the workers' Lua VMs hold.\n\
+             # TYPE hotpath_lua_memory_bytes gauge\n\
+             hotpath_lua_memory_bytes {}\n\
+             # HELP hotpath_lua_shared_keys Keys in hp.shared.\n\
+             # TYPE hotpath_lua_shared_keys gauge\n\
+             hotpath_lua_shared_keys {}\n\
+             # HELP hotpath_lua_shared_bytes Bytes of hp.shared's keys and values.\n\
+             # TYPE hotpath_lua_shared_bytes gauge\n\
+             hotpath_lua_shared_bytes {}\n\
+             # HELP hotpath_lua_shared_evictions_total Keys hp.shared dropped to stay within its bounds.\n\
+             # TYPE hotpath_lua_shared_evictions_total counter\n\
+             hotpath_lua_shared_evictions_total {}\n",
+            g(&c.requests),
+            g(&c.errors),
+            g(&c.over_budget),
+            g(&c.out_of_memory),
+            g(&c.compiles),
+            g(&c.reloads),
+            g(&c.reload_failures),
+            c.memory.lock().values().sum::<u64>(),
+            shared.len(),
+            shared.bytes(),
+            g(&shared.evictions),
+        );
+        let user = c.user.lock();
+        if !user.is_empty() {
+            out.push_str(
+                "# HELP hotpath_lua_counter_total Counters the scripts keep (hp.metrics.incr).\n\
+                 # TYPE hotpath_lua_counter_total counter\n",
+            );
+            for (name, n) in user.iter() {
+                let _ = writeln!(out, "hotpath_lua_counter_total{{name=\"{name}\"}} {n}");
+            }
+        }
+    }
+
+    fn reload(&self) -> Result<String, String> {
+        let inner = &self.inner;
+        match inner.read_and_check() {
+            Ok(scripts) => {
+                let n = scripts.len();
+                *inner.scripts.write() = Arc::new(scripts);
+                inner.generation.fetch_add(1, Ordering::AcqRel);
+                inner.counters.reloads.fetch_add(1, Ordering::Relaxed);
+                Ok(format!("lua: {n} scripts reloaded"))
+            }
+            Err(e) => {
+                inner
+                    .counters
+                    .reload_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                Err(format!("lua: {e}; the scripts before keep serving"))
+            }
+        }
+    }
+}
+
+struct LuaWorker {
+    inner: Arc<Inner>,
+    index: usize,
+    /// The scripts' generation this worker's VM runs.
+    generation: u64,
+    vm: Option<Vm>,
+    served: u64,
+    log_second: u32,
+    logged: u32,
+}
+
+impl LuaWorker {
+    /// Moves to the scripts of the latest reload: a new VM, every script compiled once.
+    fn catch_up(&mut self) {
+        let generation = self.inner.generation.load(Ordering::Acquire);
+        if generation == self.generation {
+            return;
+        }
+        self.generation = generation;
+        let scripts = self.inner.scripts.read().clone();
+        match Vm::new(&scripts, &self.inner.env()) {
+            Ok(vm) => self.vm = Some(vm),
+            Err(e) => log::error!(
+                "lua: worker {} cannot load the reloaded scripts ({e}); it keeps the ones before",
+                self.index
+            ),
+        }
+    }
+
+    fn log_failure(&mut self, now: u32, path: &str, what: &str) {
+        if self.log_second != now {
+            self.log_second = now;
+            self.logged = 0;
+        }
+        self.logged += 1;
+        if self.logged <= LOGS_PER_SEC {
+            log::error!("lua: {path}: {what}");
+        } else if self.logged == LOGS_PER_SEC + 1 {
+            log::error!(
+                "lua: worker {}: more script failures this second are counted, not logged",
+                self.index
+            );
+        }
+    }
+}
+
+impl ServiceWorker for LuaWorker {
+    fn http(
+        &mut self,
+        req: &Request<'_, '_>,
+        ctx: &Context,
+        resp: &mut HttpResponse,
+    ) -> Option<Handled> {
+        let route = self.inner.router.route(req.path)?;
+        let (methods, allow) = &self.inner.router.methods[route];
+        if !methods.is_empty() && !methods.iter().any(|m| m == req.method) {
+            resp.status = 405;
+            resp.extra_headers.extend_from_slice(allow.as_bytes());
+            resp.body.extend_from_slice(b"method not allowed\n");
+            return Some(Handled::Answered(Kind::Lua, Outcome::Refused));
+        }
+        self.catch_up();
+        let c = &self.inner.counters;
+        c.requests.fetch_add(1, Ordering::Relaxed);
+        let Some(vm) = &self.vm else {
+            resp.status = 500;
+            resp.body
+                .extend_from_slice(b"internal error: the scripts did not load\n");
+            return Some(Handled::Answered(Kind::Lua, Outcome::Refused));
+        };
+        let result = vm.handle(route, req, ctx.peer, resp);
+        self.served += 1;
+        if self.served % 1024 == 1 {
+            c.memory.lock().insert(self.index, vm.memory() as u64);
+        }
+        match result {
+            Ok(()) => {
+                let outcome = if resp.status < 400 {
+                    Outcome::Ok
+                } else {
+                    Outcome::Refused
+                };
+                Some(Handled::Answered(Kind::Lua, outcome))
+            }
+            Err(f) => {
+                let (counter, what) = match &f {
+                    Failure::Error(e) => (&c.errors, e),
+                    Failure::Budget(e) => (&c.over_budget, e),
+                    Failure::Memory(e) => (&c.out_of_memory, e),
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                let what = what.clone();
+                let path = self.inner.paths[route].clone();
+                self.log_failure(ctx.now, &path, &what);
+                resp.status = 500;
+                resp.content_type = "text/plain";
+                resp.extra_headers.clear();
+                resp.body.clear();
+                if self.inner.debug_errors {
+                    resp.body.extend_from_slice(what.as_bytes());
+                    resp.body.push(b'\n');
+                } else {
+                    resp.body.extend_from_slice(b"internal error\n");
+                }
+                Some(Handled::Answered(Kind::Lua, Outcome::Refused))
+            }
+        }
+    }
+
+    fn udp(&mut self, _packet: &[u8], _ctx: &Context, _out: &mut Vec<u8>) -> (Kind, Outcome) {
+        (Kind::Other, Outcome::Dropped)
+    }
+}

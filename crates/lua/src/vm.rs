@@ -1,0 +1,482 @@
+//! One worker's Lua VM: the scripts compiled once (each in an environment of its own, so two
+//! scripts' globals never mix), the `hp` API, the per-request budget and the memory cap.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hotpath_service::{HttpResponse, Request};
+use mlua::{
+    AnyUserData, Function, HookTriggers, Lua, LuaOptions, LuaSerdeExt, StdLib, UserData,
+    UserDataMethods, Value, Variadic, VmState,
+};
+
+use crate::req::Req;
+use crate::shared::{SharedDict, Val};
+use crate::Counters;
+
+/// The budget is checked every this many VM instructions.
+const CHECK_EVERY: u32 = 1000;
+
+/// What one request may use.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// VM instructions per request.
+    pub instructions: u64,
+    /// Time per request.
+    pub time: Duration,
+    /// Bytes the VM may hold.
+    pub memory: usize,
+}
+
+/// What every worker's VM reaches: the same for all.
+pub struct Env {
+    /// `hp.shared`.
+    pub shared: Arc<SharedDict>,
+    /// The service's counters (and the scripts' own, `hp.metrics`).
+    pub counters: Arc<Counters>,
+    /// The per-request limits.
+    pub limits: Limits,
+}
+
+/// One script's source.
+#[derive(Debug, Clone)]
+pub struct Script {
+    /// Its file, as configured (the name in error messages).
+    pub name: String,
+    /// Its text.
+    pub source: Vec<u8>,
+}
+
+/// Instructions and time used by the request under way.
+struct Budget {
+    used: Cell<u64>,
+    /// When the request's first check came (a request that runs fewer instructions than
+    /// [`CHECK_EVERY`] never reads the clock).
+    started: Cell<Option<Instant>>,
+    tripped: Cell<bool>,
+    limits: Limits,
+}
+
+impl Budget {
+    fn start(&self) {
+        self.used.set(0);
+        self.started.set(None);
+        self.tripped.set(false);
+    }
+
+    fn tick(&self) -> mlua::Result<VmState> {
+        let used = self.used.get() + u64::from(CHECK_EVERY);
+        self.used.set(used);
+        let started = match self.started.get() {
+            Some(t) => t,
+            None => {
+                let now = Instant::now();
+                self.started.set(Some(now));
+                now
+            }
+        };
+        if used > self.limits.instructions {
+            self.tripped.set(true);
+            return Err(mlua::Error::runtime(format!(
+                "instruction budget exceeded ({} instructions; lua.max_instructions)",
+                self.limits.instructions
+            )));
+        }
+        if started.elapsed() > self.limits.time {
+            self.tripped.set(true);
+            return Err(mlua::Error::runtime(format!(
+                "time budget exceeded ({} ms; lua.max_ms)",
+                self.limits.time.as_millis()
+            )));
+        }
+        Ok(VmState::Continue)
+    }
+}
+
+/// Why a request's script failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// The script raised an error or returned something that is not an answer.
+    Error(String),
+    /// It ran past its instruction or time budget.
+    Budget(String),
+    /// Its VM ran out of memory (`lua.max_memory_mb`).
+    Memory(String),
+}
+
+/// One worker's VM.
+pub struct Vm {
+    lua: Lua,
+    handlers: Vec<Function>,
+    req: AnyUserData,
+    budget: Rc<Budget>,
+}
+
+fn lua_error(e: mlua::Error) -> String {
+    e.to_string()
+}
+
+impl Vm {
+    /// A VM with every script loaded: each compiled once and its top-level code run (within
+    /// the budget of one request), each defining a global function `handle(req)`.
+    pub fn new(scripts: &[Script], env: &Env) -> Result<Vm, String> {
+        let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default()).map_err(lua_error)?;
+        lua.set_memory_limit(env.limits.memory).map_err(lua_error)?;
+        let budget = Rc::new(Budget {
+            used: Cell::new(0),
+            started: Cell::new(None),
+            tripped: Cell::new(false),
+            limits: env.limits,
+        });
+        let b = budget.clone();
+        lua.set_hook(
+            HookTriggers::new().every_nth_instruction(CHECK_EVERY),
+            move |_, _| b.tick(),
+        );
+        install_api(&lua, env).map_err(lua_error)?;
+        let globals = lua.globals();
+        let mut handlers = Vec::with_capacity(scripts.len());
+        for s in scripts {
+            let scope = lua.create_table().map_err(lua_error)?;
+            let meta = lua.create_table().map_err(lua_error)?;
+            meta.raw_set("__index", &globals).map_err(lua_error)?;
+            scope.set_metatable(Some(meta));
+            budget.start();
+            let chunk = lua
+                .load(&s.source[..])
+                .set_name(format!("@{}", s.name))
+                .set_environment(scope.clone())
+                .into_function()
+                .map_err(|e| format!("{}: {e}", s.name))?;
+            env.counters.compiles.fetch_add(1, Ordering::Relaxed);
+            chunk
+                .call::<()>(())
+                .map_err(|e| format!("{}: {e}", s.name))?;
+            match scope.raw_get::<Value>("handle").map_err(lua_error)? {
+                Value::Function(f) => handlers.push(f),
+                _ => return Err(format!("{}: defines no function handle(req)", s.name)),
+            }
+        }
+        let req = lua.create_userdata(Req::default()).map_err(lua_error)?;
+        Ok(Vm {
+            lua,
+            handlers,
+            req,
+            budget,
+        })
+    }
+
+    /// Runs route `route`'s `handle(req)` and writes its answer into `resp`.
+    pub fn handle(
+        &self,
+        route: usize,
+        req: &Request<'_, '_>,
+        peer: SocketAddr,
+        resp: &mut HttpResponse,
+    ) -> Result<(), Failure> {
+        self.req
+            .borrow_mut::<Req>()
+            .map_err(|e| Failure::Error(e.to_string()))?
+            .fill(req, peer);
+        self.budget.start();
+        let result = self.handlers[route].call::<(Value, Value, Value)>(self.req.clone());
+        match result {
+            Ok((status, headers, body)) => answer(status, headers, body, resp).map_err(|e| {
+                resp.extra_headers.clear();
+                resp.body.clear();
+                Failure::Error(e)
+            }),
+            Err(e) if self.budget.tripped.get() => Err(Failure::Budget(e.to_string())),
+            Err(e) if is_memory(&e) => {
+                // What the request held is garbage now: give it back before the next one.
+                let _ = self.lua.gc_collect();
+                Err(Failure::Memory(e.to_string()))
+            }
+            Err(e) => Err(Failure::Error(e.to_string())),
+        }
+    }
+
+    /// Bytes the VM holds.
+    pub fn memory(&self) -> usize {
+        self.lua.used_memory()
+    }
+}
+
+fn is_memory(e: &mlua::Error) -> bool {
+    match e {
+        mlua::Error::MemoryError(_) => true,
+        mlua::Error::CallbackError { cause, .. } => is_memory(cause),
+        _ => false,
+    }
+}
+
+/// Header names the server writes itself.
+const FRAMING: [&str; 5] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "date",
+    "server",
+];
+
+fn is_token(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Turns `handle`'s three results (status, headers or nil, body or nil) into the response.
+fn answer(
+    status: Value,
+    headers: Value,
+    body: Value,
+    resp: &mut HttpResponse,
+) -> Result<(), String> {
+    let status = match status {
+        Value::Integer(i) => i,
+        Value::Number(f) if f.fract() == 0.0 => f as i64,
+        other => {
+            return Err(format!(
+                "handle returned {} for the status, not a number",
+                other.type_name()
+            ))
+        }
+    };
+    resp.status = u16::try_from(status)
+        .ok()
+        .filter(|s| (200..=599).contains(s))
+        .ok_or_else(|| format!("handle returned status {status}, not 200..599"))?;
+    resp.content_type = "text/plain";
+    match headers {
+        Value::Nil => {}
+        Value::Table(t) => {
+            for pair in t.pairs::<mlua::String, mlua::String>() {
+                let (name, value) = pair.map_err(|e| {
+                    format!("handle returned headers that are not name = string pairs: {e}")
+                })?;
+                let (name, value) = (name.as_bytes(), value.as_bytes());
+                if !is_token(&name) {
+                    return Err(format!(
+                        "handle returned a bad header name {:?}",
+                        String::from_utf8_lossy(&name)
+                    ));
+                }
+                if FRAMING
+                    .iter()
+                    .any(|f| name.eq_ignore_ascii_case(f.as_bytes()))
+                {
+                    return Err(format!(
+                        "handle returned header {}, which the server sets",
+                        String::from_utf8_lossy(&name)
+                    ));
+                }
+                if value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0) {
+                    return Err(format!(
+                        "handle returned header {} with a line break in its value",
+                        String::from_utf8_lossy(&name)
+                    ));
+                }
+                if name.eq_ignore_ascii_case(b"content-type") {
+                    resp.content_type = "";
+                }
+                resp.extra_headers.extend_from_slice(&name);
+                resp.extra_headers.extend_from_slice(b": ");
+                resp.extra_headers.extend_from_slice(&value);
+                resp.extra_headers.extend_from_slice(b"\r\n");
+            }
+        }
+        other => {
+            return Err(format!(
+                "handle returned {} for the headers, not a table or nil",
+                other.type_name()
+            ))
+        }
+    }
+    match body {
+        Value::Nil => {}
+        Value::String(s) => resp.body.extend_from_slice(&s.as_bytes()),
+        other => {
+            return Err(format!(
+                "handle returned {} for the body, not a string or nil",
+                other.type_name()
+            ))
+        }
+    }
+    if resp.status == 204 && !resp.body.is_empty() {
+        return Err("handle returned a body with status 204".into());
+    }
+    Ok(())
+}
+
+/// `hp.shared` as the scripts see it: `hp.shared:get(key)` and so on.
+struct SharedHandle(Arc<SharedDict>);
+
+fn to_val(v: Value) -> mlua::Result<Val> {
+    Ok(match v {
+        Value::String(s) => Val::Str(s.as_bytes().to_vec().into()),
+        Value::Integer(i) => Val::Int(i),
+        Value::Number(f) => Val::Num(f),
+        Value::Boolean(b) => Val::Bool(b),
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "hp.shared holds strings, numbers and booleans, not {}",
+                other.type_name()
+            )))
+        }
+    })
+}
+
+fn from_val(lua: &Lua, v: Val) -> mlua::Result<Value> {
+    Ok(match v {
+        Val::Str(s) => Value::String(lua.create_string(&s)?),
+        Val::Int(i) => Value::Integer(i),
+        Val::Num(f) => Value::Number(f),
+        Val::Bool(b) => Value::Boolean(b),
+    })
+}
+
+fn ttl(secs: Option<f64>) -> mlua::Result<Option<Duration>> {
+    match secs {
+        None => Ok(None),
+        Some(0.0) => Ok(None),
+        Some(s) if s > 0.0 && s.is_finite() => Ok(Some(Duration::from_secs_f64(s))),
+        Some(s) => Err(mlua::Error::runtime(format!(
+            "hp.shared: a time to live is seconds >= 0, not {s}"
+        ))),
+    }
+}
+
+impl UserData for SharedHandle {
+    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
+        // get(key) -> value or nil; nil, err for a bad key.
+        methods.add_method("get", |lua, this, key: mlua::String| {
+            match this.0.get(&key.to_str()?) {
+                Ok(Some(v)) => Ok((from_val(lua, v)?, Value::Nil)),
+                Ok(None) => Ok((Value::Nil, Value::Nil)),
+                Err(e) => Ok((Value::Nil, Value::String(lua.create_string(e.to_string())?))),
+            }
+        });
+        // set(key, value, ttl_secs?) -> true, or nil, err; set(key, nil) deletes.
+        methods.add_method(
+            "set",
+            |lua, this, (key, value, secs): (mlua::String, Value, Option<f64>)| {
+                let key = key.to_str()?;
+                let done = if value.is_nil() {
+                    this.0.delete(&key).map(|_| ())
+                } else {
+                    this.0.set(&key, to_val(value)?, ttl(secs)?)
+                };
+                match done {
+                    Ok(()) => Ok((Value::Boolean(true), Value::Nil)),
+                    Err(e) => Ok((Value::Nil, Value::String(lua.create_string(e.to_string())?))),
+                }
+            },
+        );
+        // incr(key, delta, init?, init_ttl_secs?) -> the new value, or nil, err ("not found"
+        // without init, "not a number").
+        methods.add_method(
+            "incr",
+            |lua, this, (key, delta, init, secs): (mlua::String, Value, Option<Value>, Option<f64>)| {
+                let delta = to_val(delta)?;
+                let init = init.map(to_val).transpose()?;
+                match this.0.incr(&key.to_str()?, delta, init, ttl(secs)?) {
+                    Ok(v) => Ok((from_val(lua, v)?, Value::Nil)),
+                    Err(e) => Ok((Value::Nil, Value::String(lua.create_string(e.to_string())?))),
+                }
+            },
+        );
+        // delete(key) -> whether it was there.
+        methods.add_method("delete", |_, this, key: mlua::String| {
+            Ok(this.0.delete(&key.to_str()?).unwrap_or(false))
+        });
+    }
+}
+
+/// The longest name of a script's own counter.
+const MAX_METRIC_NAME: usize = 64;
+
+fn install_api(lua: &Lua, env: &Env) -> mlua::Result<()> {
+    let hp = lua.create_table()?;
+    hp.set(
+        "now",
+        lua.create_function(|_, ()| {
+            Ok(SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()))
+        })?,
+    )?;
+    hp.set(
+        "log",
+        lua.create_function(|_, (level, parts): (mlua::String, Variadic<Value>)| {
+            let level = match &*level.to_str()? {
+                "debug" => log::Level::Debug,
+                "info" => log::Level::Info,
+                "warn" => log::Level::Warn,
+                "error" => log::Level::Error,
+                other => {
+                    return Err(mlua::Error::runtime(format!(
+                        "hp.log: the level is debug, info, warn or error, not {other:?}"
+                    )))
+                }
+            };
+            let mut text = String::new();
+            for (i, p) in parts.iter().enumerate() {
+                if i > 0 {
+                    text.push(' ');
+                }
+                text.push_str(&p.to_string()?);
+            }
+            log::log!(target: "lua", level, "{text}");
+            Ok(())
+        })?,
+    )?;
+    let json = lua.create_table()?;
+    json.set(
+        "encode",
+        lua.create_function(|lua, v: Value| {
+            let j: serde_json::Value = lua.from_value(v)?;
+            serde_json::to_string(&j)
+                .map_err(|e| mlua::Error::runtime(format!("hp.json.encode: {e}")))
+        })?,
+    )?;
+    json.set(
+        "decode",
+        lua.create_function(|lua, s: mlua::String| {
+            let j: serde_json::Value = serde_json::from_slice(&s.as_bytes())
+                .map_err(|e| mlua::Error::runtime(format!("hp.json.decode: {e}")))?;
+            lua.to_value(&j)
+        })?,
+    )?;
+    json.set("null", lua.null())?;
+    hp.set("json", json)?;
+    hp.set("shared", SharedHandle(env.shared.clone()))?;
+    let metrics = lua.create_table()?;
+    let counters = env.counters.clone();
+    metrics.set(
+        "incr",
+        lua.create_function(move |_, (name, by): (mlua::String, Option<u64>)| {
+            let name = name.to_str()?;
+            let ok = !name.is_empty()
+                && name.len() <= MAX_METRIC_NAME
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                && !name.as_bytes()[0].is_ascii_digit();
+            if !ok {
+                return Err(mlua::Error::runtime(format!(
+                    "hp.metrics.incr: a name is letters, digits and _ (not first a digit), at most 64, not {:?}",
+                    &*name
+                )));
+            }
+            counters
+                .user_incr(&name, by.unwrap_or(1))
+                .map_err(mlua::Error::runtime)
+        })?,
+    )?;
+    hp.set("metrics", metrics)?;
+    lua.globals().set("hp", hp)?;
+    Ok(())
+}
