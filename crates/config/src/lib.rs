@@ -317,6 +317,32 @@ section! {
         /// Megabytes of keys and values `hp.shared` holds at most; beyond it, the least
         /// recently used go.
         pub shared_max_mb: u64 = 16,
+        /// Connected UDP sockets `hp.udp.send` keeps per worker, one per remote address;
+        /// beyond it the idlest is closed. 0: a new socket for every message (only to
+        /// measure what the pool saves).
+        pub udp_max_sockets: usize = 64,
+        /// Seconds an unused pooled UDP socket stays open.
+        pub udp_idle_secs: u64 = 60,
+    }
+}
+
+section! {
+    /// statsd: pushes the figures of /metrics to a statsd server every interval, over one
+    /// connected UDP socket made once (counters as their increase since the last push, gauges
+    /// as they are; labels become parts of the name, or DogStatsD tags), besides /metrics.
+    pub struct StatsdConfig {
+        /// Push to statsd.
+        pub enabled: bool = false,
+        /// The statsd server, host:port (resolved once, at start).
+        pub address: String = "127.0.0.1:8125".into(),
+        /// Milliseconds between pushes (and one more at shutdown).
+        pub interval_ms: u64 = 10_000,
+        /// The first part of every name (e.g. hotpath.requests_total.http.announce.ok).
+        pub prefix: String = "hotpath".into(),
+        /// Labels as DogStatsD tags (`name:1|c|#kind:announce`) instead of parts of the name.
+        pub tags: bool = false,
+        /// The largest datagram; lines are packed into as few as fit.
+        pub max_packet_bytes: usize = 1432,
     }
 }
 
@@ -355,6 +381,8 @@ pub struct Config {
     pub popups: PopupsConfig,
     /// Lua routes.
     pub lua: LuaConfig,
+    /// The statsd exporter.
+    pub statsd: StatsdConfig,
 }
 
 impl Config {
@@ -566,6 +594,30 @@ impl Config {
             return bad("popups.load_batch", "must be between 1 and 4096");
         }
         self.validate_lua()?;
+        let sd = &self.statsd;
+        if sd.enabled {
+            let port = sd
+                .address
+                .rsplit_once(':')
+                .map(|(host, port)| (host, port.parse::<u16>()));
+            if !matches!(port, Some((host, Ok(p))) if !host.is_empty() && p > 0) {
+                return bad("statsd.address", "must be host:port");
+            }
+        }
+        if !(100..=3_600_000).contains(&sd.interval_ms) {
+            return bad("statsd.interval_ms", "must be between 100 and 3600000");
+        }
+        if sd.prefix.is_empty()
+            || !sd
+                .prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        {
+            return bad("statsd.prefix", "must be letters, digits, _, . and - only");
+        }
+        if !(512..=65_000).contains(&sd.max_packet_bytes) {
+            return bad("statsd.max_packet_bytes", "must be between 512 and 65000");
+        }
         if t.snapshot_interval_secs == 0 {
             return bad("tracker.snapshot_interval_secs", "must be at least 1");
         }
@@ -624,6 +676,12 @@ impl Config {
         if !(1..=65_536).contains(&l.shared_max_mb) {
             return bad("lua.shared_max_mb", "must be between 1 and 65536");
         }
+        if l.udp_max_sockets > 65_536 {
+            return bad("lua.udp_max_sockets", "must be at most 65536");
+        }
+        if l.udp_idle_secs == 0 {
+            return bad("lua.udp_idle_secs", "must be at least 1");
+        }
         Ok(())
     }
 
@@ -645,6 +703,7 @@ impl Config {
         write_section(&mut out, "store", &self.store);
         write_section(&mut out, "popups", &self.popups);
         write_section(&mut out, "lua", &self.lua);
+        write_section(&mut out, "statsd", &self.statsd);
         out
     }
 }
@@ -711,6 +770,7 @@ mod tests {
         check::<StoreConfig>();
         check::<PopupsConfig>();
         check::<LuaConfig>();
+        check::<StatsdConfig>();
     }
 
     #[test]
@@ -789,6 +849,11 @@ mod tests {
                 "lua.routes",
             ),
             ("[lua]\nmax_ms = 0\n", "lua.max_ms"),
+            (
+                "[statsd]\nenabled = true\naddress = \"localhost\"\n",
+                "statsd.address",
+            ),
+            ("[statsd]\nprefix = \"a b\"\n", "statsd.prefix"),
             ("[lua]\nmax_memory_mb = 0\n", "lua.max_memory_mb"),
             (
                 "[store]\njournal_max_bytes = 100\n",

@@ -305,3 +305,81 @@ fn broken_scripts_are_refused_at_start_naming_the_script() {
         assert!(text.contains(said), "{text}");
     }
 }
+
+/// Receives datagrams on a loopback port until `quiet` passes without one; returns how many
+/// came from each source address.
+fn udp_sink() -> (
+    std::net::SocketAddr,
+    std::thread::JoinHandle<std::collections::HashMap<std::net::SocketAddr, usize>>,
+) {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = s.local_addr().unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(700)))
+        .unwrap();
+    let t = std::thread::spawn(move || {
+        let mut from = std::collections::HashMap::new();
+        let mut buf = [0u8; 2048];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen_any = false;
+        while Instant::now() < deadline {
+            match s.recv_from(&mut buf) {
+                Ok((_, f)) => {
+                    seen_any = true;
+                    *from.entry(f).or_insert(0) += 1;
+                }
+                Err(_) if seen_any => break,
+                Err(_) => {}
+            }
+        }
+        from
+    });
+    (addr, t)
+}
+
+#[test]
+fn udp_messages_go_out_through_one_pooled_socket_per_worker_and_remote() {
+    for pooled in [true, false] {
+        let (sink, received) = udp_sink();
+        let script = format!(
+            "function handle(req)\n  for i = 1, 10 do\n    local ok, err = hp.udp.send('{sink}', 'm' .. i)\n    if not ok then return 500, nil, tostring(err) end\n  end\n  return 204\nend\n"
+        );
+        let (mut c, _dir) = config_with(&[("send", &script)]);
+        c.server.workers = 2;
+        if !pooled {
+            c.lua.udp_max_sockets = 0;
+        }
+        let server = start(&c);
+        let http = server.http_addr().unwrap();
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let mut cl = Client::connect(http);
+                    for _ in 0..25 {
+                        assert_eq!(cl.get("/send").status, 204);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let admin = server.admin_addr().unwrap();
+        let sent = metric(admin, "hotpath_lua_udp_messages_total{result=\"sent\"}");
+        let opened = metric(admin, "hotpath_lua_udp_sockets_opened_total");
+        let from = received.join().unwrap();
+        let got: usize = from.values().sum();
+        assert_eq!(sent, 1000.0);
+        assert!(got >= 950, "{got} of 1000 arrived");
+        if pooled {
+            // One socket per worker that served (both, or one if every connection landed on
+            // the same worker), the same source port for every message from it.
+            assert!((1.0..=2.0).contains(&opened), "{opened}");
+            assert_eq!(from.len() as f64, opened, "{from:?}");
+            assert!(metric(admin, "hotpath_lua_udp_sockets") <= 2.0);
+        } else {
+            assert_eq!(opened, 1000.0);
+            assert_eq!(metric(admin, "hotpath_lua_udp_sockets"), 0.0);
+        }
+        server.shutdown().unwrap();
+    }
+}

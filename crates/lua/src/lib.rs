@@ -13,10 +13,13 @@
 
 mod req;
 pub mod shared;
+pub mod udp;
 mod vm;
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +31,7 @@ use hotpath_service::{
 use parking_lot::{Mutex, RwLock};
 
 use crate::shared::SharedDict;
+use crate::udp::{UdpCounters, UdpPool};
 use crate::vm::{Env, Failure, Limits, Script, Vm};
 
 /// The most names `hp.metrics.incr` may count.
@@ -134,6 +138,9 @@ struct Inner {
     counters: Arc<Counters>,
     limits: Limits,
     debug_errors: bool,
+    udp: Arc<UdpCounters>,
+    udp_max_sockets: usize,
+    udp_idle: Duration,
 }
 
 impl Inner {
@@ -142,7 +149,15 @@ impl Inner {
             shared: self.shared.clone(),
             counters: self.counters.clone(),
             limits: self.limits,
+            udp: self.udp.clone(),
         }
+    }
+
+    fn pool(&self) -> Rc<RefCell<UdpPool>> {
+        Rc::new(RefCell::new(UdpPool::new(
+            self.udp_max_sockets,
+            self.udp_idle,
+        )))
     }
 
     /// Reads every script and loads them into a VM of their own (which is then dropped):
@@ -159,9 +174,10 @@ impl Inner {
         // The check VM counts (compiles, hp.metrics) apart from the workers'.
         let env = Env {
             counters: Arc::new(Counters::default()),
+            udp: Arc::new(UdpCounters::default()),
             ..self.env()
         };
-        Vm::new(&scripts, &env)?;
+        Vm::new(&scripts, &env, self.pool())?;
         Ok(scripts)
     }
 }
@@ -189,6 +205,9 @@ impl LuaService {
                 memory: mb(cfg.max_memory_mb),
             },
             debug_errors: cfg.debug_errors,
+            udp: Arc::new(UdpCounters::default()),
+            udp_max_sockets: cfg.udp_max_sockets,
+            udp_idle: Duration::from_secs(cfg.udp_idle_secs),
         };
         let scripts = inner.read_and_check()?;
         *inner.scripts.write() = Arc::new(scripts);
@@ -208,7 +227,8 @@ impl Service for LuaService {
         let inner = self.inner.clone();
         let generation = inner.generation.load(Ordering::Acquire);
         let scripts = inner.scripts.read().clone();
-        let vm = match Vm::new(&scripts, &inner.env()) {
+        let pool = inner.pool();
+        let vm = match Vm::new(&scripts, &inner.env(), pool.clone()) {
             Ok(vm) => Some(vm),
             Err(e) => {
                 log::error!(
@@ -222,6 +242,7 @@ impl Service for LuaService {
             index,
             generation,
             vm,
+            pool,
             served: 0,
             log_second: 0,
             logged: 0,
@@ -280,7 +301,18 @@ impl Service for LuaService {
              hotpath_lua_shared_bytes {}\n\
              # HELP hotpath_lua_shared_evictions_total Keys hp.shared dropped to stay within its bounds.\n\
              # TYPE hotpath_lua_shared_evictions_total counter\n\
-             hotpath_lua_shared_evictions_total {}\n",
+             hotpath_lua_shared_evictions_total {}\n\
+             # HELP hotpath_lua_udp_sockets_opened_total UDP sockets hp.udp.send opened (pooled: one per worker and remote).\n\
+             # TYPE hotpath_lua_udp_sockets_opened_total counter\n\
+             hotpath_lua_udp_sockets_opened_total {}\n\
+             # HELP hotpath_lua_udp_sockets UDP sockets open in the pools.\n\
+             # TYPE hotpath_lua_udp_sockets gauge\n\
+             hotpath_lua_udp_sockets {}\n\
+             # HELP hotpath_lua_udp_messages_total Messages hp.udp.send was given, by result.\n\
+             # TYPE hotpath_lua_udp_messages_total counter\n\
+             hotpath_lua_udp_messages_total{{result=\"sent\"}} {}\n\
+             hotpath_lua_udp_messages_total{{result=\"dropped\"}} {}\n\
+             hotpath_lua_udp_messages_total{{result=\"error\"}} {}\n",
             g(&c.requests),
             g(&c.errors),
             g(&c.over_budget),
@@ -292,6 +324,11 @@ impl Service for LuaService {
             shared.len(),
             shared.bytes(),
             g(&shared.evictions),
+            g(&self.inner.udp.opened),
+            g(&self.inner.udp.open),
+            g(&self.inner.udp.sent),
+            g(&self.inner.udp.dropped),
+            g(&self.inner.udp.errors),
         );
         let user = c.user.lock();
         if !user.is_empty() {
@@ -332,6 +369,8 @@ struct LuaWorker {
     /// The scripts' generation this worker's VM runs.
     generation: u64,
     vm: Option<Vm>,
+    /// This worker's UDP sockets: they outlive a reload's new VM.
+    pool: Rc<RefCell<UdpPool>>,
     served: u64,
     log_second: u32,
     logged: u32,
@@ -346,7 +385,7 @@ impl LuaWorker {
         }
         self.generation = generation;
         let scripts = self.inner.scripts.read().clone();
-        match Vm::new(&scripts, &self.inner.env()) {
+        match Vm::new(&scripts, &self.inner.env(), self.pool.clone()) {
             Ok(vm) => self.vm = Some(vm),
             Err(e) => log::error!(
                 "lua: worker {} cannot load the reloaded scripts ({e}); it keeps the ones before",

@@ -1,7 +1,7 @@
 //! One worker's Lua VM: the scripts compiled once (each in an environment of its own, so two
 //! scripts' globals never mix), the `hp` API, the per-request budget and the memory cap.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -16,6 +16,7 @@ use mlua::{
 
 use crate::req::Req;
 use crate::shared::{SharedDict, Val};
+use crate::udp::{UdpCounters, UdpPool};
 use crate::Counters;
 
 /// The budget is checked every this many VM instructions.
@@ -40,6 +41,8 @@ pub struct Env {
     pub counters: Arc<Counters>,
     /// The per-request limits.
     pub limits: Limits,
+    /// The UDP pools' counters.
+    pub udp: Arc<UdpCounters>,
 }
 
 /// One script's source.
@@ -123,7 +126,7 @@ fn lua_error(e: mlua::Error) -> String {
 impl Vm {
     /// A VM with every script loaded: each compiled once and its top-level code run (within
     /// the budget of one request), each defining a global function `handle(req)`.
-    pub fn new(scripts: &[Script], env: &Env) -> Result<Vm, String> {
+    pub fn new(scripts: &[Script], env: &Env, pool: Rc<RefCell<UdpPool>>) -> Result<Vm, String> {
         let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default()).map_err(lua_error)?;
         lua.set_memory_limit(env.limits.memory).map_err(lua_error)?;
         let budget = Rc::new(Budget {
@@ -137,7 +140,7 @@ impl Vm {
             HookTriggers::new().every_nth_instruction(CHECK_EVERY),
             move |_, _| b.tick(),
         );
-        install_api(&lua, env).map_err(lua_error)?;
+        install_api(&lua, env, pool).map_err(lua_error)?;
         let globals = lua.globals();
         let mut handlers = Vec::with_capacity(scripts.len());
         for s in scripts {
@@ -400,7 +403,7 @@ impl UserData for SharedHandle {
 /// The longest name of a script's own counter.
 const MAX_METRIC_NAME: usize = 64;
 
-fn install_api(lua: &Lua, env: &Env) -> mlua::Result<()> {
+fn install_api(lua: &Lua, env: &Env, pool: Rc<RefCell<UdpPool>>) -> mlua::Result<()> {
     let hp = lua.create_table()?;
     hp.set(
         "now",
@@ -477,6 +480,28 @@ fn install_api(lua: &Lua, env: &Env) -> mlua::Result<()> {
         })?,
     )?;
     hp.set("metrics", metrics)?;
+    let udp = lua.create_table()?;
+    let counters = env.udp.clone();
+    // hp.udp.send("host:port", bytes) -> true (sent), false (dropped: the socket's buffer
+    // was full), or nil, err.
+    udp.set(
+        "send",
+        lua.create_function(move |lua, (target, msg): (mlua::String, mlua::String)| {
+            let mut pool = pool.borrow_mut();
+            let to = match pool.resolve(&target.to_str()?) {
+                Ok(a) => a,
+                Err(e) => return Ok((Value::Nil, Value::String(lua.create_string(e)?))),
+            };
+            match pool.send(to, &msg.as_bytes(), &counters) {
+                Ok(sent) => Ok((Value::Boolean(sent), Value::Nil)),
+                Err(e) => Ok((
+                    Value::Nil,
+                    Value::String(lua.create_string(format!("{to}: {e}"))?),
+                )),
+            }
+        })?,
+    )?;
+    hp.set("udp", udp)?;
     lua.globals().set("hp", hp)?;
     Ok(())
 }

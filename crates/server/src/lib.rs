@@ -9,6 +9,7 @@
 pub mod host;
 pub mod listen;
 pub mod metrics;
+pub mod statsd;
 pub mod udp;
 pub mod worker;
 
@@ -227,6 +228,37 @@ impl RunningServer {
                             clean: false,
                         };
                         (job.run)(stop);
+                        notice.clean = true;
+                    })?,
+            );
+        }
+        if config.statsd.enabled {
+            let (socket, to) = statsd::connect(&config.statsd).map_err(|e| {
+                ServerError::Start(std::io::Error::new(
+                    e.kind(),
+                    format!("statsd.address {}: {e}", config.statsd.address),
+                ))
+            })?;
+            log::info!(
+                "statsd: pushing to {to} every {} ms",
+                config.statsd.interval_ms
+            );
+            let (cfg, shared, stop, tx) = (
+                config.statsd.clone(),
+                shared.clone(),
+                stop.clone(),
+                died_tx.clone(),
+            );
+            threads.push(
+                std::thread::Builder::new()
+                    .name("statsd".into())
+                    .spawn(move || {
+                        let mut notice = DeathNotice {
+                            name: "statsd".into(),
+                            tx,
+                            clean: false,
+                        };
+                        statsd::run(cfg, socket, shared, stop);
                         notice.clean = true;
                     })?,
             );
