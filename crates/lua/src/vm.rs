@@ -441,9 +441,9 @@ fn install_api(lua: &Lua, env: &Env, pool: Rc<RefCell<UdpPool>>) -> mlua::Result
     let json = lua.create_table()?;
     json.set(
         "encode",
-        lua.create_function(|lua, v: Value| {
-            let j: serde_json::Value = lua.from_value(v)?;
-            serde_json::to_string(&j)
+        lua.create_function(|_, v: Value| {
+            // Straight from the Lua value to text, no tree in between.
+            serde_json::to_string(&v)
                 .map_err(|e| mlua::Error::runtime(format!("hp.json.encode: {e}")))
         })?,
     )?;
