@@ -30,10 +30,14 @@ use hotpath_service::{
 };
 use parking_lot::{Mutex, RwLock};
 
+use hotpath_store::{JournalWriter, Store};
+
 use crate::shared::SharedDict;
 use crate::udp::{UdpCounters, UdpPool};
 use crate::vm::{Env, Failure, Limits, Script, Vm};
 
+/// Journal numbers of the Lua workers (the tracker's are 0.., the popup service's 65536..).
+pub const JOURNAL_BASE: u32 = 2 << 16;
 /// The most names `hp.metrics.incr` may count.
 const MAX_USER_COUNTERS: usize = 1000;
 /// Script errors each worker logs per second at most (the rest are counted).
@@ -141,6 +145,7 @@ struct Inner {
     udp: Arc<UdpCounters>,
     udp_max_sockets: usize,
     udp_idle: Duration,
+    store: Option<Arc<Store>>,
 }
 
 impl Inner {
@@ -177,7 +182,7 @@ impl Inner {
             udp: Arc::new(UdpCounters::default()),
             ..self.env()
         };
-        Vm::new(&scripts, &env, self.pool())?;
+        Vm::new(&scripts, &env, self.pool(), None)?;
         Ok(scripts)
     }
 }
@@ -188,8 +193,9 @@ pub struct LuaService {
 }
 
 impl LuaService {
-    /// Reads and checks every script of `cfg`'s routes; an error names the script.
-    pub fn new(cfg: &LuaConfig) -> Result<LuaService, String> {
+    /// Reads and checks every script of `cfg`'s routes; an error names the script. With a
+    /// store, `hp.store` writes behind to it.
+    pub fn new(cfg: &LuaConfig, store: Option<Arc<Store>>) -> Result<LuaService, String> {
         let mb = |m: u64| usize::try_from(m << 20).unwrap_or(usize::MAX);
         let inner = Inner {
             router: Router::new(cfg),
@@ -208,6 +214,7 @@ impl LuaService {
             udp: Arc::new(UdpCounters::default()),
             udp_max_sockets: cfg.udp_max_sockets,
             udp_idle: Duration::from_secs(cfg.udp_idle_secs),
+            store,
         };
         let scripts = inner.read_and_check()?;
         *inner.scripts.write() = Arc::new(scripts);
@@ -228,7 +235,11 @@ impl Service for LuaService {
         let generation = inner.generation.load(Ordering::Acquire);
         let scripts = inner.scripts.read().clone();
         let pool = inner.pool();
-        let vm = match Vm::new(&scripts, &inner.env(), pool.clone()) {
+        let journal = inner
+            .store
+            .as_ref()
+            .map(|s| Rc::new(RefCell::new(s.writer(JOURNAL_BASE + index as u32))));
+        let vm = match Vm::new(&scripts, &inner.env(), pool.clone(), journal.clone()) {
             Ok(vm) => Some(vm),
             Err(e) => {
                 log::error!(
@@ -243,6 +254,7 @@ impl Service for LuaService {
             generation,
             vm,
             pool,
+            journal,
             served: 0,
             log_second: 0,
             logged: 0,
@@ -371,6 +383,8 @@ struct LuaWorker {
     vm: Option<Vm>,
     /// This worker's UDP sockets: they outlive a reload's new VM.
     pool: Rc<RefCell<UdpPool>>,
+    /// This worker's journal (`hp.store`), when the store is on.
+    journal: Option<Rc<RefCell<JournalWriter>>>,
     served: u64,
     log_second: u32,
     logged: u32,
@@ -385,7 +399,12 @@ impl LuaWorker {
         }
         self.generation = generation;
         let scripts = self.inner.scripts.read().clone();
-        match Vm::new(&scripts, &self.inner.env(), self.pool.clone()) {
+        match Vm::new(
+            &scripts,
+            &self.inner.env(),
+            self.pool.clone(),
+            self.journal.clone(),
+        ) {
             Ok(vm) => self.vm = Some(vm),
             Err(e) => log::error!(
                 "lua: worker {} cannot load the reloaded scripts ({e}); it keeps the ones before",
@@ -476,5 +495,17 @@ impl ServiceWorker for LuaWorker {
 
     fn udp(&mut self, _packet: &[u8], _ctx: &Context, _out: &mut Vec<u8>) -> (Kind, Outcome) {
         (Kind::Other, Outcome::Dropped)
+    }
+
+    fn uncommitted(&self) -> bool {
+        self.journal
+            .as_ref()
+            .is_some_and(|j| j.borrow().uncommitted())
+    }
+
+    fn commit(&mut self) -> bool {
+        self.journal
+            .as_ref()
+            .is_none_or(|j| j.borrow_mut().commit().is_ok())
     }
 }

@@ -15,6 +15,8 @@ use mlua::{
 };
 
 use crate::req::Req;
+use hotpath_store::{Change, JournalWriter, MAX_NAME_LEN, MAX_ROW_LEN, MAX_USER_LEN};
+
 use crate::shared::{SharedDict, Val};
 use crate::udp::{UdpCounters, UdpPool};
 use crate::Counters;
@@ -56,6 +58,8 @@ pub struct Script {
 
 /// Instructions and time used by the request under way.
 struct Budget {
+    /// A request is being handled (`hp.store` is only for requests).
+    active: Cell<bool>,
     used: Cell<u64>,
     /// When the request's first check came (a request that runs fewer instructions than
     /// [`CHECK_EVERY`] never reads the clock).
@@ -126,10 +130,16 @@ fn lua_error(e: mlua::Error) -> String {
 impl Vm {
     /// A VM with every script loaded: each compiled once and its top-level code run (within
     /// the budget of one request), each defining a global function `handle(req)`.
-    pub fn new(scripts: &[Script], env: &Env, pool: Rc<RefCell<UdpPool>>) -> Result<Vm, String> {
+    pub fn new(
+        scripts: &[Script],
+        env: &Env,
+        pool: Rc<RefCell<UdpPool>>,
+        journal: Option<Rc<RefCell<JournalWriter>>>,
+    ) -> Result<Vm, String> {
         let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default()).map_err(lua_error)?;
         lua.set_memory_limit(env.limits.memory).map_err(lua_error)?;
         let budget = Rc::new(Budget {
+            active: Cell::new(false),
             used: Cell::new(0),
             started: Cell::new(None),
             tripped: Cell::new(false),
@@ -141,6 +151,7 @@ impl Vm {
             move |_, _| b.tick(),
         );
         install_api(&lua, env, pool).map_err(lua_error)?;
+        install_store(&lua, journal, budget.clone()).map_err(lua_error)?;
         let globals = lua.globals();
         let mut handlers = Vec::with_capacity(scripts.len());
         for s in scripts {
@@ -186,7 +197,9 @@ impl Vm {
             .map_err(|e| Failure::Error(e.to_string()))?
             .fill(req, peer);
         self.budget.start();
+        self.budget.active.set(true);
         let result = self.handlers[route].call::<(Value, Value, Value)>(self.req.clone());
+        self.budget.active.set(false);
         match result {
             Ok((status, headers, body)) => answer(status, headers, body, resp).map_err(|e| {
                 resp.extra_headers.clear();
@@ -504,4 +517,111 @@ fn install_api(lua: &Lua, env: &Env, pool: Rc<RefCell<UdpPool>>) -> mlua::Result
     hp.set("udp", udp)?;
     lua.globals().set("hp", hp)?;
     Ok(())
+}
+
+/// A table or column name: letters, digits and `_`, at most [`MAX_NAME_LEN`] bytes.
+fn check_name(what: &str, name: &str) -> mlua::Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(mlua::Error::runtime(format!(
+            "hp.store: {what} {name:?} must be letters, digits and _, at most {MAX_NAME_LEN} bytes"
+        )))
+    }
+}
+
+fn unix_now() -> u32 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as u32)
+}
+
+/// `hp.store`: changes written behind through the worker's journal, durable before the answer
+/// leaves (the server holds answers until the turn's journal write), merged and written to
+/// the database in batches by the store's flusher.
+fn install_store(
+    lua: &Lua,
+    journal: Option<Rc<RefCell<JournalWriter>>>,
+    budget: Rc<Budget>,
+) -> mlua::Result<()> {
+    let store = lua.create_table()?;
+    let usable = move || -> mlua::Result<Rc<RefCell<JournalWriter>>> {
+        if !budget.active.get() {
+            return Err(mlua::Error::runtime(
+                "hp.store: only while handling a request, not while the script loads",
+            ));
+        }
+        journal.clone().ok_or_else(|| {
+            mlua::Error::runtime("hp.store: the store is off (store.enabled = false)")
+        })
+    };
+    let enqueue_usable = usable.clone();
+    // hp.store.enqueue(table, row) -> true, or nil, err when the store is full: appends `row`
+    // (a table, encoded to JSON) to the script table `table` (`hp_lua_rows`).
+    store.set(
+        "enqueue",
+        lua.create_function(move |lua, (table, row): (mlua::String, Value)| {
+            let journal = enqueue_usable()?;
+            let table = table.to_str()?;
+            check_name("table", &table)?;
+            let data = serde_json::to_string(&row)
+                .map_err(|e| mlua::Error::runtime(format!("hp.store.enqueue: {e}")))?;
+            if data.len() > MAX_ROW_LEN {
+                return Err(mlua::Error::runtime(format!(
+                    "hp.store.enqueue: a row is at most {MAX_ROW_LEN} bytes of JSON, not {}",
+                    data.len()
+                )));
+            }
+            let change = Change::LuaRow {
+                table: (*table).into(),
+                at: unix_now(),
+                data: data.into(),
+            };
+            let ok = journal.borrow_mut().append(change).is_ok();
+            stored(lua, ok)
+        })?,
+    )?;
+    // hp.store.add(table, key, column, delta) -> true, or nil, err when the store is full:
+    // adds the integer `delta` to the counter (`hp_lua_counters`).
+    store.set(
+        "add",
+        lua.create_function(
+            move |lua, (table, key, column, delta): (mlua::String, mlua::String, mlua::String, i64)| {
+                let journal = usable()?;
+                let (table, key, column) = (table.to_str()?, key.to_str()?, column.to_str()?);
+                check_name("table", &table)?;
+                check_name("column", &column)?;
+                if key.is_empty() || key.len() > MAX_USER_LEN {
+                    return Err(mlua::Error::runtime(format!(
+                        "hp.store.add: a key is 1 to {MAX_USER_LEN} bytes"
+                    )));
+                }
+                let change = Change::LuaAdd {
+                    table: (*table).into(),
+                    key: (*key).into(),
+                    column: (*column).into(),
+                    delta,
+                    at: unix_now(),
+                };
+                let ok = journal.borrow_mut().append(change).is_ok();
+                stored(lua, ok)
+            },
+        )?,
+    )?;
+    let hp: mlua::Table = lua.globals().get("hp")?;
+    hp.set("store", store)
+}
+
+fn stored(lua: &Lua, ok: bool) -> mlua::Result<(Value, Value)> {
+    if ok {
+        Ok((Value::Boolean(true), Value::Nil))
+    } else {
+        Ok((
+            Value::Nil,
+            Value::String(lua.create_string("store full: try again later")?),
+        ))
+    }
 }

@@ -54,7 +54,9 @@ use hotpath_config::StoreConfig;
 
 pub use backend::{Backend, Dialect, StoredTorrent};
 pub use journal::{JournalWriter, Refused};
-pub use merge::{Batch, Change, Key, PopupUserRow, CLICK, CLOSE, MAX_USER_LEN, SHOWN};
+pub use merge::{
+    Batch, Change, Key, PopupUserRow, CLICK, CLOSE, MAX_NAME_LEN, MAX_ROW_LEN, MAX_USER_LEN, SHOWN,
+};
 
 use journal::Segment;
 use merge::Pending;

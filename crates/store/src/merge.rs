@@ -43,7 +43,34 @@ pub enum Change {
         /// Unix seconds of the event.
         at: u32,
     },
+    /// A row a script appends to one of its tables (`hp.store.enqueue`).
+    LuaRow {
+        /// The script's table name (at most [`MAX_NAME_LEN`] bytes).
+        table: Box<str>,
+        /// Unix seconds.
+        at: u32,
+        /// The row, as JSON text (at most [`MAX_ROW_LEN`] bytes).
+        data: Box<str>,
+    },
+    /// A number a script adds to a counter (`hp.store.add`): a column of a keyed row.
+    LuaAdd {
+        /// The script's table name (at most [`MAX_NAME_LEN`] bytes).
+        table: Box<str>,
+        /// The row's key (at most [`MAX_USER_LEN`] bytes).
+        key: Box<str>,
+        /// The column (at most [`MAX_NAME_LEN`] bytes).
+        column: Box<str>,
+        /// What to add.
+        delta: i64,
+        /// Unix seconds.
+        at: u32,
+    },
 }
+
+/// The longest table or column name of a script's change.
+pub const MAX_NAME_LEN: usize = 64;
+/// The longest row a script may append.
+pub const MAX_ROW_LEN: usize = 65_536;
 
 /// [`Change::Popup`]'s action: shown.
 pub const SHOWN: u8 = 1;
@@ -56,6 +83,12 @@ pub const MAX_USER_LEN: usize = 255;
 
 const TAG_TORRENT: u8 = 1;
 const TAG_POPUP: u8 = 2;
+const TAG_LUA_ROW: u8 = 3;
+const TAG_LUA_ADD: u8 = 4;
+/// Encoded size of a [`Change::LuaRow`] without its table and data.
+const LUA_ROW_FIXED: usize = 1 + 4 + 1 + 4;
+/// Encoded size of a [`Change::LuaAdd`] without its names and key.
+const LUA_ADD_FIXED: usize = 1 + 8 + 4 + 1 + 1 + 1;
 /// Encoded size of a [`Change::Popup`] without its user id.
 const POPUP_FIXED: usize = 1 + 4 + 1 + 8 + 4 + 4 + 1;
 /// Encoded size of a [`Change::Torrent`].
@@ -67,6 +100,17 @@ impl Change {
         match self {
             Change::Torrent { .. } => TORRENT_LEN,
             Change::Popup { user, .. } => POPUP_FIXED + user.len().min(MAX_USER_LEN),
+            Change::LuaRow { table, data, .. } => {
+                LUA_ROW_FIXED + table.len().min(MAX_NAME_LEN) + data.len().min(MAX_ROW_LEN)
+            }
+            Change::LuaAdd {
+                table, key, column, ..
+            } => {
+                LUA_ADD_FIXED
+                    + table.len().min(MAX_NAME_LEN)
+                    + key.len().min(MAX_USER_LEN)
+                    + column.len().min(MAX_NAME_LEN)
+            }
         }
     }
 
@@ -105,6 +149,38 @@ impl Change {
                 out.push(user.len() as u8);
                 out.extend_from_slice(user);
             }
+            Change::LuaRow { table, at, data } => {
+                let table = cut(table, MAX_NAME_LEN);
+                let data = cut(data, MAX_ROW_LEN);
+                out.push(TAG_LUA_ROW);
+                out.extend_from_slice(&at.to_le_bytes());
+                out.push(table.len() as u8);
+                out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+                out.extend_from_slice(table);
+                out.extend_from_slice(data);
+            }
+            Change::LuaAdd {
+                table,
+                key,
+                column,
+                delta,
+                at,
+            } => {
+                let (table, key, column) = (
+                    cut(table, MAX_NAME_LEN),
+                    cut(key, MAX_USER_LEN),
+                    cut(column, MAX_NAME_LEN),
+                );
+                out.push(TAG_LUA_ADD);
+                out.extend_from_slice(&delta.to_le_bytes());
+                out.extend_from_slice(&at.to_le_bytes());
+                for part in [table, key, column] {
+                    out.push(part.len() as u8);
+                }
+                for part in [table, key, column] {
+                    out.extend_from_slice(part);
+                }
+            }
         }
     }
 
@@ -138,12 +214,68 @@ impl Change {
                     });
                     payload = &payload[len..];
                 }
+                TAG_LUA_ROW if payload.len() >= LUA_ROW_FIXED => {
+                    let b = payload;
+                    let table_len = usize::from(b[5]);
+                    let data_len = u32_at(b, 6) as usize;
+                    let table_end = LUA_ROW_FIXED + table_len;
+                    let end = table_end.checked_add(data_len)?;
+                    each(Change::LuaRow {
+                        at: u32_at(b, 1),
+                        table: std::str::from_utf8(b.get(LUA_ROW_FIXED..table_end)?)
+                            .ok()?
+                            .into(),
+                        data: std::str::from_utf8(b.get(table_end..end)?).ok()?.into(),
+                    });
+                    payload = &payload[end..];
+                }
+                TAG_LUA_ADD if payload.len() >= LUA_ADD_FIXED => {
+                    let b = payload;
+                    let lens = [13, 14, 15].map(|i| usize::from(b[i]));
+                    let mut at = LUA_ADD_FIXED;
+                    let mut parts: [&str; 3] = [""; 3];
+                    for (part, len) in parts.iter_mut().zip(lens) {
+                        *part = std::str::from_utf8(b.get(at..at + len)?).ok()?;
+                        at += len;
+                    }
+                    each(Change::LuaAdd {
+                        delta: i64::from_le_bytes(b[1..9].try_into().unwrap()),
+                        at: u32_at(b, 9),
+                        table: parts[0].into(),
+                        key: parts[1].into(),
+                        column: parts[2].into(),
+                    });
+                    payload = &payload[at..];
+                }
                 _ => return None,
             }
         }
         Some(())
     }
 }
+
+/// At most `max` bytes of `s`, cut at a character boundary (callers refuse longer ones before).
+fn cut(s: &str, max: usize) -> &[u8] {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s.as_bytes()[..end]
+}
+
+/// A row a script appended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LuaRow {
+    /// The script's table.
+    pub table: Box<str>,
+    /// Unix seconds.
+    pub at: u32,
+    /// The row as JSON text.
+    pub data: Box<str>,
+}
+
+/// A script's counter: (table, key, column).
+pub type LuaCounter = (Box<str>, Box<str>, Box<str>);
 
 /// One torrent's merged change: the row the flusher upserts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,6 +355,10 @@ pub struct Pending {
     popup_events: Vec<PopupEvent>,
     /// Per (popup, UTC day): shows to add.
     popup_daily: HashMap<(u32, u32), u64>,
+    /// Rows scripts appended, in arrival order.
+    lua_rows: Vec<LuaRow>,
+    /// Per script counter: what to add, and the second of the latest change.
+    lua_counts: HashMap<LuaCounter, (i64, u32)>,
     /// Per journal (worker), the last record sequence merged here.
     seqs: HashMap<u32, u64>,
     /// Changes merged since the last take (for the metrics).
@@ -240,6 +376,10 @@ pub struct Batch {
     pub popup_events: Vec<PopupEvent>,
     /// Shows to add per (popup, UTC day), sorted.
     pub popup_daily: Vec<((u32, u32), u64)>,
+    /// Rows scripts appended, oldest first.
+    pub lua_rows: Vec<LuaRow>,
+    /// What to add per script counter, with the second of its latest change; sorted.
+    pub lua_counts: Vec<(LuaCounter, (i64, u32))>,
     /// `(journal, last sequence)` for every journal with records in this batch.
     pub seqs: Vec<(u32, u64)>,
     /// Changes merged into this batch.
@@ -253,6 +393,8 @@ impl Batch {
             + self.popup_users.len()
             + self.popup_events.len()
             + self.popup_daily.len()
+            + self.lua_rows.len()
+            + self.lua_counts.len()
     }
 
     /// Whether there is nothing to write (no rows and no journal position to confirm).
@@ -272,6 +414,8 @@ impl Pending {
             popup_user_rows: 0,
             popup_events: Vec::with_capacity(like.popup_events.len()),
             popup_daily: HashMap::with_capacity(like.popup_daily.len()),
+            lua_rows: Vec::new(),
+            lua_counts: HashMap::with_capacity(like.lua_counts.len()),
             seqs: HashMap::with_capacity(like.seqs.len()),
             changes: 0,
         }
@@ -325,7 +469,21 @@ impl Pending {
                     *self.popup_daily.entry((popup, at / 86_400)).or_insert(0) += 1;
                 }
             }
+            Change::LuaRow { table, at, data } => self.lua_rows.push(LuaRow { table, at, data }),
+            Change::LuaAdd {
+                table,
+                key,
+                column,
+                delta,
+                at,
+            } => self.add_lua_count((table, key, column), delta, at),
         }
+    }
+
+    fn add_lua_count(&mut self, counter: LuaCounter, delta: i64, at: u32) {
+        let c = self.lua_counts.entry(counter).or_insert((0, at));
+        c.0 = c.0.saturating_add(delta);
+        c.1 = c.1.max(at);
     }
 
     /// Sets a user's state for a popup unless the state held is later (see
@@ -385,6 +543,8 @@ impl Pending {
             + self.popup_user_rows
             + self.popup_events.len()
             + self.popup_daily.len()
+            + self.lua_rows.len()
+            + self.lua_counts.len()
     }
 
     /// `(torrent, completed downloads pending)` for every torrent with some.
@@ -419,11 +579,15 @@ impl Pending {
         popup_users.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut popup_daily: Vec<_> = self.popup_daily.into_iter().collect();
         popup_daily.sort_unstable();
+        let mut lua_counts: Vec<_> = self.lua_counts.into_iter().collect();
+        lua_counts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         Batch {
             torrents,
             popup_users,
             popup_events: self.popup_events,
             popup_daily,
+            lua_rows: self.lua_rows,
+            lua_counts,
             seqs,
             changes: self.changes,
         }
@@ -452,6 +616,11 @@ impl Pending {
         for (key, n) in batch.popup_daily {
             *self.popup_daily.entry(key).or_insert(0) += n;
         }
+        let newer = std::mem::replace(&mut self.lua_rows, batch.lua_rows);
+        self.lua_rows.extend(newer);
+        for (counter, (delta, at)) in batch.lua_counts {
+            self.add_lua_count(counter, delta, at);
+        }
         for (journal, seq) in batch.seqs {
             self.covered(journal, seq);
         }
@@ -462,6 +631,62 @@ impl Pending {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn script_changes_round_trip_and_counters_add() {
+        let changes = vec![
+            Change::LuaRow {
+                table: "checkins".into(),
+                at: 5,
+                data: "{\"user\":\"ü\"}".into(),
+            },
+            Change::LuaAdd {
+                table: "places".into(),
+                key: "café".into(),
+                column: "visits".into(),
+                delta: -3,
+                at: 6,
+            },
+            Change::LuaAdd {
+                table: "places".into(),
+                key: "café".into(),
+                column: "visits".into(),
+                delta: 10,
+                at: 4,
+            },
+        ];
+        let mut buf = Vec::new();
+        for c in &changes {
+            c.encode(&mut buf);
+        }
+        assert_eq!(
+            buf.len(),
+            changes.iter().map(Change::encoded_len).sum::<usize>()
+        );
+        let mut back = Vec::new();
+        Change::decode_all(&buf, &mut |c| back.push(c)).unwrap();
+        assert_eq!(back, changes);
+        for cut in 1..buf.len() {
+            let mut n = 0;
+            let whole = Change::decode_all(&buf[..cut], &mut |_| n += 1).is_some();
+            assert!(
+                !whole || n < changes.len(),
+                "a cut record is never taken whole"
+            );
+        }
+        let mut p = Pending::default();
+        for c in changes {
+            p.apply(c);
+        }
+        assert_eq!(p.rows(), 2);
+        let b = p.take();
+        assert_eq!(b.lua_rows.len(), 1);
+        assert_eq!(
+            b.lua_counts[0].1,
+            (7, 6),
+            "deltas add; the latest second stays"
+        );
+    }
 
     fn t(key: u8, completed: u32, seeders: u32, at: u32) -> Change {
         Change::Torrent {

@@ -107,6 +107,31 @@ pub const MIGRATIONS: &[Migration] = &[
              shows BIGINT NOT NULL, PRIMARY KEY (popup_id, day)) ENGINE=InnoDB",
         ],
     },
+    Migration {
+        version: 4,
+        name: "script tables",
+        sqlite: &[
+            "CREATE TABLE hp_lua_rows (id INTEGER PRIMARY KEY, tbl TEXT NOT NULL, \
+             at INTEGER NOT NULL, data TEXT NOT NULL)",
+            "CREATE INDEX hp_lua_rows_tbl ON hp_lua_rows (tbl, at)",
+            "CREATE TABLE hp_lua_counters (tbl TEXT NOT NULL, k TEXT NOT NULL, col TEXT NOT NULL, \
+             value INTEGER NOT NULL, updated_at INTEGER NOT NULL, PRIMARY KEY (tbl, k, col)) WITHOUT ROWID",
+        ],
+        postgres: &[
+            "CREATE TABLE hp_lua_rows (id BIGSERIAL PRIMARY KEY, tbl TEXT NOT NULL, \
+             at BIGINT NOT NULL, data TEXT NOT NULL)",
+            "CREATE INDEX hp_lua_rows_tbl ON hp_lua_rows (tbl, at)",
+            "CREATE TABLE hp_lua_counters (tbl TEXT NOT NULL, k TEXT NOT NULL, col TEXT NOT NULL, \
+             value BIGINT NOT NULL, updated_at BIGINT NOT NULL, PRIMARY KEY (tbl, k, col))",
+        ],
+        mysql: &[
+            "CREATE TABLE hp_lua_rows (id BIGINT AUTO_INCREMENT PRIMARY KEY, tbl VARCHAR(64) NOT NULL, \
+             at BIGINT NOT NULL, data MEDIUMTEXT NOT NULL, INDEX hp_lua_rows_tbl (tbl, at)) ENGINE=InnoDB",
+            "CREATE TABLE hp_lua_counters (tbl VARCHAR(64) NOT NULL, k VARCHAR(255) NOT NULL, \
+             col VARCHAR(64) NOT NULL, value BIGINT NOT NULL, updated_at BIGINT NOT NULL, \
+             PRIMARY KEY (tbl, k, col)) ENGINE=InnoDB",
+        ],
+    },
 ];
 
 /// The newest schema version this build knows.

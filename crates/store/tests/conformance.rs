@@ -316,6 +316,12 @@ impl Backend for Flaky {
     fn popup_event_counts(&mut self) -> Result<Vec<(u32, u8, u64)>, StoreError> {
         self.inner.popup_event_counts()
     }
+    fn lua_counter(&mut self, t: &str, k: &str, c: &str) -> Result<Option<i64>, StoreError> {
+        self.inner.lua_counter(t, k, c)
+    }
+    fn lua_rows(&mut self, table: &str, limit: usize) -> Result<Vec<(u32, String)>, StoreError> {
+        self.inner.lua_rows(table, limit)
+    }
     fn execute(&mut self, sql: &str) -> Result<(), StoreError> {
         self.inner.execute(sql)
     }
@@ -527,6 +533,55 @@ fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
     assert_eq!(store.popup_event_counts().unwrap()[&(4, SHOWN)], 1);
 }
 
+fn script_rows_and_counters_are_written_and_read_back(d: Dialect) {
+    let db = test_db(d, "lua");
+    let cfg = config(&db);
+    let (store, _) = Store::open(&cfg).unwrap();
+    // Keys and rows with quotes and non-ASCII text, which no statement may choke on.
+    let odd = "o'brien \"ü\" 🙂";
+    let row = |data: String, at| Change::LuaRow {
+        table: "checkins".into(),
+        at,
+        data: data.into(),
+    };
+    let add = |key: &str, delta| Change::LuaAdd {
+        table: "places".into(),
+        key: key.into(),
+        column: "visits".into(),
+        delta,
+        at: 7,
+    };
+    let big = format!("{{\"note\":\"{}\"}}", "x".repeat(60_000));
+    let mut w = store.writer(0);
+    for c in [
+        row(format!("{{\"user\":{odd:?}}}"), 5),
+        add(odd, 2),
+        add("cafe", 1),
+        add("cafe", 3),
+        add(odd, -1),
+        row("{\"user\":\"alice\"}".into(), 6),
+    ] {
+        w.append(c).unwrap();
+    }
+    w.commit().unwrap();
+    store.flush().unwrap();
+    for c in [add("cafe", 10), row(big.clone(), 9)] {
+        w.append(c).unwrap();
+    }
+    w.commit().unwrap();
+    store.flush().unwrap();
+    let mut b = backend::connect(&db.url, &db.dir).unwrap();
+    assert_eq!(b.lua_counter("places", "cafe", "visits").unwrap(), Some(14));
+    assert_eq!(b.lua_counter("places", odd, "visits").unwrap(), Some(1));
+    assert_eq!(b.lua_counter("places", "cafe", "other").unwrap(), None);
+    let rows = b.lua_rows("checkins", 10).unwrap();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[0], (5, format!("{{\"user\":{odd:?}}}")));
+    assert_eq!(rows[1].1, "{\"user\":\"alice\"}");
+    assert_eq!(rows[2], (9, big));
+    assert!(b.lua_rows("other", 10).unwrap().is_empty());
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod sqlite { use super::*; $( #[test] fn $name() { super::$name(Dialect::Sqlite) } )* }
@@ -546,6 +601,7 @@ suite!(
     failed_batches_are_merged_back_and_retried,
     a_full_journal_refuses_changes,
     popup_state_events_and_daily_counts_are_written_and_read_back,
+    script_rows_and_counters_are_written_and_read_back,
 );
 
 #[test]

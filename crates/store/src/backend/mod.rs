@@ -198,6 +198,87 @@ impl Dialect {
         self.multi_insert(POPUP_EVENTS_HEAD, 4, rows, "")
     }
 
+    /// The insert of `rows` rows of script tables.
+    pub fn insert_lua_rows(self, rows: usize) -> String {
+        self.multi_insert(LUA_ROWS_HEAD, 3, rows, "")
+    }
+
+    /// The upsert of `rows` script counters (they add; the latest second stays).
+    pub fn upsert_lua_counters(self, rows: usize) -> String {
+        self.multi_insert(LUA_COUNTERS_HEAD, 5, rows, self.lua_counters_tail())
+    }
+
+    fn lua_counters_tail(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => {
+                "ON CONFLICT (tbl, k, col) DO UPDATE SET value = hp_lua_counters.value + excluded.value, \
+                 updated_at = max(hp_lua_counters.updated_at, excluded.updated_at)"
+            }
+            Dialect::Postgres => {
+                "ON CONFLICT (tbl, k, col) DO UPDATE SET value = hp_lua_counters.value + excluded.value, \
+                 updated_at = GREATEST(hp_lua_counters.updated_at, excluded.updated_at)"
+            }
+            Dialect::Mysql => {
+                "ON DUPLICATE KEY UPDATE value = value + VALUES(value), \
+                 updated_at = GREATEST(updated_at, VALUES(updated_at))"
+            }
+        }
+    }
+
+    /// The script tables' statements of one batch with the values written in (MySQL; text
+    /// as hex strings, so nothing needs escaping), each at most about `max_bytes` long:
+    /// `(statement, rows)`.
+    pub fn lua_literals(self, batch: &Batch, max_bytes: usize) -> Vec<(String, usize)> {
+        use std::fmt::Write as _;
+        let hex = |out: &mut String, s: &str| {
+            out.push_str("X'");
+            for b in s.bytes() {
+                let _ = write!(out, "{b:02x}");
+            }
+            out.push('\'');
+        };
+        let mut out = Vec::new();
+        let mut flush = |sql: &mut String, n: &mut usize, tail: &str| {
+            if *n > 0 {
+                sql.push(' ');
+                sql.push_str(tail);
+                out.push((std::mem::take(sql), *n));
+                *n = 0;
+            }
+        };
+        let (mut sql, mut n) = (String::new(), 0);
+        for r in &batch.lua_rows {
+            sql.push_str(if n == 0 { LUA_ROWS_HEAD } else { "," });
+            sql.push_str(if n == 0 { " VALUES (" } else { "(" });
+            hex(&mut sql, &r.table);
+            let _ = write!(sql, ",{},", r.at);
+            hex(&mut sql, &r.data);
+            sql.push(')');
+            n += 1;
+            if sql.len() >= max_bytes {
+                flush(&mut sql, &mut n, "");
+            }
+        }
+        flush(&mut sql, &mut n, "");
+        let tail = self.lua_counters_tail();
+        for ((table, key, column), (delta, at)) in &batch.lua_counts {
+            sql.push_str(if n == 0 { LUA_COUNTERS_HEAD } else { "," });
+            sql.push_str(if n == 0 { " VALUES (" } else { "(" });
+            hex(&mut sql, table);
+            sql.push(',');
+            hex(&mut sql, key);
+            sql.push(',');
+            hex(&mut sql, column);
+            let _ = write!(sql, ",{delta},{at})");
+            n += 1;
+            if sql.len() >= max_bytes {
+                flush(&mut sql, &mut n, tail);
+            }
+        }
+        flush(&mut sql, &mut n, tail);
+        out
+    }
+
     /// The popup tables' statements of one batch with the values written in (MySQL; user
     /// ids as hex strings, so nothing needs escaping): users, daily counts, events; `None`
     /// for a table with nothing to write.
@@ -338,6 +419,8 @@ impl Dialect {
 }
 
 const POPUP_DAILY_HEAD: &str = "INSERT INTO hp_popup_daily (popup_id, day, shows)";
+const LUA_ROWS_HEAD: &str = "INSERT INTO hp_lua_rows (tbl, at, data)";
+const LUA_COUNTERS_HEAD: &str = "INSERT INTO hp_lua_counters (tbl, k, col, value, updated_at)";
 const POPUP_EVENT_COUNTS: &str = "SELECT popup_id, action, COUNT(*) FROM hp_popup_events \
      GROUP BY popup_id, action ORDER BY popup_id, action";
 const POPUP_EVENTS_HEAD: &str = "INSERT INTO hp_popup_events (at, user_id, popup_id, action)";
@@ -430,6 +513,18 @@ pub trait Backend: Send {
 
     /// `(popup, action, events)` over the whole event log (shows, clicks, closes per popup).
     fn popup_event_counts(&mut self) -> Result<Vec<(u32, u8, u64)>, StoreError>;
+
+    /// A script counter's stored value (`hp.store.add`), if it has one.
+    fn lua_counter(
+        &mut self,
+        table: &str,
+        key: &str,
+        column: &str,
+    ) -> Result<Option<i64>, StoreError>;
+
+    /// A script table's rows (`hp.store.enqueue`), oldest first: `(unix second, JSON text)`,
+    /// at most `limit`.
+    fn lua_rows(&mut self, table: &str, limit: usize) -> Result<Vec<(u32, String)>, StoreError>;
 
     /// Runs one statement outside any batch (tests, tools).
     fn execute(&mut self, sql: &str) -> Result<(), StoreError>;

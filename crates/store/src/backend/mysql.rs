@@ -112,6 +112,13 @@ impl Backend for Mysql {
                     w.rows += n as u64;
                 }
             }
+            // Script rows may be large: statements of at most ~4 MiB, well under the
+            // server's max_allowed_packet.
+            for (sql, n) in D.lua_literals(batch, 4 << 20) {
+                tx.query_drop(sql)?;
+                w.statements += 1;
+                w.rows += n as u64;
+            }
             tx.commit()?;
             Ok(w)
         })
@@ -194,6 +201,30 @@ impl Backend for Mysql {
 
     fn save_popup(&mut self, id: u32, definition: &str, updated_at: i64) -> Result<(), StoreError> {
         self.with(|c| c.exec_drop(D.save_popup(), (id, definition, updated_at)))
+    }
+
+    fn lua_counter(
+        &mut self,
+        table: &str,
+        key: &str,
+        column: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        self.with(|c| {
+            c.exec_first(
+                "SELECT value FROM hp_lua_counters WHERE tbl = ? AND k = ? AND col = ?",
+                (table, key, column),
+            )
+        })
+    }
+
+    fn lua_rows(&mut self, table: &str, limit: usize) -> Result<Vec<(u32, String)>, StoreError> {
+        self.with(|c| {
+            let rows: Vec<(i64, String)> = c.exec(
+                "SELECT at, data FROM hp_lua_rows WHERE tbl = ? ORDER BY id LIMIT ?",
+                (table, limit as u64),
+            )?;
+            Ok(rows.into_iter().map(|(at, d)| (at as u32, d)).collect())
+        })
     }
 
     fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError> {

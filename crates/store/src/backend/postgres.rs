@@ -211,6 +211,33 @@ impl Backend for Postgres {
                     v.push(Box::new(i16::from(ev.action)));
                 },
             )?;
+            let r = &batch.lua_rows;
+            put(
+                &mut tx,
+                "lua_rows",
+                r.len(),
+                &|n| D.insert_lua_rows(n),
+                &|i, v| {
+                    v.push(Box::new(r[i].table.to_string()));
+                    v.push(Box::new(i64::from(r[i].at)));
+                    v.push(Box::new(r[i].data.to_string()));
+                },
+            )?;
+            let l = &batch.lua_counts;
+            put(
+                &mut tx,
+                "lua_counts",
+                l.len(),
+                &|n| D.upsert_lua_counters(n),
+                &|i, v| {
+                    let ((t, k, c), (delta, at)) = &l[i];
+                    v.push(Box::new(t.to_string()));
+                    v.push(Box::new(k.to_string()));
+                    v.push(Box::new(c.to_string()));
+                    v.push(Box::new(*delta));
+                    v.push(Box::new(i64::from(*at)));
+                },
+            )?;
             if !batch.seqs.is_empty() {
                 let mut vals: Vec<Param> = Vec::with_capacity(batch.seqs.len() * 2);
                 for &(j, s) in &batch.seqs {
@@ -327,6 +354,34 @@ impl Backend for Postgres {
         self.with(|c| {
             c.execute(D.save_popup(), &[&(id as i32), &definition, &updated_at])
                 .map(|_| ())
+        })
+    }
+
+    fn lua_counter(
+        &mut self,
+        table: &str,
+        key: &str,
+        column: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        self.with(|c| {
+            let rows = c.query(
+                "SELECT value FROM hp_lua_counters WHERE tbl = $1 AND k = $2 AND col = $3",
+                &[&table, &key, &column],
+            )?;
+            Ok(rows.first().map(|r| r.get::<_, i64>(0)))
+        })
+    }
+
+    fn lua_rows(&mut self, table: &str, limit: usize) -> Result<Vec<(u32, String)>, StoreError> {
+        self.with(|c| {
+            let rows = c.query(
+                "SELECT at, data FROM hp_lua_rows WHERE tbl = $1 ORDER BY id LIMIT $2",
+                &[&table, &(limit as i64)],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get::<_, i64>(0) as u32, r.get::<_, String>(1)))
+                .collect())
         })
     }
 

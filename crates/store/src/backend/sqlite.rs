@@ -189,6 +189,34 @@ impl Backend for Sqlite {
                     ])
                 },
             )?;
+            put(
+                &tx,
+                &mut w,
+                &batch.lua_rows,
+                |n| D.insert_lua_rows(n),
+                |r, v| {
+                    v.extend([
+                        Value::Text(r.table.to_string()),
+                        i64::from(r.at).into(),
+                        Value::Text(r.data.to_string()),
+                    ])
+                },
+            )?;
+            put(
+                &tx,
+                &mut w,
+                &batch.lua_counts,
+                |n| D.upsert_lua_counters(n),
+                |((t, k, c), (delta, at)), v| {
+                    v.extend([
+                        Value::Text(t.to_string()),
+                        Value::Text(k.to_string()),
+                        Value::Text(c.to_string()),
+                        (*delta).into(),
+                        i64::from(*at).into(),
+                    ])
+                },
+            )?;
             if !batch.seqs.is_empty() {
                 let mut st = tx.prepare_cached(&D.upsert_journal(batch.seqs.len()))?;
                 let params = batch
@@ -303,6 +331,33 @@ impl Backend for Sqlite {
                 rusqlite::params![id, definition, updated_at],
             )
             .map(|_| ())
+        })
+    }
+
+    fn lua_counter(
+        &mut self,
+        table: &str,
+        key: &str,
+        column: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        self.with(|c| {
+            let mut st = c.prepare_cached(
+                "SELECT value FROM hp_lua_counters WHERE tbl = ?1 AND k = ?2 AND col = ?3",
+            )?;
+            let mut rows = st.query_map([table, key, column], |r| r.get::<_, i64>(0))?;
+            rows.next().transpose()
+        })
+    }
+
+    fn lua_rows(&mut self, table: &str, limit: usize) -> Result<Vec<(u32, String)>, StoreError> {
+        self.with(|c| {
+            let mut st = c.prepare_cached(
+                "SELECT at, data FROM hp_lua_rows WHERE tbl = ?1 ORDER BY id LIMIT ?2",
+            )?;
+            let rows = st.query_map(rusqlite::params![table, limit as i64], |r| {
+                Ok((r.get::<_, i64>(0)? as u32, r.get::<_, String>(1)?))
+            })?;
+            rows.collect()
         })
     }
 
