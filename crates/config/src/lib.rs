@@ -323,6 +323,16 @@ section! {
         pub udp_max_sockets: usize = 64,
         /// Seconds an unused pooled UDP socket stays open.
         pub udp_idle_secs: u64 = 60,
+        /// Milliseconds an `hp.tcp.request` exchange may take (connect, send, answer) unless
+        /// the script gives its own `timeout_ms`.
+        pub tcp_timeout_ms: u64 = 1000,
+        /// Idle connections `hp.tcp.request` keeps per worker and remote, for reuse.
+        pub tcp_max_idle: usize = 8,
+        /// Seconds an idle pooled TCP connection stays open.
+        pub tcp_idle_secs: u64 = 60,
+        /// Requests that may wait for a worker's TCP exchanges at once; beyond it
+        /// `hp.tcp.request` fails at once ("too many requests wait").
+        pub tcp_max_waiting: usize = 1024,
     }
 }
 
@@ -681,6 +691,15 @@ impl Config {
         }
         if l.udp_idle_secs == 0 {
             return bad("lua.udp_idle_secs", "must be at least 1");
+        }
+        if !(1..=60_000).contains(&l.tcp_timeout_ms) {
+            return bad("lua.tcp_timeout_ms", "must be between 1 and 60000");
+        }
+        if l.tcp_idle_secs == 0 {
+            return bad("lua.tcp_idle_secs", "must be at least 1");
+        }
+        if l.tcp_max_waiting == 0 {
+            return bad("lua.tcp_max_waiting", "must be at least 1");
         }
         Ok(())
     }

@@ -556,3 +556,123 @@ fn acknowledged_checkins_survive_kill_9() {
     assert!(acked <= counted && counted <= sent);
     drop(p);
 }
+
+/// A line server on loopback: answers "re:LINE\n" ("slow" after 400 ms, "hang" never);
+/// counts the connections it accepted. It stops accepting after 30 s.
+fn line_server() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    l.set_nonblocking(true).unwrap();
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let Ok((s, _)) = l.accept() else {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            };
+            count.fetch_add(1, Ordering::Relaxed);
+            s.set_nonblocking(false).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            std::thread::spawn(move || {
+                let mut w = s.try_clone().unwrap();
+                for line in BufReader::new(s).lines().map_while(Result::ok) {
+                    match line.as_str() {
+                        "hang" => std::thread::sleep(Duration::from_secs(3)),
+                        "slow" => std::thread::sleep(Duration::from_millis(400)),
+                        _ => {}
+                    }
+                    if w.write_all(format!("re:{line}\n").as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+#[test]
+fn tcp_requests_wait_off_the_worker_over_pooled_connections() {
+    use std::sync::atomic::Ordering;
+    let (backend, accepted) = line_server();
+    let script = format!(
+        "function handle(req)\n  local r, err = hp.tcp.request('{backend}', (req:arg('say') or 'hi') .. '\\n', {{ timeout_ms = tonumber(req:arg('t')) }})\n  if not r then return 502, nil, 'no answer: ' .. err end\n  return 200, nil, r\nend\n"
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let refused_addr = closed.local_addr().unwrap();
+    drop(closed);
+    let (mut c, _dir) = config_with(&[
+        ("ask", &script),
+        (
+            "refused",
+            &format!("function handle() local r, err = hp.tcp.request('{refused_addr}', 'x\\n') return 502, nil, tostring(err) end"),
+        ),
+        (
+            "spin",
+            "function handle() if false then hp.tcp.request('x', 'y') end while true do end end",
+        ),
+        ("plain", "function handle() return 200, nil, 'plain' end"),
+    ]);
+    c.server.workers = 1;
+    c.lua.max_ms = 300;
+    let server = start(&c);
+    let http = server.http_addr().unwrap();
+    let mut cl = Client::connect(http);
+    for i in 0..50 {
+        let r = cl.get(&format!("/ask?say=n{i}"));
+        assert_eq!((r.status, body(&r)), (200, format!("re:n{i}\n")));
+    }
+    assert_eq!(
+        accepted.load(Ordering::Relaxed),
+        1,
+        "one connection, reused"
+    );
+    // A slow answer parks its request; the worker serves other connections meanwhile.
+    let slow = std::thread::spawn(move || {
+        let mut cl = Client::connect(http);
+        let t = Instant::now();
+        let r = cl.get("/ask?say=slow");
+        (r.status, body(&r), t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    let mut other = Client::connect(http);
+    assert_eq!(body(&other.get("/plain")), "plain");
+    assert!(
+        t.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        t.elapsed()
+    );
+    let (status, text, took) = slow.join().unwrap();
+    assert_eq!((status, text.as_str()), (200, "re:slow\n"));
+    assert!(took >= Duration::from_millis(400), "{took:?}");
+    // No answer within the timeout; nobody listening.
+    let t = Instant::now();
+    let r = cl.get("/ask?say=hang&t=200");
+    assert_eq!(r.status, 502);
+    assert!(body(&r).contains("timed out"), "{}", body(&r));
+    assert!(t.elapsed() < Duration::from_secs(2));
+    let r = cl.get("/refused");
+    assert_eq!(r.status, 502);
+    assert!(body(&r).contains("refused"), "{}", body(&r));
+    // A runaway script that could wait is still stopped at its budget.
+    assert_eq!(cl.get("/spin").status, 500);
+    assert_eq!(body(&cl.get("/ask?say=after")), "re:after\n");
+    let admin = server.admin_addr().unwrap();
+    assert_eq!(
+        metric(admin, "hotpath_lua_tcp_requests_total{result=\"ok\"}"),
+        52.0
+    );
+    assert_eq!(
+        metric(admin, "hotpath_lua_tcp_requests_total{result=\"timeout\"}"),
+        1.0
+    );
+    server.shutdown().unwrap();
+}

@@ -13,6 +13,7 @@
 
 mod req;
 pub mod shared;
+pub mod tcp;
 pub mod udp;
 mod vm;
 
@@ -33,8 +34,9 @@ use parking_lot::{Mutex, RwLock};
 use hotpath_store::{JournalWriter, Store};
 
 use crate::shared::SharedDict;
+use crate::tcp::{PoolSettings, TcpCounters, TcpHandle};
 use crate::udp::{UdpCounters, UdpPool};
-use crate::vm::{Env, Failure, Limits, Script, Vm};
+use crate::vm::{Env, Failure, Limits, Parked, Script, Step, Vm};
 
 /// Journal numbers of the Lua workers (the tracker's are 0.., the popup service's 65536..).
 pub const JOURNAL_BASE: u32 = 2 << 16;
@@ -146,6 +148,9 @@ struct Inner {
     udp_max_sockets: usize,
     udp_idle: Duration,
     store: Option<Arc<Store>>,
+    tcp: Arc<TcpCounters>,
+    tcp_settings: PoolSettings,
+    tcp_timeout: Duration,
 }
 
 impl Inner {
@@ -182,7 +187,7 @@ impl Inner {
             udp: Arc::new(UdpCounters::default()),
             ..self.env()
         };
-        Vm::new(&scripts, &env, self.pool(), None)?;
+        Vm::new(&scripts, &env, self.pool(), None, None)?;
         Ok(scripts)
     }
 }
@@ -215,6 +220,13 @@ impl LuaService {
             udp_max_sockets: cfg.udp_max_sockets,
             udp_idle: Duration::from_secs(cfg.udp_idle_secs),
             store,
+            tcp: Arc::new(TcpCounters::default()),
+            tcp_settings: PoolSettings {
+                max_idle: cfg.tcp_max_idle,
+                idle: Duration::from_secs(cfg.tcp_idle_secs),
+                max_waiting: cfg.tcp_max_waiting,
+            },
+            tcp_timeout: Duration::from_millis(cfg.tcp_timeout_ms),
         };
         let scripts = inner.read_and_check()?;
         *inner.scripts.write() = Arc::new(scripts);
@@ -239,8 +251,20 @@ impl Service for LuaService {
             .store
             .as_ref()
             .map(|s| Rc::new(RefCell::new(s.writer(JOURNAL_BASE + index as u32))));
-        let vm = match Vm::new(&scripts, &inner.env(), pool.clone(), journal.clone()) {
-            Ok(vm) => Some(vm),
+        let tcp = Rc::new(RefCell::new(TcpHandle::new(
+            index,
+            inner.tcp_settings,
+            inner.tcp.clone(),
+            inner.tcp_timeout,
+        )));
+        let vm = match Vm::new(
+            &scripts,
+            &inner.env(),
+            pool.clone(),
+            journal.clone(),
+            Some(tcp.clone()),
+        ) {
+            Ok(vm) => Some(Rc::new(vm)),
             Err(e) => {
                 log::error!(
                     "lua: worker {index} cannot load the scripts: {e}; its Lua routes answer 500"
@@ -255,6 +279,8 @@ impl Service for LuaService {
             vm,
             pool,
             journal,
+            tcp,
+            parked: HashMap::new(),
             served: 0,
             log_second: 0,
             logged: 0,
@@ -320,6 +346,15 @@ impl Service for LuaService {
              # HELP hotpath_lua_udp_sockets UDP sockets open in the pools.\n\
              # TYPE hotpath_lua_udp_sockets gauge\n\
              hotpath_lua_udp_sockets {}\n\
+             # HELP hotpath_lua_tcp_requests_total hp.tcp.request exchanges, by result.\n\
+             # TYPE hotpath_lua_tcp_requests_total counter\n\
+             hotpath_lua_tcp_requests_total{{result=\"ok\"}} {}\n\
+             hotpath_lua_tcp_requests_total{{result=\"error\"}} {}\n\
+             hotpath_lua_tcp_requests_total{{result=\"timeout\"}} {}\n\
+             hotpath_lua_tcp_requests_total{{result=\"refused\"}} {}\n\
+             # HELP hotpath_lua_tcp_connections_opened_total TCP connections hp.tcp.request opened (pooled, reused).\n\
+             # TYPE hotpath_lua_tcp_connections_opened_total counter\n\
+             hotpath_lua_tcp_connections_opened_total {}\n\
              # HELP hotpath_lua_udp_messages_total Messages hp.udp.send was given, by result.\n\
              # TYPE hotpath_lua_udp_messages_total counter\n\
              hotpath_lua_udp_messages_total{{result=\"sent\"}} {}\n\
@@ -338,6 +373,11 @@ impl Service for LuaService {
             g(&shared.evictions),
             g(&self.inner.udp.opened),
             g(&self.inner.udp.open),
+            g(&self.inner.tcp.ok),
+            g(&self.inner.tcp.errors),
+            g(&self.inner.tcp.timeouts),
+            g(&self.inner.tcp.refused),
+            g(&self.inner.tcp.opened),
             g(&self.inner.udp.sent),
             g(&self.inner.udp.dropped),
             g(&self.inner.udp.errors),
@@ -375,12 +415,34 @@ impl Service for LuaService {
     }
 }
 
+/// A parked request: the VM its coroutine lives in (kept even if a reload replaced it), the
+/// coroutine, its route, and what the request was (so a new request on a reused address is
+/// never taken for it).
+struct Waiting {
+    vm: Rc<Vm>,
+    parked: Parked,
+    route: usize,
+    fingerprint: u64,
+}
+
+fn fingerprint(req: &Request<'_, '_>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (req.method, req.path, req.query, req.body).hash(&mut h);
+    h.finish()
+}
+
 struct LuaWorker {
     inner: Arc<Inner>,
     index: usize,
     /// The scripts' generation this worker's VM runs.
     generation: u64,
-    vm: Option<Vm>,
+    vm: Option<Rc<Vm>>,
+    /// This worker's TCP thread and pool (`hp.tcp.request`).
+    tcp: Rc<RefCell<TcpHandle>>,
+    /// Requests waiting for a TCP answer, by connection (a connection has at most one: the
+    /// server reads nothing more from it meanwhile).
+    parked: HashMap<std::net::SocketAddr, Waiting>,
     /// This worker's UDP sockets: they outlive a reload's new VM.
     pool: Rc<RefCell<UdpPool>>,
     /// This worker's journal (`hp.store`), when the store is on.
@@ -404,8 +466,9 @@ impl LuaWorker {
             &self.inner.env(),
             self.pool.clone(),
             self.journal.clone(),
+            Some(self.tcp.clone()),
         ) {
-            Ok(vm) => self.vm = Some(vm),
+            Ok(vm) => self.vm = Some(Rc::new(vm)),
             Err(e) => log::error!(
                 "lua: worker {} cannot load the reloaded scripts ({e}); it keeps the ones before",
                 self.index
@@ -445,28 +508,62 @@ impl ServiceWorker for LuaWorker {
             resp.body.extend_from_slice(b"method not allowed\n");
             return Some(Handled::Answered(Kind::Lua, Outcome::Refused));
         }
-        self.catch_up();
-        let c = &self.inner.counters;
-        c.requests.fetch_add(1, Ordering::Relaxed);
-        let Some(vm) = &self.vm else {
-            resp.status = 500;
-            resp.body
-                .extend_from_slice(b"internal error: the scripts did not load\n");
-            return Some(Handled::Answered(Kind::Lua, Outcome::Refused));
+        let print = fingerprint(req);
+        let step = match self.parked.remove(&ctx.peer) {
+            Some(w) if w.fingerprint == print => {
+                let Some(result) = self.tcp.borrow().take(w.parked.job) else {
+                    self.parked.insert(ctx.peer, w);
+                    return Some(Handled::Parked);
+                };
+                let (vm, route) = (w.vm.clone(), w.route);
+                (vm.resume(w.parked, result, resp), vm, route)
+            }
+            // A stale entry (its connection went; the address came back): forget it.
+            _ => {
+                self.catch_up();
+                self.inner.counters.requests.fetch_add(1, Ordering::Relaxed);
+                let Some(vm) = self.vm.clone() else {
+                    resp.status = 500;
+                    resp.body
+                        .extend_from_slice(b"internal error: the scripts did not load\n");
+                    return Some(Handled::Answered(Kind::Lua, Outcome::Refused));
+                };
+                (vm.handle(route, req, ctx.peer, resp), vm, route)
+            }
         };
-        let result = vm.handle(route, req, ctx.peer, resp);
+        let (result, vm, route) = step;
+        let c = &self.inner.counters;
         self.served += 1;
         if self.served % 1024 == 1 {
             c.memory.lock().insert(self.index, vm.memory() as u64);
         }
         match result {
-            Ok(()) => {
+            Ok(Step::Done) => {
                 let outcome = if resp.status < 400 {
                     Outcome::Ok
                 } else {
                     Outcome::Refused
                 };
                 Some(Handled::Answered(Kind::Lua, outcome))
+            }
+            Ok(Step::Waiting(parked)) => {
+                resp.reset();
+                if self.parked.len() >= 2 * self.inner.tcp_settings.max_waiting {
+                    // Connections that closed while they waited are never asked again: drop
+                    // those whose answer came and was not collected.
+                    let tcp = self.tcp.borrow();
+                    self.parked.retain(|_, w| tcp.take(w.parked.job).is_none());
+                }
+                self.parked.insert(
+                    ctx.peer,
+                    Waiting {
+                        vm,
+                        parked,
+                        route,
+                        fingerprint: print,
+                    },
+                );
+                Some(Handled::Parked)
             }
             Err(f) => {
                 let (counter, what) = match &f {
@@ -491,6 +588,10 @@ impl ServiceWorker for LuaWorker {
                 Some(Handled::Answered(Kind::Lua, Outcome::Refused))
             }
         }
+    }
+
+    fn set_wake(&mut self, wake: hotpath_service::Wake) {
+        *self.tcp.borrow().wake.lock() = Some(wake);
     }
 
     fn udp(&mut self, _packet: &[u8], _ctx: &Context, _out: &mut Vec<u8>) -> (Kind, Outcome) {

@@ -10,14 +10,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hotpath_service::{HttpResponse, Request};
 use mlua::{
-    AnyUserData, Function, HookTriggers, Lua, LuaOptions, LuaSerdeExt, StdLib, UserData,
-    UserDataMethods, Value, Variadic, VmState,
+    AnyUserData, Function, HookTriggers, Lua, LuaOptions, LuaSerdeExt, StdLib, Thread,
+    ThreadStatus, UserData, UserDataMethods, Value, Variadic, VmState,
 };
 
 use crate::req::Req;
 use hotpath_store::{Change, JournalWriter, MAX_NAME_LEN, MAX_ROW_LEN, MAX_USER_LEN};
 
 use crate::shared::{SharedDict, Val};
+use crate::tcp::{TcpHandle, Until};
 use crate::udp::{UdpCounters, UdpPool};
 use crate::Counters;
 
@@ -119,8 +120,36 @@ pub enum Failure {
 pub struct Vm {
     lua: Lua,
     handlers: Vec<Function>,
-    req: AnyUserData,
+    /// Per route: its script uses `hp.tcp`, so `handle` runs in a coroutine that can wait
+    /// (a plain call otherwise, which costs less).
+    in_coroutine: Vec<bool>,
+    /// The request object handed to the next `handle`; a parked request keeps its own.
+    req: RefCell<AnyUserData>,
     budget: Rc<Budget>,
+    /// What `hp.tcp.request` yields first, so the worker knows the yield is its own.
+    mark: mlua::Table,
+    /// Finished coroutines, reused for the next requests.
+    free: RefCell<Vec<Thread>>,
+}
+
+/// Coroutines kept for reuse.
+const FREE_THREADS: usize = 64;
+
+/// Where a request stands after its script ran.
+pub enum Step {
+    /// Answered (the response is filled in).
+    Done,
+    /// Waiting for TCP exchange `job`; resume it with [`Vm::resume`].
+    Waiting(Parked),
+}
+
+/// A request whose script waits for a TCP answer.
+pub struct Parked {
+    thread: Thread,
+    /// Its request object, no longer the VM's.
+    _req: AnyUserData,
+    /// The exchange it waits for.
+    pub job: u64,
 }
 
 fn lua_error(e: mlua::Error) -> String {
@@ -135,6 +164,7 @@ impl Vm {
         env: &Env,
         pool: Rc<RefCell<UdpPool>>,
         journal: Option<Rc<RefCell<JournalWriter>>>,
+        tcp: Option<Rc<RefCell<TcpHandle>>>,
     ) -> Result<Vm, String> {
         let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default()).map_err(lua_error)?;
         lua.set_memory_limit(env.limits.memory).map_err(lua_error)?;
@@ -150,10 +180,12 @@ impl Vm {
             HookTriggers::new().every_nth_instruction(CHECK_EVERY),
             move |_, _| b.tick(),
         );
-        install_api(&lua, env, pool).map_err(lua_error)?;
+        install_api(&lua, env, pool.clone()).map_err(lua_error)?;
+        let mark = install_tcp(&lua, pool, tcp, budget.clone()).map_err(lua_error)?;
         install_store(&lua, journal, budget.clone()).map_err(lua_error)?;
         let globals = lua.globals();
         let mut handlers = Vec::with_capacity(scripts.len());
+        let mut in_coroutine = Vec::with_capacity(scripts.len());
         for s in scripts {
             let scope = lua.create_table().map_err(lua_error)?;
             let meta = lua.create_table().map_err(lua_error)?;
@@ -170,6 +202,7 @@ impl Vm {
             chunk
                 .call::<()>(())
                 .map_err(|e| format!("{}: {e}", s.name))?;
+            in_coroutine.push(s.source.windows(6).any(|w| w == b"hp.tcp"));
             match scope.raw_get::<Value>("handle").map_err(lua_error)? {
                 Value::Function(f) => handlers.push(f),
                 _ => return Err(format!("{}: defines no function handle(req)", s.name)),
@@ -179,40 +212,158 @@ impl Vm {
         Ok(Vm {
             lua,
             handlers,
-            req,
+            in_coroutine,
+            req: RefCell::new(req),
             budget,
+            mark,
+            free: RefCell::new(Vec::new()),
         })
     }
 
-    /// Runs route `route`'s `handle(req)` and writes its answer into `resp`.
+    /// Runs route `route`'s `handle(req)` in a coroutine and writes its answer into `resp`,
+    /// or says what it waits for.
     pub fn handle(
         &self,
         route: usize,
         req: &Request<'_, '_>,
         peer: SocketAddr,
         resp: &mut HttpResponse,
-    ) -> Result<(), Failure> {
-        self.req
-            .borrow_mut::<Req>()
+    ) -> Result<Step, Failure> {
+        let ud = self.req.borrow().clone();
+        ud.borrow_mut::<Req>()
             .map_err(|e| Failure::Error(e.to_string()))?
             .fill(req, peer);
-        self.budget.start();
-        self.budget.active.set(true);
-        let result = self.handlers[route].call::<(Value, Value, Value)>(self.req.clone());
-        self.budget.active.set(false);
-        match result {
-            Ok((status, headers, body)) => answer(status, headers, body, resp).map_err(|e| {
+        let handler = self.handlers[route].clone();
+        if !self.in_coroutine[route] {
+            self.budget.start();
+            self.budget.active.set(true);
+            let result = handler.call::<(Value, Value, Value)>(ud);
+            self.budget.active.set(false);
+            let (status, headers, body) = result.map_err(|e| self.failure(e))?;
+            answer(status, headers, body, resp).map_err(|e| {
                 resp.extra_headers.clear();
                 resp.body.clear();
                 Failure::Error(e)
-            }),
-            Err(e) if self.budget.tripped.get() => Err(Failure::Budget(e.to_string())),
-            Err(e) if is_memory(&e) => {
-                // What the request held is garbage now: give it back before the next one.
-                let _ = self.lua.gc_collect();
-                Err(Failure::Memory(e.to_string()))
+            })?;
+            return Ok(Step::Done);
+        }
+        let reused = self.free.borrow_mut().pop();
+        let thread = match reused {
+            Some(t) => {
+                t.reset(handler)
+                    .map_err(|e| Failure::Error(e.to_string()))?;
+                t
             }
-            Err(e) => Err(Failure::Error(e.to_string())),
+            None => {
+                let t = self
+                    .lua
+                    .create_thread(handler)
+                    .map_err(|e| Failure::Error(e.to_string()))?;
+                // A coroutine has hooks of its own: the budget's too.
+                let b = self.budget.clone();
+                t.set_hook(
+                    HookTriggers::new().every_nth_instruction(CHECK_EVERY),
+                    move |_, _| b.tick(),
+                );
+                t
+            }
+        };
+        self.run(thread, ud, mlua::MultiValue::from_vec(vec![]), true, resp)
+    }
+
+    /// Resumes a parked request with its TCP exchange's result (the answer, or nil and why).
+    pub fn resume(
+        &self,
+        parked: Parked,
+        result: Result<Vec<u8>, String>,
+        resp: &mut HttpResponse,
+    ) -> Result<Step, Failure> {
+        let to_lua = |r: Result<Vec<u8>, String>| -> mlua::Result<mlua::MultiValue> {
+            Ok(match r {
+                Ok(a) => {
+                    mlua::MultiValue::from_vec(vec![Value::String(self.lua.create_string(a)?)])
+                }
+                Err(e) => mlua::MultiValue::from_vec(vec![
+                    Value::Nil,
+                    Value::String(self.lua.create_string(e)?),
+                ]),
+            })
+        };
+        let args = to_lua(result).map_err(|e| Failure::Error(e.to_string()))?;
+        self.run(parked.thread, parked._req, args, false, resp)
+    }
+
+    /// Resumes `thread` (the first time with the request object) and sorts out how it ended.
+    fn run(
+        &self,
+        thread: Thread,
+        ud: AnyUserData,
+        args: mlua::MultiValue,
+        first: bool,
+        resp: &mut HttpResponse,
+    ) -> Result<Step, Failure> {
+        self.budget.start();
+        self.budget.active.set(true);
+        let result = if first {
+            thread.resume::<mlua::MultiValue>(ud.clone())
+        } else {
+            thread.resume::<mlua::MultiValue>(args)
+        };
+        self.budget.active.set(false);
+        let values = result.map_err(|e| self.failure(e))?;
+        let mut values = values.into_iter();
+        if thread.status() == ThreadStatus::Resumable {
+            let ours = matches!(values.next(), Some(Value::Table(t)) if t == self.mark);
+            let job = match values.next() {
+                Some(Value::Integer(id)) if ours => id as u64,
+                _ => {
+                    return Err(Failure::Error(
+                        "the script yielded outside hp.tcp.request (coroutine.yield at the top of handle)"
+                            .into(),
+                    ))
+                }
+            };
+            if first {
+                // The request object stays with the parked request; the next gets a new one.
+                let fresh = self
+                    .lua
+                    .create_userdata(Req::default())
+                    .map_err(|e| Failure::Error(e.to_string()))?;
+                *self.req.borrow_mut() = fresh;
+            }
+            return Ok(Step::Waiting(Parked {
+                thread,
+                _req: ud,
+                job,
+            }));
+        }
+        let (status, headers, body) = (
+            values.next().unwrap_or(Value::Nil),
+            values.next().unwrap_or(Value::Nil),
+            values.next().unwrap_or(Value::Nil),
+        );
+        let mut free = self.free.borrow_mut();
+        if free.len() < FREE_THREADS {
+            free.push(thread);
+        }
+        answer(status, headers, body, resp).map_err(|e| {
+            resp.extra_headers.clear();
+            resp.body.clear();
+            Failure::Error(e)
+        })?;
+        Ok(Step::Done)
+    }
+
+    /// What a script's error was.
+    fn failure(&self, e: mlua::Error) -> Failure {
+        if self.budget.tripped.get() {
+            Failure::Budget(e.to_string())
+        } else if is_memory(&e) {
+            // What the request held is garbage now: give it back before the next one.
+            let _ = self.lua.gc_collect();
+            Failure::Memory(e.to_string())
+        } else {
+            Failure::Error(e.to_string())
         }
     }
 
@@ -624,4 +775,73 @@ fn stored(lua: &Lua, ok: bool) -> mlua::Result<(Value, Value)> {
             Value::String(lua.create_string("store full: try again later")?),
         ))
     }
+}
+
+/// `hp.tcp.request(addr, data, opts)`: the script's coroutine yields to the worker, which
+/// parks the HTTP request until the worker's TCP thread has the answer. Returns the table
+/// the wrapper yields first, which marks the yield as hp.tcp's.
+fn install_tcp(
+    lua: &Lua,
+    pool: Rc<RefCell<UdpPool>>,
+    tcp: Option<Rc<RefCell<TcpHandle>>>,
+    budget: Rc<Budget>,
+) -> mlua::Result<mlua::Table> {
+    let submit = lua.create_function(
+        move |lua, (target, data, opts): (mlua::String, mlua::String, Option<mlua::Table>)| {
+            let fail = |e: String| -> mlua::Result<(Value, Value)> {
+                Ok((Value::Nil, Value::String(lua.create_string(e)?)))
+            };
+            if !budget.active.get() {
+                return Err(mlua::Error::runtime(
+                    "hp.tcp.request: only while handling a request, not while the script loads",
+                ));
+            }
+            let Some(tcp) = &tcp else {
+                return Err(mlua::Error::runtime("hp.tcp.request: not available here"));
+            };
+            let to = match pool.borrow_mut().resolve(&target.to_str()?) {
+                Ok(a) => a,
+                Err(e) => return fail(e),
+            };
+            let mut tcp = tcp.borrow_mut();
+            let mut until = Until::Delimiter(b"\n".to_vec());
+            let mut timeout = tcp.timeout;
+            if let Some(o) = opts {
+                if let Some(d) = o.get::<Option<mlua::String>>("until")? {
+                    until = Until::Delimiter(d.as_bytes().to_vec());
+                }
+                if let Some(n) = o.get::<Option<u64>>("bytes")? {
+                    until = Until::Bytes(n.min(crate::tcp::MAX_ANSWER as u64) as usize);
+                }
+                if let Some(ms) = o.get::<Option<u64>>("timeout_ms")? {
+                    timeout = Duration::from_millis(ms.clamp(1, 60_000));
+                }
+            }
+            match tcp.submit(to, data.as_bytes().to_vec(), until, timeout) {
+                Ok(id) => Ok((Value::Integer(id as i64), Value::Nil)),
+                Err(e) => fail(e),
+            }
+        },
+    )?;
+    let hp: mlua::Table = lua.globals().get("hp")?;
+    hp.set("_tcp_submit", submit)?;
+    lua.load(
+        r#"
+        local submit, yield = hp._tcp_submit, coroutine.yield
+        hp._tcp_submit = nil
+        local mark = {}
+        hp.tcp = {
+          -- hp.tcp.request(addr, data, {until = "\n" | bytes = n, timeout_ms = ms})
+          --   -> the answer, or nil, err
+          request = function(addr, data, opts)
+            local id, err = submit(addr, data, opts)
+            if not id then return nil, err end
+            return yield(mark, id)
+          end,
+        }
+        return mark
+        "#,
+    )
+    .set_name("=hp.tcp")
+    .eval()
 }
