@@ -229,15 +229,14 @@ impl Vm {
         peer: SocketAddr,
         resp: &mut HttpResponse,
     ) -> Result<Step, Failure> {
-        let ud = self.req.borrow().clone();
-        ud.borrow_mut::<Req>()
-            .map_err(|e| Failure::Error(e.to_string()))?
-            .fill(req, peer);
-        let handler = self.handlers[route].clone();
         if !self.in_coroutine[route] {
+            let ud = self.req.borrow();
+            ud.borrow_mut::<Req>()
+                .map_err(|e| Failure::Error(e.to_string()))?
+                .fill(req, peer);
             self.budget.start();
             self.budget.active.set(true);
-            let result = handler.call::<(Value, Value, Value)>(ud);
+            let result = self.handlers[route].call::<(Value, Value, Value)>(&*ud);
             self.budget.active.set(false);
             let (status, headers, body) = result.map_err(|e| self.failure(e))?;
             answer(status, headers, body, resp).map_err(|e| {
@@ -247,6 +246,11 @@ impl Vm {
             })?;
             return Ok(Step::Done);
         }
+        let ud = self.req.borrow().clone();
+        ud.borrow_mut::<Req>()
+            .map_err(|e| Failure::Error(e.to_string()))?
+            .fill(req, peer);
+        let handler = self.handlers[route].clone();
         let reused = self.free.borrow_mut().pop();
         let thread = match reused {
             Some(t) => {
