@@ -229,6 +229,9 @@ pub fn run(cfg: StatsdConfig, socket: UdpSocket, shared: Arc<Shared>, stop: Arc<
         while Instant::now() < next && !stop.load(Ordering::Acquire) {
             std::thread::sleep(Duration::from_millis(50).min(interval));
         }
+        // Read before the figures are: a stop that comes while this push is under way gets
+        // one more push after it, so nothing counted before the stop is left out.
+        let stopping = stop.load(Ordering::Acquire);
         let mut text = String::with_capacity(8192);
         metrics::write_prometheus(&metrics::totals(&shared.metrics), &mut text);
         shared.service.write_metrics(&mut text);
@@ -244,7 +247,7 @@ pub fn run(cfg: StatsdConfig, socket: UdpSocket, shared: Arc<Shared>, stop: Arc<
                 break;
             }
         }
-        if stop.load(Ordering::Acquire) {
+        if stopping {
             return;
         }
     }
