@@ -253,18 +253,23 @@ fn send_and_read(
     s.write_all(&job.data).map_err(|e| (e, false))?;
     let mut answer = Vec::new();
     let mut buf = [0u8; 16 << 10];
+    // Where the search for the delimiter goes on from (what was searched holds none).
+    let mut searched = 0;
     loop {
         match &job.until {
             Until::Bytes(n) if answer.len() >= *n => {
                 answer.truncate(*n);
                 return Ok(answer);
             }
-            Until::Delimiter(d)
-                if !d.is_empty() && answer.windows(d.len()).any(|w| w == &d[..]) =>
-            {
-                let end = answer.windows(d.len()).position(|w| w == &d[..]).unwrap() + d.len();
-                answer.truncate(end);
-                return Ok(answer);
+            Until::Delimiter(d) if !d.is_empty() && answer.len() >= d.len() => {
+                if let Some(at) = answer[searched..]
+                    .windows(d.len())
+                    .position(|w| w == &d[..])
+                {
+                    answer.truncate(searched + at + d.len());
+                    return Ok(answer);
+                }
+                searched = answer.len() + 1 - d.len();
             }
             _ => {}
         }
