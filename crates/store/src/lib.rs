@@ -318,6 +318,7 @@ impl Store {
             return Err(journal_error(&lock_path, why));
         }
         let name = backend::display_name(&cfg.url, &cfg.data_dir);
+        backend.claim_writer()?;
         if cfg.migrate {
             migrations::migrate(&mut *backend)?;
         } else {

@@ -316,6 +316,9 @@ impl Backend for Flaky {
     fn popup_event_counts(&mut self) -> Result<Vec<(u32, u8, u64)>, StoreError> {
         self.inner.popup_event_counts()
     }
+    fn claim_writer(&mut self) -> Result<(), StoreError> {
+        self.inner.claim_writer()
+    }
     fn lua_counter(&mut self, t: &str, k: &str, c: &str) -> Result<Option<i64>, StoreError> {
         self.inner.lua_counter(t, k, c)
     }
@@ -582,6 +585,32 @@ fn script_rows_and_counters_are_written_and_read_back(d: Dialect) {
     assert!(b.lua_rows("other", 10).unwrap().is_empty());
 }
 
+/// A second store on the same database waits for the first one's writer lock: it reads the
+/// journal positions only once the first one's connection (and whatever it was committing)
+/// is gone.
+fn a_second_writer_waits_for_the_first(d: Dialect) {
+    if d == Dialect::Sqlite {
+        return; // One file, one process: the data_dir's lock and SQLite's own locks.
+    }
+    let db = test_db(d, "writer");
+    let cfg = config(&db);
+    let (first, _) = Store::open(&cfg).unwrap();
+    let mut other = cfg.clone();
+    other.data_dir = db.dir.join("other").display().to_string();
+    let opened = Arc::new(AtomicBool::new(false));
+    let flag = opened.clone();
+    let second = std::thread::spawn(move || {
+        let store = Store::open(&other).map(|(s, _)| s);
+        flag.store(true, Ordering::SeqCst);
+        store
+    });
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(!opened.load(Ordering::SeqCst), "the second store waited");
+    drop(first);
+    let second = second.join().unwrap();
+    assert!(second.is_ok(), "{:?}", second.err());
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod sqlite { use super::*; $( #[test] fn $name() { super::$name(Dialect::Sqlite) } )* }
@@ -602,6 +631,7 @@ suite!(
     a_full_journal_refuses_changes,
     popup_state_events_and_daily_counts_are_written_and_read_back,
     script_rows_and_counters_are_written_and_read_back,
+    a_second_writer_waits_for_the_first,
 );
 
 #[test]

@@ -9,6 +9,7 @@ mod postgres;
 mod sqlite;
 
 use std::path::Path;
+use std::time::Duration;
 
 use crate::merge::{Batch, Key, PopupUserRow, TorrentRow};
 use crate::migrations::Migration;
@@ -418,6 +419,25 @@ impl Dialect {
     }
 }
 
+/// How long a writing connection waits for the database's writer lock.
+pub const WRITER_WAIT: Duration = Duration::from_secs(30);
+/// The writer lock's key (PostgreSQL advisory locks are per database already).
+pub const WRITER_LOCK_PG: i64 = 0x0068_6f74_7061_7468;
+
+/// Polls `try_lock` until it takes the lock or [`WRITER_WAIT`] passes.
+pub fn wait_for_writer_lock<E>(mut try_lock: impl FnMut() -> Result<bool, E>) -> Result<bool, E> {
+    let deadline = std::time::Instant::now() + WRITER_WAIT;
+    loop {
+        if try_lock()? {
+            return Ok(true);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 const POPUP_DAILY_HEAD: &str = "INSERT INTO hp_popup_daily (popup_id, day, shows)";
 const LUA_ROWS_HEAD: &str = "INSERT INTO hp_lua_rows (tbl, at, data)";
 const LUA_COUNTERS_HEAD: &str = "INSERT INTO hp_lua_counters (tbl, k, col, value, updated_at)";
@@ -525,6 +545,16 @@ pub trait Backend: Send {
     /// A script table's rows (`hp.store.enqueue`), oldest first: `(unix second, JSON text)`,
     /// at most `limit`.
     fn lua_rows(&mut self, table: &str, limit: usize) -> Result<Vec<(u32, String)>, StoreError>;
+
+    /// Makes this the store's writing connection: it holds the database's writer lock from
+    /// now on (taken again on every reconnect), waiting up to [`WRITER_WAIT`] for it. A
+    /// killed process's connection may still be committing its last batch after the process
+    /// is gone; it holds the lock until the database has finished with it, so a restarted
+    /// store reads the journal positions only once that batch is in or out, never half-way
+    /// (and a second process on the same database waits, then stops with an error).
+    fn claim_writer(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     /// Runs one statement outside any batch (tests, tools).
     fn execute(&mut self, sql: &str) -> Result<(), StoreError>;

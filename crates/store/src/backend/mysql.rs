@@ -22,6 +22,8 @@ const D: Dialect = Dialect::Mysql;
 pub(crate) struct Mysql {
     opts: Opts,
     conn: Option<Conn>,
+    /// The store's writing connection (it holds the writer lock).
+    writer: bool,
 }
 
 impl Mysql {
@@ -32,7 +34,11 @@ impl Mysql {
             .read_timeout(Some(Duration::from_secs(60)))
             .write_timeout(Some(Duration::from_secs(60)))
             .into();
-        Ok(Mysql { opts, conn: None })
+        Ok(Mysql {
+            opts,
+            conn: None,
+            writer: false,
+        })
     }
 
     fn with<T>(
@@ -40,8 +46,26 @@ impl Mysql {
         f: impl FnOnce(&mut Conn) -> Result<T, mysql::Error>,
     ) -> Result<T, StoreError> {
         if self.conn.is_none() {
-            let c = Conn::new(self.opts.clone())
+            let mut c = Conn::new(self.opts.clone())
                 .map_err(|e| db_error(D, format!("cannot connect: {e}"), true))?;
+            if self.writer {
+                // GET_LOCK names are server-wide: the lock is this database's.
+                let held = super::wait_for_writer_lock(|| {
+                    let got: Option<Option<i64>> =
+                        c.query_first("SELECT GET_LOCK(CONCAT('hotpath:', DATABASE()), 0)")?;
+                    Ok::<bool, mysql::Error>(got.flatten() == Some(1))
+                })
+                .map_err(|e| db_error(D, format!("cannot take the writer lock: {e}"), true))?;
+                if !held {
+                    return Err(db_error(
+                        D,
+                        "another connection holds hotpath's writer lock on this database \
+                         (another hotpath process, or a killed one's last commit): one \
+                         hotpath per database",
+                        true,
+                    ));
+                }
+            }
             self.conn = Some(c);
         }
         let r = f(self.conn.as_mut().expect("connected"));
@@ -225,6 +249,13 @@ impl Backend for Mysql {
             )?;
             Ok(rows.into_iter().map(|(at, d)| (at as u32, d)).collect())
         })
+    }
+
+    fn claim_writer(&mut self) -> Result<(), StoreError> {
+        self.writer = true;
+        // Reconnect so that the lock is taken now, before anything is read.
+        self.conn = None;
+        self.with(|_| Ok(()))
     }
 
     fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError> {
