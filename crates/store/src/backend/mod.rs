@@ -421,6 +421,10 @@ impl Dialect {
 
 /// How long a writing connection waits for the database's writer lock.
 pub const WRITER_WAIT: Duration = Duration::from_secs(30);
+/// Why a store could not start on a database.
+pub const WRITER_LOCK_HELD: &str = "another connection holds hotpath's writer lock on this \
+     database (another hotpath process, or a killed one's connection still finishing): one \
+     hotpath per database";
 /// The writer lock's key (PostgreSQL advisory locks are per database already).
 pub const WRITER_LOCK_PG: i64 = 0x0068_6f74_7061_7468;
 
@@ -546,12 +550,13 @@ pub trait Backend: Send {
     /// at most `limit`.
     fn lua_rows(&mut self, table: &str, limit: usize) -> Result<Vec<(u32, String)>, StoreError>;
 
-    /// Makes this the store's writing connection: it holds the database's writer lock from
-    /// now on (taken again on every reconnect), waiting up to [`WRITER_WAIT`] for it. A
-    /// killed process's connection may still be committing its last batch after the process
-    /// is gone; it holds the lock until the database has finished with it, so a restarted
-    /// store reads the journal positions only once that batch is in or out, never half-way
-    /// (and a second process on the same database waits, then stops with an error).
+    /// Takes the database's writer lock on this connection before the store reads anything,
+    /// waiting up to [`WRITER_WAIT`] for it; held while the connection lasts (a start-up
+    /// guard: it is not taken again after a reconnect). A killed process's connection may
+    /// still be committing its last batch after the process is gone; it holds the lock until
+    /// the database has finished with it, so a restarted store reads the journal positions
+    /// once that batch is in or out, never half-way, and a second process on the same
+    /// database waits, then stops with an error.
     fn claim_writer(&mut self) -> Result<(), StoreError> {
         Ok(())
     }

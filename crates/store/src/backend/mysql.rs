@@ -22,8 +22,6 @@ const D: Dialect = Dialect::Mysql;
 pub(crate) struct Mysql {
     opts: Opts,
     conn: Option<Conn>,
-    /// The store's writing connection (it holds the writer lock).
-    writer: bool,
 }
 
 impl Mysql {
@@ -34,11 +32,7 @@ impl Mysql {
             .read_timeout(Some(Duration::from_secs(60)))
             .write_timeout(Some(Duration::from_secs(60)))
             .into();
-        Ok(Mysql {
-            opts,
-            conn: None,
-            writer: false,
-        })
+        Ok(Mysql { opts, conn: None })
     }
 
     fn with<T>(
@@ -46,26 +40,8 @@ impl Mysql {
         f: impl FnOnce(&mut Conn) -> Result<T, mysql::Error>,
     ) -> Result<T, StoreError> {
         if self.conn.is_none() {
-            let mut c = Conn::new(self.opts.clone())
+            let c = Conn::new(self.opts.clone())
                 .map_err(|e| db_error(D, format!("cannot connect: {e}"), true))?;
-            if self.writer {
-                // GET_LOCK names are server-wide: the lock is this database's.
-                let held = super::wait_for_writer_lock(|| {
-                    let got: Option<Option<i64>> =
-                        c.query_first("SELECT GET_LOCK(CONCAT('hotpath:', DATABASE()), 0)")?;
-                    Ok::<bool, mysql::Error>(got.flatten() == Some(1))
-                })
-                .map_err(|e| db_error(D, format!("cannot take the writer lock: {e}"), true))?;
-                if !held {
-                    return Err(db_error(
-                        D,
-                        "another connection holds hotpath's writer lock on this database \
-                         (another hotpath process, or a killed one's last commit): one \
-                         hotpath per database",
-                        true,
-                    ));
-                }
-            }
             self.conn = Some(c);
         }
         let r = f(self.conn.as_mut().expect("connected"));
@@ -252,10 +228,19 @@ impl Backend for Mysql {
     }
 
     fn claim_writer(&mut self) -> Result<(), StoreError> {
-        self.writer = true;
-        // Reconnect so that the lock is taken now, before anything is read.
-        self.conn = None;
-        self.with(|_| Ok(()))
+        // GET_LOCK names are server-wide: the lock is this database's.
+        let held = self.with(|c| {
+            super::wait_for_writer_lock(|| {
+                let got: Option<Option<i64>> =
+                    c.query_first("SELECT GET_LOCK(CONCAT('hotpath:', DATABASE()), 0)")?;
+                Ok(got.flatten() == Some(1))
+            })
+        })?;
+        if held {
+            Ok(())
+        } else {
+            Err(db_error(D, super::WRITER_LOCK_HELD, true))
+        }
     }
 
     fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError> {

@@ -22,8 +22,6 @@ const D: Dialect = Dialect::Postgres;
 pub(crate) struct Postgres {
     config: postgres::Config,
     client: Option<Conn>,
-    /// The store's writing connection (it holds the writer lock).
-    writer: bool,
 }
 
 /// A connection and the statements prepared on it (upserts and lookups), by row count (see
@@ -50,7 +48,6 @@ impl Postgres {
         Ok(Postgres {
             config,
             client: None,
-            writer: false,
         })
     }
 
@@ -66,27 +63,10 @@ impl Postgres {
         f: impl FnOnce(&mut Conn) -> Result<T, postgres::Error>,
     ) -> Result<T, StoreError> {
         if self.client.is_none() {
-            let mut client = self
+            let client = self
                 .config
                 .connect(NoTls)
                 .map_err(|e| db_error(D, format!("cannot connect: {e}"), true))?;
-            if self.writer {
-                let held = super::wait_for_writer_lock(|| {
-                    let row = client
-                        .query_one("SELECT pg_try_advisory_lock($1)", &[&super::WRITER_LOCK_PG])?;
-                    Ok::<bool, postgres::Error>(row.get(0))
-                })
-                .map_err(|e| db_error(D, format!("cannot take the writer lock: {e}"), true))?;
-                if !held {
-                    return Err(db_error(
-                        D,
-                        "another connection holds hotpath's writer lock on this database \
-                         (another hotpath process, or a killed one's last commit): one \
-                         hotpath per database",
-                        true,
-                    ));
-                }
-            }
             self.client = Some(Conn {
                 client,
                 upserts: HashMap::new(),
@@ -406,10 +386,18 @@ impl Backend for Postgres {
     }
 
     fn claim_writer(&mut self) -> Result<(), StoreError> {
-        self.writer = true;
-        // Reconnect so that the lock is taken now, before anything is read.
-        self.client = None;
-        self.with(|_| Ok(()))
+        let held = self.with(|c| {
+            super::wait_for_writer_lock(|| {
+                let row =
+                    c.query_one("SELECT pg_try_advisory_lock($1)", &[&super::WRITER_LOCK_PG])?;
+                Ok(row.get::<_, bool>(0))
+            })
+        })?;
+        if held {
+            Ok(())
+        } else {
+            Err(db_error(D, super::WRITER_LOCK_HELD, true))
+        }
     }
 
     fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError> {
