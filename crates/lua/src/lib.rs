@@ -508,9 +508,14 @@ impl ServiceWorker for LuaWorker {
             resp.body.extend_from_slice(b"method not allowed\n");
             return Some(Handled::Answered(Kind::Lua, Outcome::Refused));
         }
-        let print = fingerprint(req);
-        let step = match self.parked.remove(&ctx.peer) {
-            Some(w) if w.fingerprint == print => {
+        // Most workers never park: no lookup, no fingerprint then.
+        let waiting = if self.parked.is_empty() {
+            None
+        } else {
+            self.parked.remove(&ctx.peer)
+        };
+        let step = match waiting {
+            Some(w) if w.fingerprint == fingerprint(req) => {
                 let Some(result) = self.tcp.borrow().take(w.parked.job) else {
                     self.parked.insert(ctx.peer, w);
                     return Some(Handled::Parked);
@@ -560,7 +565,7 @@ impl ServiceWorker for LuaWorker {
                         vm,
                         parked,
                         route,
-                        fingerprint: print,
+                        fingerprint: fingerprint(req),
                     },
                 );
                 Some(Handled::Parked)

@@ -59,17 +59,6 @@ pub struct TcpCounters {
 /// Results by job id, filled by the TCP thread.
 pub type Results = Arc<Mutex<HashMap<u64, Result<Vec<u8>, String>>>>;
 
-/// A worker's handle on its TCP thread.
-pub struct TcpClient {
-    jobs: Sender<Job>,
-    /// Finished exchanges.
-    pub results: Results,
-    waiting: Arc<AtomicUsize>,
-    max_waiting: usize,
-    next_id: u64,
-    counters: Arc<TcpCounters>,
-}
-
 /// The pool's settings.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolSettings {
@@ -79,69 +68,6 @@ pub struct PoolSettings {
     pub idle: Duration,
     /// Requests that may wait for the TCP thread at once.
     pub max_waiting: usize,
-}
-
-impl TcpClient {
-    /// Starts worker `index`'s TCP thread; it wakes the worker through `wake` once set.
-    pub fn start(
-        index: usize,
-        settings: PoolSettings,
-        wake: Arc<Mutex<Option<Wake>>>,
-        counters: Arc<TcpCounters>,
-    ) -> io::Result<TcpClient> {
-        let (tx, rx) = mpsc::channel();
-        let results: Results = Arc::default();
-        let waiting = Arc::new(AtomicUsize::new(0));
-        let (r, w, c) = (results.clone(), waiting.clone(), counters.clone());
-        std::thread::Builder::new()
-            .name(format!("lua-tcp-{index}"))
-            .spawn(move || run(rx, settings, r, w, wake, c))?;
-        Ok(TcpClient {
-            jobs: tx,
-            results,
-            waiting,
-            max_waiting: settings.max_waiting,
-            next_id: 0,
-            counters,
-        })
-    }
-
-    /// Queues an exchange; its id, or why it cannot wait.
-    pub fn submit(
-        &mut self,
-        to: SocketAddr,
-        data: Vec<u8>,
-        until: Until,
-        timeout: Duration,
-    ) -> Result<u64, String> {
-        if self.waiting.load(Ordering::Acquire) >= self.max_waiting {
-            self.counters.refused.fetch_add(1, Ordering::Relaxed);
-            return Err(format!(
-                "too many requests wait for TCP already ({}; lua.tcp_max_waiting)",
-                self.max_waiting
-            ));
-        }
-        self.next_id += 1;
-        let id = self.next_id;
-        self.waiting.fetch_add(1, Ordering::AcqRel);
-        let job = Job {
-            id,
-            to,
-            data,
-            until,
-            timeout,
-        };
-        if self.jobs.send(job).is_err() {
-            self.waiting.fetch_sub(1, Ordering::AcqRel);
-            return Err("the TCP thread is gone".into());
-        }
-        Ok(id)
-    }
-
-    /// The result of exchange `id`, once done.
-    pub fn take(&self, id: u64) -> Option<Result<Vec<u8>, String>> {
-        self.results.lock().remove(&id)
-    }
 }
 
 struct Idle {
@@ -304,9 +230,12 @@ fn send_and_read(
     }
 }
 
-/// A worker's TCP side, its thread started on first use.
+/// A worker's TCP side: its thread (started on first use) and the results it hands back.
 pub struct TcpHandle {
-    client: Option<TcpClient>,
+    jobs: Option<Sender<Job>>,
+    results: Results,
+    waiting: Arc<AtomicUsize>,
+    next_id: u64,
     index: usize,
     settings: PoolSettings,
     /// How the TCP thread wakes the worker (set when the server hands it over).
@@ -325,7 +254,10 @@ impl TcpHandle {
         timeout: Duration,
     ) -> TcpHandle {
         TcpHandle {
-            client: None,
+            jobs: None,
+            results: Arc::default(),
+            waiting: Arc::default(),
+            next_id: 0,
             index,
             settings,
             wake: Arc::default(),
@@ -334,7 +266,7 @@ impl TcpHandle {
         }
     }
 
-    /// Queues an exchange; its id, or why not.
+    /// Queues an exchange; its id, or why it cannot wait.
     pub fn submit(
         &mut self,
         to: SocketAddr,
@@ -342,24 +274,49 @@ impl TcpHandle {
         until: Until,
         timeout: Duration,
     ) -> Result<u64, String> {
-        if self.client.is_none() {
-            let client = TcpClient::start(
-                self.index,
-                self.settings,
-                self.wake.clone(),
-                self.counters.clone(),
-            )
-            .map_err(|e| format!("cannot start the TCP thread: {e}"))?;
-            self.client = Some(client);
+        let max = self.settings.max_waiting;
+        if self.waiting.load(Ordering::Acquire) >= max {
+            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(format!(
+                "too many requests wait for TCP already ({max}; lua.tcp_max_waiting)"
+            ));
         }
-        self.client
-            .as_mut()
-            .expect("just started")
-            .submit(to, data, until, timeout)
+        let jobs = match &self.jobs {
+            Some(jobs) => jobs,
+            None => {
+                let (tx, rx) = mpsc::channel();
+                let (r, w, c) = (
+                    self.results.clone(),
+                    self.waiting.clone(),
+                    self.counters.clone(),
+                );
+                let (settings, wake) = (self.settings, self.wake.clone());
+                std::thread::Builder::new()
+                    .name(format!("lua-tcp-{}", self.index))
+                    .spawn(move || run(rx, settings, r, w, wake, c))
+                    .map_err(|e| format!("cannot start the TCP thread: {e}"))?;
+                self.jobs.insert(tx)
+            }
+        };
+        self.next_id += 1;
+        let id = self.next_id;
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        let job = Job {
+            id,
+            to,
+            data,
+            until,
+            timeout,
+        };
+        if jobs.send(job).is_err() {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Err("the TCP thread is gone".into());
+        }
+        Ok(id)
     }
 
     /// The result of exchange `id`, once done.
     pub fn take(&self, id: u64) -> Option<Result<Vec<u8>, String>> {
-        self.client.as_ref()?.take(id)
+        self.results.lock().remove(&id)
     }
 }
