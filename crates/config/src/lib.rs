@@ -93,6 +93,16 @@ section! {
         /// Open TCP connections one worker keeps at most; further ones are accepted and closed
         /// at once (and counted) so the backlog does not fill with connections nobody serves.
         pub max_connections_per_worker: usize = 8192,
+        /// Open TCP connections one client address may hold across all workers (IPv6
+        /// addresses are counted by their /64); further ones are closed at once and counted.
+        /// High enough for a NAT of ordinary size, low enough that one address cannot take
+        /// every connection slot.
+        pub max_connections_per_ip: usize = 256,
+        /// Megabytes all connections' read and output buffers may take together. Past it, a
+        /// connection's unsent answers are held to 16 KiB (reading stops until the client
+        /// reads) and a request that would need a larger read buffer gets 503; normal
+        /// requests go on. Each open connection also costs about 5 KiB outside this budget.
+        pub max_buffer_mb: usize = 256,
         /// Seconds a keep-alive connection may sit idle between requests before it is closed.
         pub idle_timeout_secs: u64 = 60,
         /// Seconds a client has to send a whole request head once it has started one
@@ -429,6 +439,12 @@ impl Config {
         }
         if s.max_connections_per_worker == 0 {
             return bad("server.max_connections_per_worker", "must be at least 1");
+        }
+        if s.max_connections_per_ip == 0 {
+            return bad("server.max_connections_per_ip", "must be at least 1");
+        }
+        if s.max_buffer_mb == 0 || s.max_buffer_mb > 1 << 20 {
+            return bad("server.max_buffer_mb", "must be between 1 and 1048576");
         }
         if s.idle_timeout_secs == 0 {
             return bad("server.idle_timeout_secs", "must be at least 1");

@@ -7,6 +7,7 @@
 //! service's rules (services plug in through `hotpath_service::Service`).
 
 pub mod host;
+pub mod limits;
 pub mod listen;
 pub mod metrics;
 pub mod statsd;
@@ -184,6 +185,8 @@ impl RunningServer {
             stop: stop.clone(),
             access_log,
             workers,
+            per_ip: limits::PerIp::new(cfg.max_connections_per_ip),
+            budget: limits::Budget::new(cfg.max_buffer_mb.saturating_mul(1 << 20)),
         });
         let (died_tx, died) = mpsc::channel();
         let mut threads = Vec::new();
@@ -373,7 +376,7 @@ fn access_log_writer(rx: Receiver<String>) {
 
 /// The `/stats` document.
 pub(crate) fn stats_json(shared: &Shared) -> String {
-    let t = metrics::totals(&shared.metrics);
+    let t = shared.totals();
     let mut requests = serde_json::Map::new();
     for (p, proto) in metrics::PROTOCOLS.iter().enumerate() {
         let mut kinds = serde_json::Map::new();
@@ -395,6 +398,8 @@ pub(crate) fn stats_json(shared: &Shared) -> String {
         "connections": t.connections,
         "connections_accepted": t.accepted,
         "connections_rejected": t.rejected,
+        "connections_refused_per_ip": t.refused_per_ip,
+        "connection_buffer_bytes": t.buffer_bytes,
         "connections_timed_out": t.timeouts,
         "udp_datagrams_received": t.udp_in,
         "udp_datagrams_sent": t.udp_out,

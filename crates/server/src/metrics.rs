@@ -60,6 +60,13 @@ pub struct WorkerMetrics {
     pub accepted: Counter,
     /// Connections closed at once because the worker was at its connection cap.
     pub rejected: Counter,
+    /// Connections closed at once because their address held its maximum.
+    pub refused_per_ip: Counter,
+    /// Times a connection was held to the small output buffer because all connections'
+    /// buffers had taken their budget.
+    pub budget_held: Counter,
+    /// Requests refused (503) because a larger read buffer would pass the budget.
+    pub budget_refused: Counter,
     /// Connections closed for idling or being too slow (slowloris).
     pub timeouts: Counter,
     /// HTTP requests refused at the framing level (4xx/5xx before any route).
@@ -118,6 +125,14 @@ pub struct Totals {
     pub accepted: u64,
     /// Rejected connections.
     pub rejected: u64,
+    /// Connections refused at the per-address cap.
+    pub refused_per_ip: u64,
+    /// Connections held to the small output buffer by the buffer budget.
+    pub budget_held: u64,
+    /// Requests refused by the buffer budget.
+    pub budget_refused: u64,
+    /// Bytes all connections' buffers hold (set by the server, not summed from workers).
+    pub buffer_bytes: u64,
     /// Timed-out connections.
     pub timeouts: u64,
     /// Framing-level HTTP errors.
@@ -153,6 +168,9 @@ pub fn totals(workers: &[WorkerMetrics]) -> Totals {
         t.accepted += w.accepted.get();
         t.rejected += w.rejected.get();
         t.timeouts += w.timeouts.get();
+        t.refused_per_ip += w.refused_per_ip.get();
+        t.budget_held += w.budget_held.get();
+        t.budget_refused += w.budget_refused.get();
         t.http_errors += w.http_errors.get();
         t.udp_in += w.udp_in.get();
         t.udp_batches += w.udp_batches.get();
@@ -220,6 +238,30 @@ pub fn write_prometheus(t: &Totals, out: &mut String) {
             "counter",
             "Connections closed at once at the per-worker cap.",
             t.rejected,
+        ),
+        (
+            "hotpath_connections_refused_per_ip_total",
+            "counter",
+            "Connections closed at once because their address (IPv6: its /64) held server.max_connections_per_ip.",
+            t.refused_per_ip,
+        ),
+        (
+            "hotpath_connection_buffer_bytes",
+            "gauge",
+            "Bytes all connections' read and output buffers hold (budget: server.max_buffer_mb).",
+            t.buffer_bytes,
+        ),
+        (
+            "hotpath_connection_buffer_held_total",
+            "counter",
+            "Times a connection's unsent answers were held to 16 KiB because the buffer budget was spent.",
+            t.budget_held,
+        ),
+        (
+            "hotpath_connection_buffer_refused_total",
+            "counter",
+            "Requests answered 503 because reading them would pass the buffer budget.",
+            t.budget_refused,
         ),
         (
             "hotpath_connections_timed_out_total",

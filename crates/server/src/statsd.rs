@@ -233,7 +233,7 @@ pub fn run(cfg: StatsdConfig, socket: UdpSocket, shared: Arc<Shared>, stop: Arc<
         // one more push after it, so nothing counted before the stop is left out.
         let stopping = stop.load(Ordering::Acquire);
         let mut text = String::with_capacity(8192);
-        metrics::write_prometheus(&metrics::totals(&shared.metrics), &mut text);
+        metrics::write_prometheus(&shared.totals(), &mut text);
         shared.service.write_metrics(&mut text);
         lines.clear();
         conv.convert(&text, &mut lines);

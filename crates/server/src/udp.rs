@@ -22,6 +22,8 @@ pub struct Batch {
     /// Answer to each datagram (empty: no answer).
     pub outs: Vec<Vec<u8>>,
     recv_headers: MultiHeaders<SockaddrStorage>,
+    /// The receive headers were written by the kernel and must be made anew (see `recv`).
+    recv_used: bool,
     send_headers: MultiHeaders<SockaddrStorage>,
     send_addrs: Vec<Option<SockaddrStorage>>,
 }
@@ -49,6 +51,7 @@ impl Batch {
             from: Vec::with_capacity(size),
             outs: (0..size).map(|_| Vec::with_capacity(1024)).collect(),
             recv_headers: MultiHeaders::preallocate(size, None),
+            recv_used: false,
             send_headers: MultiHeaders::preallocate(size, None),
             send_addrs: Vec::with_capacity(size),
         }
@@ -68,6 +71,13 @@ impl Batch {
     pub fn recv(&mut self, socket: &impl AsRawFd) -> std::io::Result<usize> {
         self.lens.clear();
         self.from.clear();
+        if self.recv_used {
+            // recvmmsg leaves each slot's address length at what the kernel wrote, and nix sets
+            // it only when the headers are made: an IPv6 sender read into a slot last used by
+            // an IPv4 one would be cut to 16 bytes and finished with an earlier client's bytes.
+            // Fresh headers cost one allocation per batch that read something.
+            self.recv_headers = MultiHeaders::preallocate(self.bufs.len(), None);
+        }
         let mut slices: Vec<[IoSliceMut<'_>; 1]> =
             self.bufs.iter_mut().map(|b| [IoSliceMut::new(b)]).collect();
         let res = recvmmsg(
@@ -79,6 +89,7 @@ impl Batch {
         );
         match res {
             Ok(msgs) => {
+                self.recv_used = true;
                 for m in msgs {
                     let truncated = m.flags.contains(MsgFlags::MSG_TRUNC);
                     let addr = m.address.as_ref().and_then(to_std);

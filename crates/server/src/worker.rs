@@ -18,6 +18,7 @@ use hotpath_service::{
 };
 use hotpath_wire::http::{self, header_slots, Head, Limits, Parsed};
 
+use crate::limits::{Budget, PerIp};
 use crate::listen::ListenerKind;
 use crate::metrics::{self, WorkerMetrics};
 use crate::udp::Batch;
@@ -32,6 +33,14 @@ const HEADER_SLOTS: usize = 256;
 const READ_BUF_START: usize = 4096;
 /// Buffers of closed connections kept for new ones (saves an allocation per connection).
 const SPARE_BUFFERS: usize = 256;
+/// Unsent answers a connection may hold while the buffer budget is spent.
+const HELD_OUTPUT: usize = 16 << 10;
+/// Room asked for a response head beyond its body and extra headers.
+const HEAD_ROOM: usize = 256;
+/// Requests one connection may have answered per event-loop turn; a longer pipeline goes on
+/// next turn, after the other connections' events, so no client waits behind another's
+/// pipeline for more than a slice.
+const ANSWERS_PER_TURN: usize = 64;
 
 /// What every worker shares.
 pub struct Shared {
@@ -47,6 +56,19 @@ pub struct Shared {
     pub access_log: Option<SyncSender<String>>,
     /// Worker count, for /stats.
     pub workers: usize,
+    /// Open connections per client address.
+    pub per_ip: PerIp,
+    /// Bytes all connections' buffers hold, against `server.max_buffer_mb`.
+    pub budget: Budget,
+}
+
+impl Shared {
+    /// Every worker's counters summed, with the server-wide gauges.
+    pub fn totals(&self) -> metrics::Totals {
+        let mut t = metrics::totals(&self.metrics);
+        t.buffer_bytes = self.budget.used() as u64;
+        t
+    }
 }
 
 /// What a worker is handed at start.
@@ -87,12 +109,55 @@ struct Conn {
     parked: bool,
     /// When the parked request was first handled (its latency counts from then).
     parked_at: Option<Instant>,
+    /// Reading stopped at the output cap with requests possibly left unanswered: once the
+    /// output drains, the worker carries on by itself (no epoll edge will come for them).
+    more: bool,
+    /// Buffer bytes this connection has reported to the budget.
+    accounted: usize,
 }
 
 impl Conn {
     fn pending_out(&self) -> usize {
         self.out.len() - self.out_pos
     }
+
+    /// Bytes its buffers hold.
+    fn footprint(&self) -> usize {
+        self.rbuf.len() + self.out.capacity()
+    }
+
+    /// Reports a change in its buffers' size to the budget.
+    fn account(&mut self, budget: &Budget) {
+        let now = self.footprint();
+        if now != self.accounted {
+            budget.resize(self.accounted, now);
+            self.accounted = now;
+        }
+    }
+
+    fn reserve_out(&mut self, need: usize, cap: usize) {
+        reserve_out(&mut self.out, &mut self.out_pos, need, cap);
+    }
+}
+
+/// Makes room for `need` more bytes in an output buffer whose first `pos` bytes are sent,
+/// without letting its capacity run far past `cap` (a doubling Vec would reach twice the cap):
+/// the bytes already sent are dropped first, then the buffer grows by at most what the cap
+/// still allows.
+fn reserve_out(out: &mut Vec<u8>, pos: &mut usize, need: usize, cap: usize) {
+    if out.len() + need <= out.capacity() {
+        return;
+    }
+    if *pos > 0 {
+        out.drain(..*pos);
+        *pos = 0;
+        if out.len() + need <= out.capacity() {
+            return;
+        }
+    }
+    let doubled = (out.capacity() * 2).max(4096);
+    let want = doubled.min(cap + need).max(out.len() + need);
+    out.reserve_exact(want - out.len());
 }
 
 /// The per-request half of a worker, split from the connection table so a request can be
@@ -108,6 +173,8 @@ struct Handler {
     date_secs: u64,
     now: u32,
     stopping: bool,
+    /// Answers the connection being driven may still give this turn.
+    turn_left: usize,
 }
 
 impl Handler {
@@ -126,14 +193,28 @@ impl Handler {
         }
     }
 
+    /// The most unsent output a connection may hold now: the configured cap, or a small one
+    /// while every connection's buffers together hold their budget.
+    fn output_cap(&self) -> usize {
+        if self.shared.budget.spent() {
+            HELD_OUTPUT.min(self.shared.cfg.max_output_bytes)
+        } else {
+            self.shared.cfg.max_output_bytes
+        }
+    }
+
     /// Answers every complete request in the connection's read buffer, stopping when the output
     /// buffer reaches its cap (the rest is answered once the client reads).
     fn process(&mut self, conn: &mut Conn) {
-        let max_out = self.shared.cfg.max_output_bytes;
+        let max_out = self.output_cap();
+        if max_out < self.shared.cfg.max_output_bytes && conn.pending_out() >= max_out {
+            self.metrics().budget_held.add(1);
+        }
         while conn.rstart < conn.rend
             && !conn.closing
             && !conn.parked
             && conn.pending_out() < max_out
+            && self.turn_left > 0
         {
             let started = conn.parked_at.take().unwrap_or_else(Instant::now);
             let mut slots = header_slots::<HEADER_SLOTS>();
@@ -144,8 +225,9 @@ impl Handler {
                     return;
                 }
                 Ok(Parsed::Complete(req, used)) => {
+                    let out = (&mut conn.out, &mut conn.out_pos);
                     let Some(keep) =
-                        self.respond(&req, conn.peer, conn.kind, &mut conn.out, started)
+                        self.respond(&req, conn.peer, conn.kind, out, started, max_out)
                     else {
                         // Asked again, from the same bytes, when the service wakes us.
                         conn.parked = true;
@@ -155,30 +237,11 @@ impl Handler {
                     conn.rstart += used;
                     conn.partial_since = None;
                     conn.closing = !keep;
+                    self.turn_left -= 1;
                 }
                 Err(e) => {
                     self.metrics().http_errors.add(1);
-                    self.resp.reset();
-                    self.resp.body.extend_from_slice(e.reason.as_bytes());
-                    self.resp.body.push(b'\n');
-                    let head = Head {
-                        status: e.status,
-                        content_type: "text/plain",
-                        extra: b"",
-                    };
-                    http::write_response(
-                        &mut conn.out,
-                        &head,
-                        &self.date,
-                        false,
-                        1,
-                        &self.resp.body,
-                    );
-                    let nanos = started.elapsed().as_nanos() as u64;
-                    self.metrics()
-                        .request(metrics::HTTP, Kind::Other, Outcome::Refused, nanos);
-                    conn.closing = true;
-                    conn.rstart = conn.rend;
+                    self.refuse(conn, e.status, e.reason, started);
                 }
             }
         }
@@ -189,13 +252,34 @@ impl Handler {
         }
     }
 
+    /// Answers `status` with `reason` as a plain-text body and closes the connection once it
+    /// is sent; whatever else the client sent is dropped.
+    fn refuse(&mut self, conn: &mut Conn, status: u16, reason: &str, started: Instant) {
+        self.resp.reset();
+        self.resp.body.extend_from_slice(reason.as_bytes());
+        self.resp.body.push(b'\n');
+        let head = Head {
+            status,
+            content_type: "text/plain",
+            extra: b"",
+        };
+        conn.reserve_out(self.resp.body.len() + HEAD_ROOM, self.output_cap());
+        http::write_response(&mut conn.out, &head, &self.date, false, 1, &self.resp.body);
+        let nanos = started.elapsed().as_nanos() as u64;
+        self.metrics()
+            .request(metrics::HTTP, Kind::Other, Outcome::Refused, nanos);
+        conn.closing = true;
+        conn.rstart = conn.rend;
+    }
+
     fn respond(
         &mut self,
         req: &Request<'_, '_>,
         peer: SocketAddr,
         kind: ListenerKind,
-        out: &mut Vec<u8>,
+        (out, out_pos): (&mut Vec<u8>, &mut usize),
         started: Instant,
+        max_out: usize,
     ) -> Option<bool> {
         self.resp.reset();
         let ctx = Context {
@@ -211,7 +295,7 @@ impl Handler {
             (ListenerKind::Admin, "/metrics") => {
                 self.resp.content_type = "text/plain; version=0.0.4";
                 let mut text = String::with_capacity(8192);
-                metrics::write_prometheus(&metrics::totals(&self.shared.metrics), &mut text);
+                metrics::write_prometheus(&self.shared.totals(), &mut text);
                 self.shared.service.write_metrics(&mut text);
                 self.resp.body = text.into_bytes();
                 (Kind::Admin, Outcome::Ok)
@@ -234,6 +318,8 @@ impl Handler {
             content_type: self.resp.content_type,
             extra: &self.resp.extra_headers,
         };
+        let need = self.resp.body.len() + self.resp.extra_headers.len() + HEAD_ROOM;
+        reserve_out(out, out_pos, need, max_out);
         http::write_response(
             out,
             &head,
@@ -293,6 +379,9 @@ pub struct Worker {
     deferred: Vec<usize>,
     /// Connections whose service parked a request, to ask again when woken.
     parked: Vec<usize>,
+    /// Connections that stopped at their output cap and have drained since: driven again
+    /// next turn, as no epoll event will come for what they still have to answer.
+    ready: Vec<usize>,
 }
 
 impl Worker {
@@ -334,6 +423,7 @@ impl Worker {
             date_secs: 0,
             now: process_secs(),
             stopping: false,
+            turn_left: ANSWERS_PER_TURN,
             index,
             shared: shared.clone(),
         };
@@ -350,6 +440,7 @@ impl Worker {
             h,
             deferred: Vec::new(),
             parked: Vec::new(),
+            ready: Vec::new(),
         })
     }
 
@@ -358,7 +449,9 @@ impl Worker {
         let mut events = Events::with_capacity(1024);
         let mut grace_until: Option<Instant> = None;
         loop {
-            let timeout = if grace_until.is_some() {
+            let timeout = if !self.ready.is_empty() {
+                Duration::ZERO
+            } else if grace_until.is_some() {
                 Duration::from_millis(20)
             } else {
                 Duration::from_millis(500)
@@ -384,6 +477,13 @@ impl Worker {
             }
             if woken && !self.parked.is_empty() {
                 self.resume_parked();
+            }
+            for slot in std::mem::take(&mut self.ready) {
+                // A connection an event drove this turn already holds answers awaiting the
+                // commit; `finish` lists it again after that.
+                if self.conns[slot].as_ref().is_some_and(|c| !c.deferred) {
+                    self.drive(slot);
+                }
             }
             // Also when no answer waits (its connection died): changes never sit uncommitted.
             if self.h.service.uncommitted() {
@@ -461,6 +561,11 @@ impl Worker {
                         drop(stream);
                         continue;
                     }
+                    if !self.h.shared.per_ip.try_add(peer.ip()) {
+                        m.refused_per_ip.add(1);
+                        drop(stream);
+                        continue;
+                    }
                     m.accepted.add(1);
                     // TCP_NODELAY is inherited from the listener: no setsockopt per connection.
                     self.add_conn(stream, peer, kind);
@@ -501,6 +606,8 @@ impl Worker {
             deferred: false,
             parked: false,
             parked_at: None,
+            more: false,
+            accounted: 0,
         });
         self.open += 1;
         self.h.shared.metrics[self.h.index]
@@ -515,8 +622,14 @@ impl Worker {
         if let Some(c) = self.conns[slot].take() {
             // Dropping the stream closes the socket, which also removes it from epoll: no
             // epoll_ctl per connection. Its buffers are kept for the next connection.
+            let shared = &self.h.shared;
+            shared.per_ip.remove(c.peer.ip());
+            shared.budget.resize(c.accounted, 0);
             let Conn { rbuf, mut out, .. } = c;
-            if self.spare.len() < SPARE_BUFFERS && rbuf.len() == READ_BUF_START {
+            if self.spare.len() < SPARE_BUFFERS
+                && rbuf.len() == READ_BUF_START
+                && out.capacity() <= READ_BUF_START
+            {
                 out.clear();
                 self.spare.push((rbuf, out));
             }
@@ -532,25 +645,41 @@ impl Worker {
     /// goes), and sends again: at most one write per batch of pipelined requests.
     fn drive(&mut self, slot: usize) {
         let max_total = self.h.limits.max_header_bytes + self.h.limits.max_body_bytes;
-        let max_out = self.h.shared.cfg.max_output_bytes;
+        let max_out = self.h.output_cap();
         let Some(conn) = self.conns[slot].as_mut() else {
             return;
         };
+        conn.more = false;
+        self.h.turn_left = ANSWERS_PER_TURN;
         // A parked connection is already on the list; one that parks in this drive joins it.
         let was_parked = conn.parked;
         let mut dead = !flush(conn);
         if !dead {
             self.h.process(conn);
         }
-        while !dead && !conn.closing && !conn.parked && conn.pending_out() < max_out {
+        while !dead
+            && !conn.closing
+            && !conn.parked
+            && conn.pending_out() < max_out
+            && self.h.turn_left > 0
+        {
             if conn.rend == conn.rbuf.len() {
                 if conn.rstart > 0 {
                     conn.rbuf.copy_within(conn.rstart..conn.rend, 0);
                     conn.rend -= conn.rstart;
                     conn.rstart = 0;
                 } else if conn.rbuf.len() < max_total {
+                    if conn.rbuf.len() >= HELD_OUTPUT && self.h.shared.budget.spent() {
+                        // A large request while every buffer byte is taken: refuse it rather
+                        // than grow past the budget.
+                        self.h.metrics().budget_refused.add(1);
+                        let reason = "server busy: too much buffered, retry later";
+                        self.h.refuse(conn, 503, reason, Instant::now());
+                        break;
+                    }
                     let grown = (conn.rbuf.len() * 2).min(max_total);
                     conn.rbuf.resize(grown, 0);
+                    conn.account(&self.h.shared.budget);
                 } else {
                     // Cannot happen: the parser refuses heads and bodies beyond the limits.
                     dead = true;
@@ -581,6 +710,12 @@ impl Worker {
         if !dead && conn.parked && !was_parked {
             self.parked.push(slot);
         }
+        // Stopped at the output cap or at the turn's share, not because the socket ran dry:
+        // carried on next turn, or once the output drains (see `finish`).
+        conn.more = !dead
+            && !conn.closing
+            && !conn.parked
+            && (conn.pending_out() >= max_out || self.h.turn_left == 0);
         if !dead && self.h.service.uncommitted() {
             // These answers acknowledge changes not yet in the journal: they leave after the
             // one commit at the end of this event-loop turn.
@@ -633,6 +768,12 @@ impl Worker {
         if dead || (conn.closing && conn.pending_out() == 0) {
             self.close(slot);
             return;
+        }
+        conn.account(&self.h.shared.budget);
+        if conn.more && conn.pending_out() < self.h.output_cap() {
+            // The client took the answers at once: go on with its pipeline next turn.
+            conn.more = false;
+            self.ready.push(slot);
         }
         if !conn.registered {
             // Adding an fd reports readiness it already has, so nothing that arrived since the

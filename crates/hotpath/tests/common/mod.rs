@@ -69,6 +69,14 @@ impl Client {
         }
     }
 
+    /// A client on a connection made elsewhere.
+    pub fn from_stream(stream: TcpStream) -> Client {
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
     pub fn send(&mut self, raw: &[u8]) {
         self.stream.write_all(raw).unwrap();
     }
