@@ -14,7 +14,20 @@ use hotpath_wire::udp::{self, Response};
 
 /// A TCP connection to `to` from the local address `from` (any address of 127.0.0.0/8).
 fn connect_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
+    connect_small(from, to, None)
+}
+
+/// The same, with a receive buffer of `rcvbuf` bytes set before the handshake (so the window
+/// the server sees stays small and its answers back up in its own buffers, not the kernel's).
+fn connect_small(
+    from: IpAddr,
+    to: SocketAddr,
+    rcvbuf: Option<usize>,
+) -> std::io::Result<TcpStream> {
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    if let Some(n) = rcvbuf {
+        s.set_recv_buffer_size(n)?;
+    }
     s.bind(&SocketAddr::new(from, 0).into())?;
     s.connect_timeout(&to.into(), Duration::from_secs(2))?;
     Ok(s.into())
@@ -141,6 +154,178 @@ fn one_address_holds_at_most_its_share_of_connections() {
         }
         assert!(Instant::now() < deadline, "the freed place never came back");
         std::thread::sleep(Duration::from_millis(20));
+    }
+    server.shutdown().unwrap();
+}
+
+/// Peak resident memory of a process, in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// The slowest of a fresh client's `/healthz` and announce while `busy` is running.
+fn probe_while(addr: SocketAddr, busy: impl FnOnce()) -> Duration {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let prober = std::thread::spawn(move || {
+        let mut worst = Duration::ZERO;
+        let mut n = 0u16;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) || n < 10 {
+            let t = Instant::now();
+            let mut c = Client::connect(addr);
+            assert_eq!(c.get("/healthz").status, 200);
+            let a = announce([0x11; 20], 1, 20_000 + n, 5, Event::None);
+            let r = c.get(&announce_target(&a));
+            assert_eq!(failure(&r.body), None);
+            worst = worst.max(t.elapsed());
+            n += 1;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        worst
+    });
+    busy();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    prober.join().unwrap()
+}
+
+/// Regression: 12,000 connections pipelining scrapes without reading took the server to 4 GB
+/// and made /healthz time out for seconds (output buffers doubled past their cap, and no
+/// address had a cap). At the defaults, one address gets 256 connections, each holding at most
+/// 256 KiB of answers; the server stays under 160 MB and a client from elsewhere is answered
+/// in under 100 ms throughout.
+#[test]
+fn a_flood_from_one_address_neither_grows_memory_nor_delays_others() {
+    let dir = data_dir();
+    let config = dir.join("hotpath.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[listen]\nhttp = [\"127.0.0.1:0\"]\nudp = []\nadmin = [\"127.0.0.1:0\"]\nipv6 = false\n\
+             [server]\nworkers = 2\n[store]\ndata_dir = \"{}\"\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let server = Proc::spawn(&config, &dir);
+    let addr = server.http;
+    let attacker: IpAddr = "127.0.0.2".parse().unwrap();
+    // Scrapes of 40 hashes: ~2.8 KB answers, so 95 of them fill a connection's output cap.
+    let mut pipeline = Vec::new();
+    for i in 0..150u32 {
+        let hashes: Vec<[u8; 20]> = (0..40u32)
+            .map(|j| {
+                let mut hash = [0x41u8; 20];
+                hash[..4].copy_from_slice(&(i * 40 + j).to_be_bytes());
+                hash
+            })
+            .collect();
+        pipeline.extend_from_slice(
+            format!("GET {} HTTP/1.1\r\nHost: t\r\n\r\n", scrape_target(&hashes)).as_bytes(),
+        );
+    }
+    let mut held = Vec::new();
+    let worst = probe_while(addr, || {
+        // 1,000 connections from one address, each pipelining 150 large scrapes and never
+        // reading; all but 256 are closed at once.
+        for _ in 0..1_000 {
+            if let Ok(s) = connect_small(attacker, addr, Some(4096)) {
+                s.set_nonblocking(true).unwrap();
+                held.push((s, 0usize));
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(8);
+        while Instant::now() < deadline {
+            let mut progress = false;
+            for (s, at) in held.iter_mut() {
+                if *at < pipeline.len() {
+                    if let Ok(n) = s.write(&pipeline[*at..]) {
+                        *at += n;
+                        progress |= n > 0;
+                    }
+                }
+            }
+            if !progress {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    });
+    let rss = peak_rss(server.child.id());
+    let refused = server.metric("hotpath_connections_refused_per_ip_total");
+    let open = server.metric("hotpath_connections");
+    let buffers = server.metric("hotpath_connection_buffer_bytes");
+    eprintln!(
+        "flood: peak RSS {} MB, {refused} refused, {open} open, {buffers} bytes buffered, slowest probe {worst:?}",
+        rss >> 20
+    );
+    assert!(refused >= 700.0, "{refused} refused");
+    assert!(open <= 256.0 + 2.0, "{open} open");
+    assert!(rss < 160 << 20, "peak RSS {} MB", rss >> 20);
+    assert!(
+        worst < Duration::from_millis(100),
+        "slowest probe {worst:?}"
+    );
+    drop(held);
+}
+
+/// Past `server.max_buffer_mb`, connections are held to a small output buffer instead of
+/// growing, and every answer still arrives once the clients read.
+#[test]
+fn past_the_buffer_budget_connections_are_held_small_and_still_answered() {
+    let mut cfg = test_config();
+    cfg.server.max_buffer_mb = 1;
+    let server = start(&cfg);
+    // /metrics: a large answer to a small request, so answers outgrow the kernel's socket
+    // buffers and pile up in the server's.
+    let addr = server.admin_addr().unwrap();
+    let request = b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n";
+    let per_conn = 300;
+    let mut conns = Vec::new();
+    for a in 2..5u8 {
+        for _ in 0..10 {
+            let s = connect_small(IpAddr::from([127, 0, 0, a]), addr, Some(4096)).unwrap();
+            let mut w = s.try_clone().unwrap();
+            let writer = std::thread::spawn(move || w.write_all(&request.repeat(per_conn)));
+            conns.push((s, writer));
+        }
+    }
+    // Nobody reads for a while: the buffers fill up to the budget and stop there.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut admin = Client::connect(server.admin_addr().unwrap());
+    let metric = |admin: &mut Client, name: &str| -> f64 {
+        let text = String::from_utf8(admin.get("/metrics").body).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap()
+    };
+    let held_bytes = metric(&mut admin, "hotpath_connection_buffer_bytes");
+    // The budget, plus at most one small output buffer and read buffer per connection.
+    assert!(
+        held_bytes < (1 << 20) as f64 + 30.0 * 40_000.0,
+        "{held_bytes}"
+    );
+    let held = metric(&mut admin, "hotpath_connection_buffer_held_total");
+    eprintln!("buffers: {held_bytes} bytes, held {held} times");
+    assert!(held > 0.0);
+    // Now everyone reads: every answer comes.
+    for (s, writer) in conns {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut c = Client::from_stream(s);
+        for i in 0..per_conn {
+            let r = c.read().unwrap_or_else(|| panic!("answer {i} never came"));
+            assert_eq!(r.status, 200);
+        }
+        writer.join().unwrap().unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(&mut admin, "hotpath_connection_buffer_bytes") > 200_000.0 {
+        assert!(Instant::now() < deadline, "buffers were not given back");
+        std::thread::sleep(Duration::from_millis(50));
     }
     server.shutdown().unwrap();
 }

@@ -41,6 +41,18 @@ const HEAD_ROOM: usize = 256;
 /// next turn, after the other connections' events, so no client waits behind another's
 /// pipeline for more than a slice.
 const ANSWERS_PER_TURN: usize = 64;
+/// Bytes of answers one connection may produce per turn (the same slice, for large answers).
+const BYTES_PER_TURN: usize = 32 << 10;
+/// Slices the connections of one client address get per turn from the carried-over lists:
+/// many connections from one address wait their turn behind each other, not before others.
+const SLICES_PER_ADDRESS: u8 = 4;
+/// Time one event-loop turn spends on connections before the rest wait for the next turn
+/// (after its new events): a flood of busy connections delays another client's answer by
+/// about this much, not by all of their work.
+const TURN_BUDGET: Duration = Duration::from_millis(5);
+/// Connections one listener accepts per turn; a longer backlog is taken over the next turns,
+/// so a burst of connections does not hold up the answers of those already open.
+const ACCEPTS_PER_TURN: usize = 128;
 
 /// What every worker shares.
 pub struct Shared {
@@ -175,6 +187,8 @@ struct Handler {
     stopping: bool,
     /// Answers the connection being driven may still give this turn.
     turn_left: usize,
+    /// Bytes of answers the connection being driven has produced this turn.
+    turn_bytes: usize,
 }
 
 impl Handler {
@@ -191,6 +205,17 @@ impl Handler {
             self.date_secs = unix;
             self.date = http::http_date(unix);
         }
+    }
+
+    /// Whether the connection being driven has had its share of this turn.
+    fn slice_spent(&self) -> bool {
+        self.turn_left == 0 || self.turn_bytes >= BYTES_PER_TURN
+    }
+
+    /// Starts a connection's share of a turn.
+    fn new_slice(&mut self) {
+        self.turn_left = ANSWERS_PER_TURN;
+        self.turn_bytes = 0;
     }
 
     /// The most unsent output a connection may hold now: the configured cap, or a small one
@@ -214,7 +239,7 @@ impl Handler {
             && !conn.closing
             && !conn.parked
             && conn.pending_out() < max_out
-            && self.turn_left > 0
+            && !self.slice_spent()
         {
             let started = conn.parked_at.take().unwrap_or_else(Instant::now);
             let mut slots = header_slots::<HEADER_SLOTS>();
@@ -225,6 +250,7 @@ impl Handler {
                     return;
                 }
                 Ok(Parsed::Complete(req, used)) => {
+                    let pending = conn.out.len() - conn.out_pos;
                     let out = (&mut conn.out, &mut conn.out_pos);
                     let Some(keep) =
                         self.respond(&req, conn.peer, conn.kind, out, started, max_out)
@@ -238,6 +264,7 @@ impl Handler {
                     conn.partial_since = None;
                     conn.closing = !keep;
                     self.turn_left -= 1;
+                    self.turn_bytes += conn.pending_out().saturating_sub(pending);
                 }
                 Err(e) => {
                     self.metrics().http_errors.add(1);
@@ -379,9 +406,18 @@ pub struct Worker {
     deferred: Vec<usize>,
     /// Connections whose service parked a request, to ask again when woken.
     parked: Vec<usize>,
-    /// Connections that stopped at their output cap and have drained since: driven again
-    /// next turn, as no epoll event will come for what they still have to answer.
+    /// Connections that stopped at their output cap or their share of a turn and can go on:
+    /// driven again after the next turn's events, as no epoll event will come for what they
+    /// still have to answer.
     ready: Vec<usize>,
+    /// Connections whose events came after the turn's time was spent: driven first next turn.
+    overflow: Vec<usize>,
+    /// Listeners that had more connections waiting than one turn accepts.
+    backlog: Vec<usize>,
+    /// When this event-loop turn started.
+    turn: Instant,
+    /// Slices each client address got this turn from the carried-over lists.
+    per_address: hashbrown::HashMap<std::net::IpAddr, u8>,
 }
 
 impl Worker {
@@ -424,6 +460,7 @@ impl Worker {
             now: process_secs(),
             stopping: false,
             turn_left: ANSWERS_PER_TURN,
+            turn_bytes: 0,
             index,
             shared: shared.clone(),
         };
@@ -441,6 +478,10 @@ impl Worker {
             deferred: Vec::new(),
             parked: Vec::new(),
             ready: Vec::new(),
+            overflow: Vec::new(),
+            backlog: Vec::new(),
+            turn: Instant::now(),
+            per_address: hashbrown::HashMap::new(),
         })
     }
 
@@ -449,7 +490,9 @@ impl Worker {
         let mut events = Events::with_capacity(1024);
         let mut grace_until: Option<Instant> = None;
         loop {
-            let timeout = if !self.ready.is_empty() {
+            let busy =
+                !self.ready.is_empty() || !self.overflow.is_empty() || !self.backlog.is_empty();
+            let timeout = if busy {
                 Duration::ZERO
             } else if grace_until.is_some() {
                 Duration::from_millis(20)
@@ -463,12 +506,32 @@ impl Worker {
             }
             self.h.tick();
             let mut woken = false;
+            self.turn = Instant::now();
+            let turn = self.turn;
+            let mut over = false;
+            for i in std::mem::take(&mut self.backlog) {
+                self.accept(i);
+            }
+            self.per_address.clear();
+            for slot in std::mem::take(&mut self.overflow) {
+                if over || !self.address_may_go(slot) {
+                    self.overflow.push(slot);
+                } else {
+                    self.drive(slot);
+                    over = turn.elapsed() >= TURN_BUDGET;
+                }
+            }
             for ev in events.iter() {
                 let t = ev.token().0;
                 if t == WAKER.0 {
                     woken = true;
                 } else if t >= CONN_BASE {
-                    self.drive(t - CONN_BASE);
+                    if over {
+                        self.overflow.push(t - CONN_BASE);
+                    } else {
+                        self.drive(t - CONN_BASE);
+                        over = turn.elapsed() >= TURN_BUDGET;
+                    }
                 } else if t >= UDP_BASE {
                     self.udp_ready(t - UDP_BASE);
                 } else if t >= LISTENER_BASE {
@@ -478,13 +541,7 @@ impl Worker {
             if woken && !self.parked.is_empty() {
                 self.resume_parked();
             }
-            for slot in std::mem::take(&mut self.ready) {
-                // A connection an event drove this turn already holds answers awaiting the
-                // commit; `finish` lists it again after that.
-                if self.conns[slot].as_ref().is_some_and(|c| !c.deferred) {
-                    self.drive(slot);
-                }
-            }
+            self.drive_ready(turn);
             // Also when no answer waits (its connection died): changes never sit uncommitted.
             if self.h.service.uncommitted() {
                 self.commit_and_send();
@@ -508,6 +565,37 @@ impl Worker {
                 self.sweep_timeouts();
             }
         }
+    }
+
+    /// Drives the connections that can go on by themselves, oldest first, until the turn's
+    /// time is spent; the rest keep their place for the next turn.
+    fn drive_ready(&mut self, turn: Instant) {
+        let ready = std::mem::take(&mut self.ready);
+        let mut waiting = Vec::new();
+        for slot in ready {
+            if turn.elapsed() < TURN_BUDGET && self.address_may_go(slot) {
+                self.drive(slot);
+            } else {
+                waiting.push(slot);
+            }
+        }
+        // Those listed while driving (by `finish`) go after those still waiting.
+        let newer = std::mem::replace(&mut self.ready, waiting);
+        self.ready.extend(newer);
+    }
+
+    /// Whether the connection in `slot` may be driven from a carried-over list this turn: its
+    /// address has had fewer than [`SLICES_PER_ADDRESS`] slices from them (counted here).
+    fn address_may_go(&mut self, slot: usize) -> bool {
+        let Some(c) = self.conns[slot].as_ref() else {
+            return true;
+        };
+        let n = self.per_address.entry(c.peer.ip()).or_insert(0);
+        if *n >= SLICES_PER_ADDRESS {
+            return false;
+        }
+        *n += 1;
+        true
     }
 
     /// Asks the service again about every parked request (it woke us: some are answerable
@@ -548,7 +636,7 @@ impl Worker {
 
     fn accept(&mut self, i: usize) {
         let max = self.h.shared.cfg.max_connections_per_worker;
-        loop {
+        for _ in 0..ACCEPTS_PER_TURN {
             let Some((listener, kind)) = self.tcp[i].as_ref() else {
                 return;
             };
@@ -579,6 +667,8 @@ impl Worker {
                 }
             }
         }
+        // More may be waiting, and no new edge comes for them: go on next turn.
+        self.backlog.push(i);
     }
 
     fn add_conn(&mut self, stream: TcpStream, peer: SocketAddr, kind: ListenerKind) {
@@ -613,9 +703,14 @@ impl Worker {
         self.h.shared.metrics[self.h.index]
             .connections
             .set(self.open as u64);
-        // The request has usually arrived with the connection: answer it now. The connection
-        // is registered with epoll only if it outlives this (see `drive`).
-        self.drive(slot);
+        // The request has usually arrived with the connection: answer it now (or next turn,
+        // when this one's time is spent). The connection is registered with epoll only if it
+        // outlives this (see `finish`).
+        if self.turn.elapsed() < TURN_BUDGET {
+            self.drive(slot);
+        } else {
+            self.overflow.push(slot);
+        }
     }
 
     fn close(&mut self, slot: usize) {
@@ -649,8 +744,14 @@ impl Worker {
         let Some(conn) = self.conns[slot].as_mut() else {
             return;
         };
+        if conn.deferred {
+            // Driven already this turn: its answers wait for the commit and must not be sent
+            // before it. Whatever brought it here is looked at next turn.
+            self.overflow.push(slot);
+            return;
+        }
         conn.more = false;
-        self.h.turn_left = ANSWERS_PER_TURN;
+        self.h.new_slice();
         // A parked connection is already on the list; one that parks in this drive joins it.
         let was_parked = conn.parked;
         let mut dead = !flush(conn);
@@ -661,7 +762,7 @@ impl Worker {
             && !conn.closing
             && !conn.parked
             && conn.pending_out() < max_out
-            && self.h.turn_left > 0
+            && !self.h.slice_spent()
         {
             if conn.rend == conn.rbuf.len() {
                 if conn.rstart > 0 {
@@ -715,7 +816,7 @@ impl Worker {
         conn.more = !dead
             && !conn.closing
             && !conn.parked
-            && (conn.pending_out() >= max_out || self.h.turn_left == 0);
+            && (conn.pending_out() >= max_out || self.h.slice_spent());
         if !dead && self.h.service.uncommitted() {
             // These answers acknowledge changes not yet in the journal: they leave after the
             // one commit at the end of this event-loop turn.
