@@ -176,11 +176,22 @@ section! {
         pub sweep_interval_secs: u32 = 60,
         /// Shards of the torrent table (a power of two); each has its own short lock.
         pub shards: usize = 256,
-        /// Most torrents tracked (0 = no limit). Announces for new torrents beyond it fail.
-        pub max_torrents: usize = 0,
-        /// Most peers kept per torrent (0 = no limit). New peers beyond it get the peer list
-        /// but are not added.
-        pub max_peers_per_torrent: usize = 0,
+        /// Most torrents with peers. Announces for new torrents beyond it get a failure
+        /// reason. With the caps below this bounds swarm memory (TUNING.md, "Bounds").
+        pub max_torrents: usize = 2_000_000,
+        /// Most peers in all torrents together. New peers beyond it get the peer list but are
+        /// not added (nor counted), so no announce fails for it.
+        pub max_peers: usize = 16_000_000,
+        /// Most peers in one torrent. New peers beyond it get the peer list but are not added.
+        pub max_peers_per_torrent: usize = 200_000,
+        /// Most peers one client address (IPv6: one /64) may have in one torrent; announces
+        /// past it get a failure reason. Enough for a NAT of ordinary size, too few for one
+        /// host to fill a swarm with made-up ports.
+        pub max_peers_per_ip: usize = 64,
+        /// Completed-download counts kept for torrents whose last peer left (their swarms
+        /// are freed), so scrapes still report them; past it, arbitrary ones are dropped from
+        /// memory (the database keeps every count).
+        pub max_idle_torrents: usize = 2_000_000,
         /// Keep every peer's 20-byte peer id, so that non-compact (compact=0) responses carry
         /// `peer id`. Costs 20 bytes per IPv4 peer; off, compact=0 answers as if no_peer_id=1.
         pub keep_peer_ids: bool = false,
@@ -188,8 +199,15 @@ section! {
         pub full_scrape: bool = false,
         /// Most info hashes in one HTTP scrape (UDP's limit is 74 by its packet size).
         pub max_scrape_hashes: usize = 128,
-        /// Accept BEP 7's `ipv6=` parameter: an IPv4 client may also announce an IPv6 address.
-        pub accept_ipv6_param: bool = true,
+        /// Accept BEP 7's `ipv6=` parameter: an IPv4 client may also give an IPv6 address,
+        /// handed to IPv6 peers (the peer is still counted once). Only global unicast
+        /// addresses are taken. Off by default, as opentracker: anyone could point a swarm
+        /// at a third party.
+        pub accept_ipv6_param: bool = false,
+        /// Accept BEP 3's `ip=` parameter: the client's address is the one it gives instead
+        /// of the connection's. Only global unicast addresses are taken. Off by default, for
+        /// the same reason; behind a proxy use `real_ip_header` instead.
+        pub accept_ip_param: bool = false,
         /// Header holding the client's address when the connection comes from a trusted proxy
         /// (e.g. "X-Forwarded-For"; its last entry is used). Empty: always use the socket's.
         pub real_ip_header: String = String::new(),
@@ -487,6 +505,17 @@ impl Config {
         }
         if t.interval_jitter_percent > 50 {
             return bad("tracker.interval_jitter_percent", "at most 50");
+        }
+        for (key, v) in [
+            ("tracker.max_torrents", t.max_torrents),
+            ("tracker.max_peers", t.max_peers),
+            ("tracker.max_peers_per_torrent", t.max_peers_per_torrent),
+            ("tracker.max_peers_per_ip", t.max_peers_per_ip),
+            ("tracker.max_idle_torrents", t.max_idle_torrents),
+        ] {
+            if v == 0 {
+                return bad(key, "must be at least 1 (every cap is finite)");
+            }
         }
         if t.numwant_max > 10_000 {
             return bad("tracker.numwant_max", "at most 10000");

@@ -476,28 +476,85 @@ fn client_address_from_trusted_proxy_header_only() {
     server.shutdown().unwrap();
 }
 
+/// Regression: `ipv6=` from any client was stored and handed out in `peers6` (`ff02::1`,
+/// `::1`, `::ffff:8.8.8.8` port 53 all came back), and counted the peer twice. Now
+/// client-given addresses are off by default, and when on only global unicast ones are taken,
+/// the peer still counted once.
 #[test]
-fn bep7_ipv6_parameter() {
+fn client_given_addresses_are_off_by_default_and_only_global_when_on() {
     let server = start(&test_config());
     let mut c = Client::connect(server.http_addr().unwrap());
     let mut a = announce(H, 1, 7001, 0, Event::None);
-    a.ipv6 = Some(("2001:db8::1".parse().unwrap(), None));
+    a.ipv6 = Some(("2a00:1450::1".parse().unwrap(), None));
+    a.ip = Some("8.8.8.8".parse().unwrap());
+    let r = c.get(&announce_target(&a));
+    let d = hotpath_wire::bencode::decode(&r.body).unwrap();
+    assert!(d.get("peers6").is_none(), "ipv6= was taken by default");
+    let b = announce(H, 2, 7002, 1, Event::None);
+    let r = c.get(&announce_target(&b));
+    // The first peer is at its connection's address, not at the one it gave.
+    assert_eq!(peers(&r.body, "peers"), vec![127, 0, 0, 1, 0x1b, 0x59]);
+    let mut admin = Client::connect(server.admin_addr().unwrap());
+    let text = String::from_utf8(admin.get("/metrics").body).unwrap();
+    assert!(text.contains("hotpath_tracker_client_addresses_ignored_total 2"));
+    server.shutdown().unwrap();
+
+    let mut cfg = test_config();
+    cfg.tracker.accept_ipv6_param = true;
+    cfg.tracker.accept_ip_param = true;
+    let server = start(&cfg);
+    let mut c = Client::connect(server.http_addr().unwrap());
+    let mut a = announce(H, 1, 7001, 0, Event::None);
+    a.ipv6 = Some(("2a00:1450::1".parse().unwrap(), None));
     let r = c.get(&announce_target(&a));
     assert!(hotpath_wire::bencode::decode(&r.body)
         .unwrap()
         .get("peers6")
         .is_some());
+    // One peer, though it gave two addresses.
+    assert_eq!(int(&r.body, "complete"), 1);
+    for (n, bad) in ["ff02::1", "::1", "::ffff:8.8.8.8", "2001:db8::2", "fe80::1"]
+        .iter()
+        .enumerate()
+    {
+        let mut x = announce(H, 10 + n as u8, 7100 + n as u16, 1, Event::None);
+        x.ipv6 = Some((bad.parse().unwrap(), Some(53)));
+        c.get(&announce_target(&x));
+    }
+    for (n, bad) in ["127.0.0.5", "10.0.0.1", "224.0.0.1", "0.0.0.0"]
+        .iter()
+        .enumerate()
+    {
+        let mut x = announce(H, 20 + n as u8, 7200 + n as u16, 1, Event::None);
+        x.ip = Some(bad.parse().unwrap());
+        c.get(&announce_target(&x));
+    }
+    let mut g = announce(H, 30, 7300, 1, Event::None);
+    g.ip = Some("8.8.4.4".parse().unwrap());
+    c.get(&announce_target(&g));
     let mut b = announce(H, 2, 7002, 1, Event::None);
-    b.ipv6 = Some(("2001:db8::2".parse().unwrap(), Some(7003)));
+    b.ipv6 = Some(("2a00:1450::2".parse().unwrap(), Some(7003)));
+    b.numwant = Some(200);
     let r = c.get(&announce_target(&b));
-    let mut want6 = "2001:db8::1"
+    let mut want6 = "2a00:1450::1"
         .parse::<std::net::Ipv6Addr>()
         .unwrap()
         .octets()
         .to_vec();
     want6.extend_from_slice(&7001u16.to_be_bytes());
-    assert_eq!(peers(&r.body, "peers"), vec![127, 0, 0, 1, 0x1b, 0x59]);
+    // Only the global IPv6 address is handed out; the refused ones never are.
     assert_eq!(peers(&r.body, "peers6"), want6);
+    // ip=8.8.4.4 was taken; the refused ip= values left their peers at 127.0.0.1.
+    let v4 = peers(&r.body, "peers");
+    assert!(
+        v4.chunks(6).any(|p| p == [8, 8, 4, 4, 0x1c, 0x84]),
+        "{v4:?}"
+    );
+    assert!(v4
+        .chunks(6)
+        .all(|p| p[..4] == [8, 8, 4, 4] || p[..4] == [127, 0, 0, 1]));
+    // 1 + 5 + 4 + 1 + 1 peers, each counted once.
+    assert_eq!(int(&r.body, "complete") + int(&r.body, "incomplete"), 12);
     server.shutdown().unwrap();
 }
 

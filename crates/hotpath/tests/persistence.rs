@@ -94,6 +94,7 @@ impl Load {
                             numwant: Some(0),
                             key: None,
                             ipv6: None,
+                            ip: None,
                         };
                         let target = announce_target(&a);
                         sent.fetch_add(1, Ordering::SeqCst);

@@ -1,8 +1,12 @@
 //! Memory per peer: loads N distinct IPv4 peers over M torrents through the swarm API (the same
 //! `Store::announce` the handlers call, without sockets) and prints the process's RSS per peer.
 //!
+//! Then it saves every swarm as a graceful stop does and loads them into a new table as the
+//! next start does, and prints both times (a restart's cost).
+//!
 //! `cargo run --release -p hotpath-tracker --example peer_memory -- [PEERS] [TORRENTS] [ids]`
-//! (defaults: 10,000,000 peers over 2,000,000 torrents; `ids` keeps peer ids).
+//! (defaults: 10,000,000 peers over 2,000,000 torrents; `ids` keeps peer ids; `1000000 1`
+//! is one torrent of a million peers).
 
 use std::time::Instant;
 
@@ -28,10 +32,7 @@ fn main() {
         .get(2)
         .map_or(2_000_000, |s| s.parse().expect("TORRENTS"));
     let ids = args.get(3).is_some_and(|s| s == "ids");
-    let caps = Caps {
-        max_torrents: 0,
-        max_peers_per_torrent: 0,
-    };
+    let caps = Caps::LARGE;
     let base = rss_bytes();
     // The shard count users get by default.
     let shards = hotpath_config::TrackerConfig::default().shards;
@@ -48,6 +49,7 @@ fn main() {
         peer_id: [0; 20],
         v4: None,
         v6: None,
+        alias6: None,
         seeder: false,
         complete: false,
         event: Event::Started,
@@ -76,12 +78,30 @@ fn main() {
     let elapsed = started.elapsed();
     let totals = store.totals();
     let rss = rss_bytes();
+    // What a restart does with these swarms: save them, then load them into a new table.
+    let t = Instant::now();
+    let mut snapshot = Vec::new();
+    store.save(0, &mut snapshot);
+    let save_secs = t.elapsed().as_secs_f64();
+    drop(store);
+    let fresh: Box<dyn Store> = if ids {
+        Box::new(Table::<20>::new(shards, caps))
+    } else {
+        Box::new(Table::<0>::new(shards, caps))
+    };
+    let t = Instant::now();
+    let (_, loaded) = fresh
+        .load(&snapshot, if ids { 20 } else { 0 }, true, 0, 0, 3600)
+        .expect("the snapshot just saved");
+    let load_secs = t.elapsed().as_secs_f64();
+    assert_eq!(loaded, totals.peers);
     println!(
-        "{{\"peers\":{},\"torrents\":{},\"peer_ids\":{ids},\"rss_bytes\":{rss},\"baseline_rss_bytes\":{base},\"bytes_per_peer_all_in\":{:.1},\"bytes_per_peer_table\":{:.1},\"announces_per_sec\":{:.0}}}",
+        "{{\"peers\":{},\"torrents\":{},\"peer_ids\":{ids},\"rss_bytes\":{rss},\"baseline_rss_bytes\":{base},\"bytes_per_peer_all_in\":{:.1},\"bytes_per_peer_table\":{:.1},\"announces_per_sec\":{:.0},\"snapshot_bytes\":{},\"save_secs\":{save_secs:.2},\"load_secs\":{load_secs:.2}}}",
         totals.peers,
         totals.torrents,
         rss as f64 / totals.peers as f64,
         (rss - base) as f64 / totals.peers as f64,
-        peers as f64 / elapsed.as_secs_f64()
+        peers as f64 / elapsed.as_secs_f64(),
+        snapshot.len()
     );
 }

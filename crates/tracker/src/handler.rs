@@ -14,7 +14,7 @@ use std::sync::Arc;
 use hotpath_service::{Context, Handled, HttpResponse, Kind, Outcome, Request, ServiceWorker};
 use hotpath_store::{Change, JournalWriter};
 use hotpath_wire::bencode::{put_bytes, put_failure, put_int};
-use hotpath_wire::query::{self, Event, Id20};
+use hotpath_wire::query::{self, is_global_unicast, Event, Id20};
 use hotpath_wire::udp;
 
 use crate::access::AccessView;
@@ -79,6 +79,7 @@ fn peer_announce(
         peer_id: *peer_id,
         v4,
         v6,
+        alias6: None,
         // BEP 21: a partial seed (event=paused) wants nothing, so it is treated as a seeder.
         seeder: left == 0 || event == Event::Paused,
         complete: left == 0,
@@ -179,17 +180,34 @@ impl TrackerWorker {
         if let Some(reason) = self.check_access(&a.info_hash) {
             return Err(reason);
         }
-        let ip = self.client_ip(req, ctx)?;
+        let mut ip = self.client_ip(req, ctx)?;
         let cfg = &self.shared.cfg;
+        let ignored = &self.shared.counters.client_addresses_ignored;
+        // Addresses a client gives are taken only when the config allows it and only when
+        // they are global unicast: else anyone could make a swarm send its peers to a third
+        // party, or to the tracker's own network.
+        if let Some(given) = a.ip {
+            if cfg.accept_ip_param && is_global_unicast(given) {
+                ip = given;
+            } else {
+                ignored.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let want = a
             .numwant
             .unwrap_or(cfg.numwant_default)
             .min(cfg.numwant_max);
         let mut peer = peer_announce(ip, a.port, &a.info_hash, &a.peer_id, a.left, a.event, want);
-        if let (Some((addr, port)), true, None) = (a.ipv6, cfg.accept_ipv6_param, peer.v6) {
-            // BEP 7: an IPv4 client also listening on IPv6 is added there too, and gets peers6.
-            peer.v6 = Some(compact6(addr, port.unwrap_or(a.port)));
-            peer.want_v6 = true;
+        if let Some((addr, port)) = a.ipv6 {
+            let usable = cfg.accept_ipv6_param && is_global_unicast(IpAddr::V6(addr));
+            if usable && peer.v4.is_some() {
+                // BEP 7: an IPv4 client also listening on IPv6 is handed to IPv6 peers too
+                // (still one peer), and gets peers6.
+                peer.alias6 = Some(compact6(addr, port.unwrap_or(a.port)));
+                peer.want_v6 = true;
+            } else if !usable {
+                ignored.fetch_add(1, Ordering::Relaxed);
+            }
         }
         self.sel.clear();
         self.sel.with_ids = !a.compact && !a.no_peer_id && cfg.keep_peer_ids;

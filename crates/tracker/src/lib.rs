@@ -38,6 +38,8 @@ pub struct TrackerCounters {
     pub torrents_freed: AtomicU64,
     /// Completed sweeper passes over all shards.
     pub sweeps: AtomicU64,
+    /// `ip=` or `ipv6=` values left out (not global unicast, or not accepted by the config).
+    pub client_addresses_ignored: AtomicU64,
 }
 
 /// State shared by every worker.
@@ -82,7 +84,10 @@ impl Tracker {
         let cfg = config.tracker.clone();
         let caps = Caps {
             max_torrents: cfg.max_torrents,
+            max_peers: cfg.max_peers,
             max_peers_per_torrent: cfg.max_peers_per_torrent,
+            max_peers_per_ip: cfg.max_peers_per_ip,
+            max_idle_torrents: cfg.max_idle_torrents,
         };
         let store: Box<dyn Store> = if cfg.keep_peer_ids {
             Box::new(Table::<20>::new(cfg.shards, caps))
@@ -90,7 +95,12 @@ impl Tracker {
             Box::new(Table::<0>::new(cfg.shards, caps))
         };
         let access = AccessList::load(config.access_list.mode, &config.access_list.path)?;
-        let persist = persist.map(|(db, restored)| {
+        let persist = persist.map(|(db, mut restored)| {
+            if restored.completed.len() > cfg.max_idle_torrents {
+                // Keep the counts scrapes are likeliest to ask for.
+                restored.completed.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+                restored.completed.truncate(cfg.max_idle_torrents);
+            }
             for (hash, n) in &restored.completed {
                 store.restore_completed(hash, u32::try_from(*n).unwrap_or(u32::MAX));
             }
@@ -199,6 +209,11 @@ impl Service for Tracker {
             ),
             ("hotpath_tracker_seeders", "Seeders tracked.", t.seeders),
             (
+                "hotpath_tracker_idle_torrents",
+                "Torrents without peers whose completed counts are kept (tracker.max_idle_torrents).",
+                t.idle,
+            ),
+            (
                 "hotpath_tracker_leechers",
                 "Leechers tracked.",
                 t.peers - t.seeders,
@@ -238,6 +253,11 @@ impl Service for Tracker {
                 "Completed sweeper passes.",
                 &c.sweeps,
             ),
+            (
+                "hotpath_tracker_client_addresses_ignored_total",
+                "ip= and ipv6= values left out (not accepted by the config, or not global unicast).",
+                &c.client_addresses_ignored,
+            ),
         ];
         for (name, help, v) in counters {
             let v = v.load(Ordering::Relaxed);
@@ -245,6 +265,21 @@ impl Service for Tracker {
                 out,
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
             );
+        }
+        let h = self.shared.store.cap_hits();
+        let _ = writeln!(
+            out,
+            "# HELP hotpath_tracker_cap_hits_total Times a swarm cap was met, by cap (tracker.max_*).\n# TYPE hotpath_tracker_cap_hits_total counter"
+        );
+        for (cap, v) in [
+            ("max_torrents", &h.torrents),
+            ("max_peers", &h.peers),
+            ("max_peers_per_torrent", &h.swarm),
+            ("max_peers_per_ip", &h.address),
+            ("max_idle_torrents", &h.idle_evicted),
+        ] {
+            let v = v.load(Ordering::Relaxed);
+            let _ = writeln!(out, "hotpath_tracker_cap_hits_total{{cap=\"{cap}\"}} {v}");
         }
         if let Some(db) = &self.shared.persist {
             db.write_metrics(out);

@@ -87,12 +87,16 @@ pub fn access_reloader(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
 
 /// The swarm snapshot's file name in `store.data_dir`.
 pub const SWARMS_FILE: &str = "swarms.snapshot";
-const MAGIC: &[u8; 8] = b"HPSWARM1";
+/// The format written: per torrent, also the count of IPv6 addresses IPv4 peers gave.
+const MAGIC: &[u8; 8] = b"HPSWARM2";
+/// The format before it (no such count), still read.
+const MAGIC_V1: &[u8; 8] = b"HPSWARM1";
 
 /// Writes every swarm to `dir/swarms.snapshot` (through a temporary file, renamed when
 /// complete and synced): `HPSWARM1`, the unix second of the save (i64 LE), the peer id size
-/// (u8: 0 or 20), the torrents (info hash, IPv4 and IPv6 peer counts as u32 LE, then each peer:
-/// address, age in seconds as u16 LE, seeder flag, id), and a CRC-32 of all that (u32 LE).
+/// (u8: 0 or 20), the torrents (info hash; IPv4 peers, IPv6 peers and IPv6 addresses of IPv4
+/// peers as u32 LE counts; then each peer: address, age in seconds as u16 LE, seeder flag,
+/// id), and a CRC-32 of all that (u32 LE).
 /// Returns (torrents, peers) saved.
 pub fn save_swarms(shared: &Shared, dir: &Path) -> std::io::Result<(usize, usize)> {
     let now = hotpath_service::process_secs() as u16;
@@ -133,9 +137,10 @@ pub fn load_swarms(shared: &Shared, dir: &Path) -> Result<Option<(usize, usize, 
 
 fn parse_and_load(shared: &Shared, data: &[u8]) -> Result<(usize, usize, u32), &'static str> {
     const HEAD: usize = 8 + 8 + 1;
-    if data.len() < HEAD + 4 || &data[..8] != MAGIC {
+    if data.len() < HEAD + 4 || (&data[..8] != MAGIC && &data[..8] != MAGIC_V1) {
         return Err("not a swarm snapshot");
     }
+    let aliases = &data[..8] == MAGIC;
     let (body, crc) = data.split_at(data.len() - 4);
     if crc32fast::hash(body).to_le_bytes() != crc {
         return Err("the swarm snapshot is damaged (checksum)");
@@ -147,6 +152,6 @@ fn parse_and_load(shared: &Shared, data: &[u8]) -> Result<(usize, usize, u32), &
     let timeout = shared.cfg.peer_timeout_secs as u16;
     let (t, p) = shared
         .store
-        .load(&body[HEAD..], id_len, now, downtime, timeout)?;
+        .load(&body[HEAD..], id_len, aliases, now, downtime, timeout)?;
     Ok((t, p, downtime))
 }

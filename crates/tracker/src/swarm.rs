@@ -50,8 +50,39 @@ impl<const A: usize, const I: usize> Record<A, I> {
     }
 }
 
-/// An address index: address -> position in the peer records.
-pub type Index<const A: usize> = HashMap<[u8; A], u32>;
+/// The index of a large peer set: address -> position in the records, and how many peers
+/// each client address has in the set (IPv6 by /64), for the per-address cap.
+#[derive(Debug, Default)]
+pub struct Index<const A: usize> {
+    pos: HashMap<[u8; A], u32>,
+    per_ip: HashMap<u64, u32>,
+}
+
+/// The key a peer's client address is counted under: its IPv4 address, or its IPv6 /64.
+fn ip_key<const A: usize>(addr: &[u8; A]) -> u64 {
+    let n = (A - 2).min(8);
+    let mut k = [0u8; 8];
+    k[..n].copy_from_slice(&addr[..n]);
+    u64::from_ne_bytes(k)
+}
+
+/// What a new peer may take: whether the swarm (and the whole table) has room for one more
+/// peer, and how many peers one client address may have in this set.
+#[derive(Debug, Clone, Copy)]
+pub struct Room {
+    /// One more peer fits in the swarm and the table.
+    pub swarm: bool,
+    /// Peers one address (IPv6: one /64) may have in this set.
+    pub per_ip: usize,
+}
+
+impl Room {
+    /// No limit (for tests and tools).
+    pub const ANY: Room = Room {
+        swarm: true,
+        per_ip: usize::MAX,
+    };
+}
 
 /// The peers of one address family of one torrent, borrowed from wherever the torrent keeps
 /// them: the records (seeders in `[0, seeders)`, leechers after), the seeder count, and the
@@ -71,15 +102,28 @@ pub enum Change {
     Updated,
     /// The peer was removed (event=stopped).
     Removed,
-    /// Nothing changed (a stopped peer that was not known, or a full swarm).
+    /// Nothing changed (a stopped peer that was not known).
     None,
+    /// Not added: the swarm or the table holds as many peers as it may.
+    SwarmFull,
+    /// Not added: the peer's address holds as many peers in this swarm as it may.
+    AddressFull,
 }
 
 impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
     fn find(&self, addr: &[u8; A]) -> Option<usize> {
         match &self.index {
-            Some(index) => index.get(addr).map(|&i| i as usize),
+            Some(index) => index.pos.get(addr).map(|&i| i as usize),
             None => self.peers.iter().position(|p| &p.addr == addr),
+        }
+    }
+
+    /// Peers in this set from the client address of `addr`.
+    fn at_ip(&self, addr: &[u8; A]) -> usize {
+        let k = ip_key(addr);
+        match &self.index {
+            Some(index) => index.per_ip.get(&k).map_or(0, |&n| n as usize),
+            None => self.peers.iter().filter(|p| ip_key(&p.addr) == k).count(),
         }
     }
 
@@ -89,8 +133,8 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
         }
         self.peers.swap(i, j);
         if let Some(index) = &mut self.index {
-            index.insert(self.peers[i].addr, i as u32);
-            index.insert(self.peers[j].addr, j as u32);
+            index.pos.insert(self.peers[i].addr, i as u32);
+            index.pos.insert(self.peers[j].addr, j as u32);
         }
     }
 
@@ -106,7 +150,14 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
         self.swap(i, last);
         let gone = self.peers.pop().expect("set is not empty");
         if let Some(index) = &mut self.index {
-            index.remove(&gone.addr);
+            index.pos.remove(&gone.addr);
+            let k = ip_key(&gone.addr);
+            if let Some(n) = index.per_ip.get_mut(&k) {
+                *n -= 1;
+                if *n == 0 {
+                    index.per_ip.remove(&k);
+                }
+            }
         }
         if self.peers.capacity() > 2 * self.peers.len() + 4 {
             self.peers.shrink_to_fit();
@@ -130,8 +181,8 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
         }
     }
 
-    /// Applies an announce; `max_peers` 0 means no cap. Returns what changed and whether the
-    /// peer was a seeder before.
+    /// Applies an announce; a new peer is added only if `room` allows. Returns what changed
+    /// and whether the peer was a seeder before.
     pub fn announce(
         &mut self,
         addr: [u8; A],
@@ -139,7 +190,7 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
         seeder: bool,
         stopped: bool,
         now: u16,
-        max_peers: usize,
+        room: Room,
     ) -> (Change, bool) {
         let found = self.find(&addr);
         let was_seeder = found.is_some_and(|i| i < *self.seeders as usize);
@@ -156,7 +207,8 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
                 record.id.copy_from_slice(&id[..I]);
                 Change::Updated
             }
-            None if max_peers != 0 && self.peers.len() >= max_peers => Change::None,
+            None if !room.swarm => Change::SwarmFull,
+            None if self.at_ip(&addr) >= room.per_ip => Change::AddressFull,
             None => {
                 let mut record = Record {
                     addr,
@@ -171,7 +223,8 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
                 self.peers.push(record);
                 let i = self.peers.len() - 1;
                 if let Some(index) = &mut self.index {
-                    index.insert(addr, i as u32);
+                    index.pos.insert(addr, i as u32);
+                    *index.per_ip.entry(ip_key(&addr)).or_insert(0) += 1;
                 }
                 if seeder {
                     self.set_seeder(i, true);
@@ -236,25 +289,32 @@ pub fn select<const A: usize, const I: usize>(
 /// fewer than half that do not (the gap keeps a set at the edge from flapping).
 fn fit_index<const A: usize, const I: usize>(peers: &[Record<A, I>], index: &mut Option<Index<A>>) {
     if peers.len() >= INDEX_AT && index.is_none() {
-        *index = Some(
-            peers
-                .iter()
-                .enumerate()
-                .map(|(i, p)| (p.addr, i as u32))
-                .collect(),
-        );
+        let mut built = Index::<A> {
+            pos: HashMap::with_capacity(peers.len()),
+            per_ip: HashMap::new(),
+        };
+        for (i, p) in peers.iter().enumerate() {
+            built.pos.insert(p.addr, i as u32);
+            *built.per_ip.entry(ip_key(&p.addr)).or_insert(0) += 1;
+        }
+        *index = Some(built);
     } else if peers.len() < INDEX_AT / 2 && index.is_some() {
         *index = None;
     }
 }
 
-/// What few torrents need: the IPv4 index of a large swarm, and IPv6 peers.
+/// What few torrents need: the IPv4 index of a large swarm, IPv6 peers, and the IPv6
+/// addresses IPv4 peers also gave (BEP 7's `ipv6=`, when accepted): those are handed to IPv6
+/// peers but not counted, as they are peers counted already.
 #[derive(Debug)]
 struct Extra<const I: usize> {
     index4: Option<Index<6>>,
     v6: Vec<Record<18, I>>,
     seeders6: u32,
     index6: Option<Index<18>>,
+    alias6: Vec<Record<18, I>>,
+    alias_seeders6: u32,
+    alias_index6: Option<Index<18>>,
 }
 
 impl<const I: usize> Default for Extra<I> {
@@ -264,6 +324,9 @@ impl<const I: usize> Default for Extra<I> {
             v6: Vec::new(),
             seeders6: 0,
             index6: None,
+            alias6: Vec::new(),
+            alias_seeders6: 0,
+            alias_index6: None,
         }
     }
 }
@@ -310,6 +373,16 @@ impl<const I: usize> Torrent<I> {
         }
     }
 
+    /// The IPv6 addresses IPv4 peers also gave (allocating the extra part on first use).
+    pub fn alias6(&mut self) -> PeerSet<'_, 18, I> {
+        let e = self.extra.get_or_insert_with(Default::default);
+        PeerSet {
+            peers: &mut e.alias6,
+            seeders: &mut e.alias_seeders6,
+            index: e.alias_index6.as_mut(),
+        }
+    }
+
     /// Builds or drops indexes and the extra part after a change.
     pub fn tidy(&mut self) {
         if self.v4.len() >= INDEX_AT && self.extra.is_none() {
@@ -318,7 +391,13 @@ impl<const I: usize> Torrent<I> {
         if let Some(e) = &mut self.extra {
             fit_index(&self.v4, &mut e.index4);
             fit_index(&e.v6, &mut e.index6);
-            if e.index4.is_none() && e.v6.is_empty() && e.index6.is_none() {
+            fit_index(&e.alias6, &mut e.alias_index6);
+            if e.index4.is_none()
+                && e.v6.is_empty()
+                && e.index6.is_none()
+                && e.alias6.is_empty()
+                && e.alias_index6.is_none()
+            {
                 self.extra = None;
             }
         }
@@ -336,17 +415,29 @@ impl<const I: usize> Torrent<I> {
         select(&self.v4, self.seeders4, own, seeder, want, rng, each)
     }
 
-    /// Up to `want` IPv6 peers for a client at `own` (see [`select`]).
+    /// Up to `want` IPv6 peers for a client at `own` (see [`select`]): IPv6 peers first,
+    /// then the IPv6 addresses IPv4 peers gave.
     pub fn select_v6(
         &self,
         own: &[u8; 18],
         seeder: bool,
         want: usize,
         rng: &mut fastrand::Rng,
-        each: impl FnMut(&Record<18, I>),
+        mut each: impl FnMut(&Record<18, I>),
     ) -> usize {
         match &self.extra {
-            Some(e) => select(&e.v6, e.seeders6, own, seeder, want, rng, each),
+            Some(e) => {
+                let n = select(&e.v6, e.seeders6, own, seeder, want, rng, &mut each);
+                n + select(
+                    &e.alias6,
+                    e.alias_seeders6,
+                    own,
+                    seeder,
+                    want - n,
+                    rng,
+                    each,
+                )
+            }
             None => 0,
         }
     }
@@ -356,6 +447,8 @@ impl<const I: usize> Torrent<I> {
         let mut dropped = self.v4().expire(now, timeout);
         if self.extra.is_some() {
             dropped += self.v6().expire(now, timeout);
+            // Not counted: they are peers counted in the IPv4 set.
+            self.alias6().expire(now, timeout);
         }
         self.tidy();
         dropped
@@ -373,6 +466,18 @@ impl<const I: usize> Torrent<I> {
             .map_or((&[][..], 0), |e| (&e.v6[..], e.seeders6))
     }
 
+    /// The IPv6 addresses IPv4 peers gave (seeders first) and how many are seeders.
+    pub fn records_alias6(&self) -> (&[Record<18, I>], u32) {
+        self.extra
+            .as_ref()
+            .map_or((&[][..], 0), |e| (&e.alias6[..], e.alias_seeders6))
+    }
+
+    /// Peers of both families (IPv6 addresses given by IPv4 peers not counted).
+    pub fn peers(&self) -> u32 {
+        self.v4.len() as u32 + self.extra.as_ref().map_or(0, |e| e.v6.len() as u32)
+    }
+
     /// Seeders of both families.
     pub fn seeders(&self) -> u32 {
         self.seeders4 + self.extra.as_ref().map_or(0, |e| e.seeders6)
@@ -387,22 +492,20 @@ impl<const I: usize> Torrent<I> {
         self.v4.len() as u32 - self.seeders4 + v6
     }
 
-    /// Whether no peer is left.
+    /// Whether no peer is left (an IPv6 address given by an IPv4 peer goes with that peer).
     pub fn is_empty(&self) -> bool {
         self.v4.is_empty() && self.extra.as_ref().is_none_or(|e| e.v6.is_empty())
-    }
-
-    /// Whether the torrent can be freed: no peers and no completed downloads to report.
-    pub fn is_unused(&self) -> bool {
-        self.completed == 0 && self.is_empty()
     }
 }
 
 /// One shard: its torrents and its share of the global counts, all under one short lock.
 #[derive(Debug, Default)]
 pub struct Shard<const I: usize> {
-    /// The torrents.
+    /// The torrents with peers.
     pub torrents: HashMap<Id20, Torrent<I>>,
+    /// Completed counts of torrents without peers (their swarms freed), so scrapes still
+    /// report them; bounded (see `tracker.max_idle_torrents`).
+    pub idle: HashMap<Id20, u32>,
     /// Peers in this shard (both families).
     pub peers: usize,
     /// Seeders in this shard.
@@ -459,10 +562,12 @@ mod tests {
         let index = t.extra.as_ref().and_then(|e| e.index4.as_ref());
         match index {
             Some(index) => {
-                assert_eq!(index.len(), t.v4.len());
+                assert_eq!(index.pos.len(), t.v4.len());
                 for (i, p) in t.v4.iter().enumerate() {
-                    assert_eq!(index[&p.addr] as usize, i);
+                    assert_eq!(index.pos[&p.addr] as usize, i);
                 }
+                let counted: u32 = index.per_ip.values().sum();
+                assert_eq!(counted as usize, t.v4.len());
                 assert!(t.v4.len() >= INDEX_AT / 2);
             }
             None => assert!(t.v4.len() < INDEX_AT),
@@ -478,9 +583,13 @@ mod tests {
         now: u16,
         max: usize,
     ) -> (Change, bool) {
+        let room = Room {
+            swarm: max == 0 || (t.peers() as usize) < max,
+            per_ip: usize::MAX,
+        };
         let r = t
             .v4()
-            .announce(addr(n), &[n as u8; 20], seeder, stopped, now, max);
+            .announce(addr(n), &[n as u8; 20], seeder, stopped, now, room);
         t.tidy();
         r
     }
@@ -513,7 +622,7 @@ mod tests {
         assert_eq!((t.seeders(), t.leechers()), (1, 0));
         assert_eq!(announce(&mut t, 9, true, true, 5, 0).0, Change::None);
         // A cap of one peer refuses a second one.
-        assert_eq!(announce(&mut t, 3, false, false, 5, 1).0, Change::None);
+        assert_eq!(announce(&mut t, 3, false, false, 5, 1).0, Change::SwarmFull);
     }
 
     #[test]
@@ -588,16 +697,51 @@ mod tests {
         let mut t = Torrent::<0>::default();
         let mut a6 = [0u8; 18];
         a6[0] = 0x20;
-        t.v6().announce(a6, &[0; 20], true, false, 0, 0);
+        t.v6().announce(a6, &[0; 20], true, false, 0, Room::ANY);
         t.tidy();
         assert_eq!((t.seeders(), t.leechers()), (1, 0));
         let mut rng = fastrand::Rng::with_seed(1);
         let mut got = 0;
         t.select_v6(&[0; 18], false, 10, &mut rng, |_| got += 1);
         assert_eq!(got, 1);
-        t.v6().announce(a6, &[0; 20], true, true, 0, 0);
+        t.v6().announce(a6, &[0; 20], true, true, 0, Room::ANY);
         t.tidy();
         assert!(t.is_empty() && t.extra.is_none());
+    }
+
+    #[test]
+    fn one_address_has_at_most_its_share_of_a_swarm_small_or_large() {
+        let mut t = Torrent::<0>::default();
+        let room = Room {
+            swarm: true,
+            per_ip: 3,
+        };
+        let one_ip = |t: &mut Torrent<0>, port: u16| {
+            let mut a = addr(7);
+            a[4..].copy_from_slice(&port.to_be_bytes());
+            let r = t.v4().announce(a, &[0; 20], false, false, 0, room).0;
+            t.tidy();
+            r
+        };
+        for port in 1..=3 {
+            assert_eq!(one_ip(&mut t, port), Change::Added);
+        }
+        assert_eq!(one_ip(&mut t, 4), Change::AddressFull);
+        // A known peer of that address is still updated.
+        assert_eq!(one_ip(&mut t, 2), Change::Updated);
+        // The same holds once the set is large enough to be indexed.
+        for n in 100..200 {
+            announce(&mut t, n, false, false, 0, 0);
+        }
+        assert!(t.extra.as_ref().unwrap().index4.is_some());
+        assert_eq!(one_ip(&mut t, 5), Change::AddressFull);
+        check_invariants(&t);
+        // A departure makes room again.
+        let mut a = addr(7);
+        a[4..].copy_from_slice(&1u16.to_be_bytes());
+        t.v4().announce(a, &[0; 20], false, true, 0, room);
+        assert_eq!(one_ip(&mut t, 5), Change::Added);
+        check_invariants(&t);
     }
 
     #[test]

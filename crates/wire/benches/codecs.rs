@@ -23,6 +23,7 @@ fn sample() -> Announce {
         numwant: Some(50),
         key: Some(*b"1a2b3c4d"),
         ipv6: None,
+        ip: None,
     }
 }
 

@@ -1,7 +1,7 @@
 //! Tracker query strings (BEP 3, 7, 23, 48): `/announce?…` and `/scrape?…` parsed without
 //! allocation into fixed-size values, and built from the client side.
 
-use std::net::Ipv6Addr;
+use std::net::{IpAddr, Ipv6Addr};
 
 /// A 20-byte info hash or peer id.
 pub type Id20 = [u8; 20];
@@ -49,6 +49,9 @@ pub struct Announce {
     pub key: Option<[u8; 8]>,
     /// BEP 7: an IPv6 address (and optionally port) the client also listens on.
     pub ipv6: Option<(Ipv6Addr, Option<u16>)>,
+    /// BEP 3's `ip`: the address the client says it has, when it is an IP address (a DNS
+    /// name, which BEP 3 also allows, is left out).
+    pub ip: Option<IpAddr>,
 }
 
 /// Splits a query string into `(key, value)` pairs, raw (not decoded).
@@ -141,6 +144,58 @@ fn parse_ipv6(s: &[u8]) -> Option<(Ipv6Addr, Option<u16>)> {
     text.parse().ok().map(|a| (a, None))
 }
 
+fn parse_ip(s: &[u8]) -> Option<IpAddr> {
+    let mut buf = [0u8; 64];
+    let n = percent_decode(s, &mut buf)?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    let text = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(text);
+    text.parse().ok()
+}
+
+/// Whether `ip` is a global unicast address a peer may be reached at: not loopback,
+/// unspecified, private, shared (carrier-grade NAT), link-local, multicast, broadcast,
+/// reserved, benchmarking or documentation space, and for IPv6 inside 2000::/3 but not in its
+/// documentation, Teredo/ORCHID (2001::/23) or 6to4-of-private ranges; v4-mapped and other
+/// embedded forms are refused. Client-supplied addresses (`ip=`, `ipv6=`) must pass this,
+/// or anyone could make a swarm send its peers to a third party (or to the tracker's own
+/// network).
+pub fn is_global_unicast(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            !(a == 0
+                || a == 10
+                || a == 127
+                || a >= 224
+                || (a == 100 && (64..128).contains(&b))
+                || (a == 169 && b == 254)
+                || (a == 172 && (16..32).contains(&b))
+                || (a == 192 && b == 168)
+                || (a == 192 && b == 0 && (c == 0 || c == 2))
+                || (a == 198 && (b == 18 || b == 19))
+                || (a == 198 && b == 51 && c == 100)
+                || (a == 203 && b == 0 && c == 113))
+        }
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            let global = (s[0] & 0xe000) == 0x2000;
+            let documentation = (s[0] == 0x2001 && s[1] == 0x0db8) || (s[0] & 0xfff0) == 0x3ff0;
+            let special = s[0] == 0x2001 && s[1] < 0x0200;
+            let six_to_four = s[0] == 0x2002
+                && !is_global_unicast(IpAddr::V4(std::net::Ipv4Addr::new(
+                    (s[1] >> 8) as u8,
+                    s[1] as u8,
+                    (s[2] >> 8) as u8,
+                    s[2] as u8,
+                )));
+            global && !documentation && !special && !six_to_four
+        }
+    }
+}
+
 /// Parses an announce query. The error is the `failure reason` to send.
 pub fn parse_announce(query: &[u8]) -> Result<Announce, &'static str> {
     let mut info_hash = None;
@@ -159,6 +214,7 @@ pub fn parse_announce(query: &[u8]) -> Result<Announce, &'static str> {
         numwant: None,
         key: None,
         ipv6: None,
+        ip: None,
     };
     for (k, v) in pairs(query) {
         match k {
@@ -198,6 +254,7 @@ pub fn parse_announce(query: &[u8]) -> Result<Announce, &'static str> {
                 a.key = Some(key);
             }
             b"ipv6" => a.ipv6 = Some(parse_ipv6(v).ok_or("malformed ipv6")?),
+            b"ip" => a.ip = parse_ip(v),
             _ => {}
         }
     }
@@ -270,6 +327,10 @@ pub fn write_announce(out: &mut Vec<u8>, a: &Announce) {
         out.extend_from_slice(b"&key=");
         percent_encode(out, &key);
     }
+    if let Some(ip) = a.ip {
+        out.extend_from_slice(b"&ip=");
+        percent_encode(out, ip.to_string().as_bytes());
+    }
     if let Some((addr, port)) = a.ipv6 {
         out.extend_from_slice(b"&ipv6=");
         let text = match port {
@@ -283,6 +344,72 @@ pub fn write_announce(out: &mut Vec<u8>, a: &Announce) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_global_unicast_addresses_pass() {
+        for ok in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "203.0.114.9",
+            "2a00:1450::1",
+            "2606:4700::1111",
+        ] {
+            assert!(is_global_unicast(ok.parse().unwrap()), "{ok}");
+        }
+        for bad in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "100.64.0.1",
+            "169.254.1.1",
+            "224.0.0.1",
+            "239.1.1.1",
+            "255.255.255.255",
+            "240.0.0.1",
+            "192.0.2.1",
+            "198.51.100.7",
+            "203.0.113.5",
+            "198.18.0.1",
+            "192.0.0.8",
+            "::",
+            "::1",
+            "ff02::1",
+            "fe80::1",
+            "fc00::1",
+            "fd12::1",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "2001:db8::1",
+            "3fff::1",
+            "2001::1",
+            "2002:7f00:1::1",
+            "2002:c0a8:101::1",
+        ] {
+            assert!(!is_global_unicast(bad.parse().unwrap()), "{bad}");
+        }
+        assert!(is_global_unicast("2002:808:808::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn ip_parameter_takes_addresses_and_leaves_names_out() {
+        let base = b"info_hash=aaaaaaaaaaaaaaaaaaaa&peer_id=bbbbbbbbbbbbbbbbbbbb&port=1";
+        let with = |ip: &str| {
+            let mut q = base.to_vec();
+            q.extend_from_slice(b"&ip=");
+            q.extend_from_slice(ip.as_bytes());
+            parse_announce(&q).unwrap().ip
+        };
+        assert_eq!(with("8.8.8.8"), Some("8.8.8.8".parse().unwrap()));
+        assert_eq!(
+            with("%5B2a00%3A1450%3A%3A1%5D"),
+            Some("2a00:1450::1".parse().unwrap())
+        );
+        assert_eq!(with("tracker.example"), None);
+        assert_eq!(with("%ZZ"), None);
+    }
     use proptest::prelude::*;
 
     fn sample() -> Announce {
@@ -299,6 +426,7 @@ mod tests {
             numwant: Some(30),
             key: Some(*b"k1k2k3k4"),
             ipv6: Some(("::1".parse().unwrap(), Some(6882))),
+            ip: Some("203.0.114.9".parse().unwrap()),
         }
     }
 

@@ -161,6 +161,7 @@ pub fn announce(hash: [u8; 20], n: u8, port: u16, left: u64, event: Event) -> An
         numwant: None,
         key: None,
         ipv6: None,
+        ip: None,
     }
 }
 
