@@ -53,9 +53,17 @@ fn check_common(v: &Value, protocol: &str) {
     assert!(v["cpu"]["sent_per_cpu_sec"].as_f64().unwrap() > 0.0);
 }
 
+/// The test config, with no cap on peers per address: the load generator sends every peer
+/// from 127.0.0.1.
+fn load_config() -> hotpath_config::Config {
+    let mut c = common::test_config();
+    c.tracker.max_peers_per_ip = 1 << 20;
+    c
+}
+
 #[test]
 fn http_keepalive_announces_with_templates() {
-    let server = common::start(&common::test_config());
+    let server = common::start(&load_config());
     let url = format!(
         "http://{}/announce?info_hash={{h}}&peer_id={{p}}&port={{port}}&left=0&compact=1",
         server.http_addr().unwrap()
@@ -99,7 +107,7 @@ fn http_keepalive_announces_with_templates() {
 
 #[test]
 fn http_short_connections_and_open_model() {
-    let server = common::start(&common::test_config());
+    let server = common::start(&load_config());
     let url = format!("http://{}/healthz", server.http_addr().unwrap());
     let (_, v) = bench(&url, &["-c", "2", "--no-keepalive"]);
     check_common(&v, "http");
@@ -124,7 +132,7 @@ fn http_short_connections_and_open_model() {
 
 #[test]
 fn tracker_failures_and_missed_objectives() {
-    let server = common::start(&common::test_config());
+    let server = common::start(&load_config());
     // No info_hash: every answer is a bencoded failure reason, counted by class.
     let url = format!("http://{}/announce?port=1", server.http_addr().unwrap());
     let (out, v) = bench(&url, &["-c", "2", "--slo", "errors=0,p99<=1s"]);
@@ -149,7 +157,7 @@ fn tracker_failures_and_missed_objectives() {
 
 #[test]
 fn udp_tracker_mix() {
-    let server = common::start(&common::test_config());
+    let server = common::start(&load_config());
     let url = format!("udp://{}", server.udp_addr().unwrap());
     let dir = std::env::temp_dir().join(format!("hotpath-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

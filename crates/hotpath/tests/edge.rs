@@ -329,3 +329,48 @@ fn past_the_buffer_budget_connections_are_held_small_and_still_answered() {
     }
     server.shutdown().unwrap();
 }
+
+/// Regression: a second `hotpath serve` on a port another one held started without a word
+/// (SO_REUSEPORT) and the two split every swarm. Now it stops, naming the port and the other
+/// process.
+#[test]
+fn a_second_hotpath_on_the_same_port_stops_and_names_the_first() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = data_dir();
+    let config = |name: &str, data: &std::path::Path| {
+        let path = dir.join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "[listen]\nhttp = [\"127.0.0.1:{port}\"]\nudp = [\"127.0.0.1:{port}\"]\n\
+                 admin = []\nipv6 = false\n[store]\ndata_dir = \"{}\"\n",
+                data.display()
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let first = Proc::spawn(&config("a.toml", &dir.join("a")), &dir);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hotpath"))
+        .args(["serve", "--config"])
+        .arg(config("b.toml", &dir.join("b")))
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the second server started:\n{err}");
+    assert!(err.contains(&format!("port {port}/")), "{err}");
+    assert!(err.contains(&format!("pid {}", first.child.id())), "{err}");
+    // The first is unharmed, and once it is gone the port can be served again.
+    let mut c = Client::connect(first.http);
+    assert_eq!(c.get("/healthz").status, 200);
+    drop(c);
+    drop(first);
+    let again = Proc::spawn(&config("c.toml", &dir.join("c")), &dir);
+    let mut c = Client::connect(again.http);
+    assert_eq!(c.get("/healthz").status, 200);
+}

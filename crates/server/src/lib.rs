@@ -39,6 +39,18 @@ pub enum ServerError {
         /// Why.
         source: std::io::Error,
     },
+    /// Another hotpath process serves the port.
+    #[error("cannot listen on {addr}: port {port}/{proto} is already served by another hotpath process{}; stop it first or choose another port in [listen]", .pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    PortTaken {
+        /// The address.
+        addr: SocketAddr,
+        /// "tcp" or "udp".
+        proto: &'static str,
+        /// The port.
+        port: u16,
+        /// The other process, when the kernel tells.
+        pid: Option<i32>,
+    },
     /// Some other start-up step failed.
     #[error("cannot start: {0}")]
     Start(#[from] std::io::Error),
@@ -55,6 +67,8 @@ pub struct RunningServer {
     threads: Vec<JoinHandle<()>>,
     died: Receiver<String>,
     service: Arc<dyn Service>,
+    /// The ports this process holds against a second hotpath (see [`listen::PortGuard`]).
+    _ports: Vec<listen::PortGuard>,
 }
 
 /// Tells the supervisor when a thread ends by panicking (or returning an error).
@@ -68,6 +82,37 @@ impl Drop for DeathNotice {
     fn drop(&mut self) {
         if !self.clean || std::thread::panicking() {
             let _ = self.tx.send(self.name.clone());
+        }
+    }
+}
+
+/// The ports claimed so far at start-up (a port bound twice, e.g. on 0.0.0.0 and [::], is
+/// claimed once).
+#[derive(Default)]
+struct Ports {
+    claimed: Vec<(&'static str, u16)>,
+    guards: Vec<listen::PortGuard>,
+}
+
+impl Ports {
+    fn claim(&mut self, proto: &'static str, addr: SocketAddr) -> Result<(), ServerError> {
+        let key = (proto, addr.port());
+        if self.claimed.contains(&key) {
+            return Ok(());
+        }
+        match listen::claim_port(proto, addr.port()) {
+            Ok(guard) => {
+                self.claimed.push(key);
+                self.guards.push(guard);
+                Ok(())
+            }
+            Err(listen::Claim::Taken(pid)) => Err(ServerError::PortTaken {
+                addr,
+                proto,
+                port: addr.port(),
+                pid,
+            }),
+            Err(listen::Claim::Io(source)) => Err(ServerError::Bind { addr, source }),
         }
     }
 }
@@ -93,6 +138,7 @@ impl RunningServer {
         host::raise_nofile();
 
         // Resolve and bind the first worker's sockets; the others bind the resolved addresses.
+        let mut ports = Ports::default();
         let mut addrs = Addresses::default();
         let mut first_tcp = Vec::new();
         let mut first_udp = Vec::new();
@@ -113,6 +159,7 @@ impl RunningServer {
                 |l| l.local_addr(),
             ) {
                 Ok((l, resolved)) => {
+                    ports.claim("tcp", resolved)?;
                     first_tcp.push((mio::net::TcpListener::from_std(l), kind));
                     addrs.tcp.push((resolved, kind));
                 }
@@ -124,6 +171,7 @@ impl RunningServer {
             let bind = |a| listen::udp_socket(a, cfg.udp_recv_buffer, cfg.udp_send_buffer);
             match first_bind(addr, bind, |s| s.local_addr()) {
                 Ok((s, resolved)) => {
+                    ports.claim("udp", resolved)?;
                     first_udp.push(mio::net::UdpSocket::from_std(s));
                     addrs.udp.push(resolved);
                 }
@@ -286,6 +334,7 @@ impl RunningServer {
             threads,
             died,
             service,
+            _ports: ports.guards,
         })
     }
 

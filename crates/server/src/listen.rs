@@ -81,3 +81,45 @@ pub fn with_ipv6(addrs: &[SocketAddr], ipv6: bool) -> Vec<(SocketAddr, bool)> {
     }
     out
 }
+
+/// A port this process serves, held by name so a second hotpath cannot share it.
+///
+/// Every worker binds its listeners with SO_REUSEPORT, which would also let a second hotpath
+/// process bind the same port silently and split the traffic (and the swarms) with the first.
+/// So the process also binds an abstract Unix socket named after the protocol and port: the
+/// name is unique per network namespace, and the kernel frees it when the process ends, even
+/// on `kill -9`.
+#[derive(Debug)]
+pub struct PortGuard {
+    _socket: std::os::unix::net::UnixListener,
+}
+
+/// Why a port could not be claimed.
+#[derive(Debug)]
+pub enum Claim {
+    /// Another hotpath process holds it (its PID, when the kernel tells).
+    Taken(Option<i32>),
+    /// The guard socket could not be made.
+    Io(io::Error),
+}
+
+/// Claims `port` for `proto` ("tcp" or "udp") for this process.
+pub fn claim_port(proto: &str, port: u16) -> Result<PortGuard, Claim> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
+    let name = format!("hotpath:{proto}:{port}");
+    let addr = UnixAddr::from_abstract_name(name.as_bytes()).map_err(Claim::Io)?;
+    match UnixListener::bind_addr(&addr) {
+        Ok(socket) => Ok(PortGuard { _socket: socket }),
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+            // The holder's PID, from the credentials of the socket it listens on.
+            let pid = UnixStream::connect_addr(&addr).ok().and_then(|s| {
+                nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
+                    .ok()
+                    .map(|c| c.pid())
+            });
+            Err(Claim::Taken(pid))
+        }
+        Err(e) => Err(Claim::Io(e)),
+    }
+}
