@@ -76,31 +76,39 @@ impl Load {
                     c.stream
                         .set_read_timeout(Some(Duration::from_secs(30)))
                         .unwrap();
-                    // Each announce is a new peer (its own port) completing its download.
+                    // Each peer (its own port) joins as a leecher, completes its download (a
+                    // snatch: the swarm knew it as a leecher) and leaves.
                     for port in 1..=u16::MAX {
                         if stop.load(Ordering::Relaxed) {
                             return;
                         }
-                        let a = Announce {
-                            info_hash: [t + 1; 20],
-                            peer_id: *b"-HP0001-000000000000",
-                            port,
-                            uploaded: 0,
-                            downloaded: 0,
-                            left: 0,
-                            event: Event::Completed,
-                            compact: true,
-                            no_peer_id: false,
-                            numwant: Some(0),
-                            key: None,
-                            ipv6: None,
-                            ip: None,
+                        let step = |left: u64, event: Event| {
+                            let a = Announce {
+                                info_hash: [t + 1; 20],
+                                peer_id: *b"-HP0001-000000000000",
+                                port,
+                                uploaded: 0,
+                                downloaded: 0,
+                                left,
+                                event,
+                                compact: true,
+                                no_peer_id: false,
+                                numwant: Some(0),
+                                key: None,
+                                ipv6: None,
+                                ip: None,
+                            };
+                            let target = announce_target(&a);
+                            format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").into_bytes()
                         };
-                        let target = announce_target(&a);
-                        sent.fetch_add(1, Ordering::SeqCst);
-                        c.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
-                        let Some(r) = c.read() else {
+                        c.send(&step(100, Event::Started));
+                        if c.read().is_none() {
                             return; // the server went away
+                        }
+                        sent.fetch_add(1, Ordering::SeqCst);
+                        c.send(&step(0, Event::Completed));
+                        let Some(r) = c.read() else {
+                            return;
                         };
                         match failure(&r.body) {
                             None if r.status == 200 => {
@@ -108,6 +116,10 @@ impl Load {
                             }
                             None => panic!("status {}", r.status),
                             Some(reason) => refused.lock().unwrap().push(reason),
+                        }
+                        c.send(&step(0, Event::Stopped));
+                        if c.read().is_none() {
+                            return;
                         }
                     }
                 })
@@ -280,6 +292,8 @@ fn graceful_shutdown_drains_and_swarms_survive_a_restart() {
     let mut server = Proc::spawn(&config, &db.dir);
     let mut c = Client::connect(server.http);
     for n in 1..=5u8 {
+        let a = common::announce([7; 20], n, 7000 + u16::from(n), 50, Event::Started);
+        assert_eq!(failure(&c.get(&announce_target(&a)).body), None);
         let a = common::announce([7; 20], n, 7000 + u16::from(n), 0, Event::Completed);
         assert_eq!(failure(&c.get(&announce_target(&a)).body), None);
     }

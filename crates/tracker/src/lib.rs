@@ -98,7 +98,9 @@ impl Tracker {
         let persist = persist.map(|(db, mut restored)| {
             if restored.completed.len() > cfg.max_idle_torrents {
                 // Keep the counts scrapes are likeliest to ask for.
-                restored.completed.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+                restored
+                    .completed
+                    .sort_unstable_by_key(|c| std::cmp::Reverse(c.1));
                 restored.completed.truncate(cfg.max_idle_torrents);
             }
             for (hash, n) in &restored.completed {
