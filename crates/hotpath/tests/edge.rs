@@ -12,6 +12,14 @@ use common::*;
 use hotpath_wire::query::Event;
 use hotpath_wire::udp::{self, Response};
 
+/// The tests here run one at a time: the flood test measures latency, and the others' load
+/// on this machine's two cores would be part of what it measures.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A TCP connection to `to` from the local address `from` (any address of 127.0.0.0/8).
 fn connect_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
     connect_small(from, to, None)
@@ -38,6 +46,7 @@ fn connect_small(
 /// address (with one worker, every such announce failed).
 #[test]
 fn ipv4_and_ipv6_senders_interleaved_in_one_worker_get_their_own_answers() {
+    let _alone = alone();
     let mut cfg = test_config();
     cfg.server.workers = 1;
     cfg.listen.udp = vec!["127.0.0.1:0".parse().unwrap(), "[::1]:0".parse().unwrap()];
@@ -69,6 +78,7 @@ fn ipv4_and_ipv6_senders_interleaved_in_one_worker_get_their_own_answers() {
 /// long pipeline stalled after ~256 KB of answers until the connection was reset.
 #[test]
 fn ten_thousand_pipelined_requests_in_one_write_are_all_answered_in_order() {
+    let _alone = alone();
     let server = start(&test_config());
     let addr = server.http_addr().unwrap();
     let stream = TcpStream::connect(addr).unwrap();
@@ -106,6 +116,7 @@ fn ten_thousand_pipelined_requests_in_one_write_are_all_answered_in_order() {
 /// everyone else out); now it holds `server.max_connections_per_ip` and others still connect.
 #[test]
 fn one_address_holds_at_most_its_share_of_connections() {
+    let _alone = alone();
     let mut cfg = test_config();
     cfg.server.max_connections_per_ip = 40;
     let server = start(&cfg);
@@ -201,6 +212,7 @@ fn probe_while(addr: SocketAddr, busy: impl FnOnce()) -> Duration {
 /// in under 100 ms throughout.
 #[test]
 fn a_flood_from_one_address_neither_grows_memory_nor_delays_others() {
+    let _alone = alone();
     let dir = data_dir();
     let config = dir.join("hotpath.toml");
     std::fs::write(
@@ -277,6 +289,7 @@ fn a_flood_from_one_address_neither_grows_memory_nor_delays_others() {
 /// growing, and every answer still arrives once the clients read.
 #[test]
 fn past_the_buffer_budget_connections_are_held_small_and_still_answered() {
+    let _alone = alone();
     let mut cfg = test_config();
     cfg.server.max_buffer_mb = 1;
     let server = start(&cfg);
@@ -335,6 +348,7 @@ fn past_the_buffer_budget_connections_are_held_small_and_still_answered() {
 /// process.
 #[test]
 fn a_second_hotpath_on_the_same_port_stops_and_names_the_first() {
+    let _alone = alone();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
