@@ -241,10 +241,10 @@ pub fn parse_decimal(s: &[u8]) -> Option<usize> {
     if s.is_empty() || s.len() > 18 || !s.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    Some(
-        s.iter()
-            .fold(0usize, |n, &d| n * 10 + usize::from(d - b'0')),
-    )
+    // Checked: 18 digits fit a 64-bit usize, not a 32-bit one.
+    s.iter().try_fold(0usize, |n, &d| {
+        n.checked_mul(10)?.checked_add(usize::from(d - b'0'))
+    })
 }
 
 /// The reason phrase of the statuses hotpath sends.
@@ -533,6 +533,28 @@ impl ChunkedBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimals_are_checked() {
+        assert_eq!(parse_decimal(b"0"), Some(0));
+        assert_eq!(parse_decimal(b"65536"), Some(65536));
+        assert_eq!(
+            parse_decimal(b"999999999999999999").map(|n| n as u64),
+            usize::try_from(999_999_999_999_999_999u64)
+                .ok()
+                .map(|n| n as u64)
+        );
+        for bad in [
+            &b""[..],
+            b"-1",
+            b"+1",
+            b"1 ",
+            b"0x10",
+            b"1234567890123456789",
+        ] {
+            assert_eq!(parse_decimal(bad), None, "{bad:?}");
+        }
+    }
     use proptest::prelude::*;
 
     #[test]
