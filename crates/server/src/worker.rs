@@ -45,11 +45,11 @@ const ANSWERS_PER_TURN: usize = 64;
 const BYTES_PER_TURN: usize = 32 << 10;
 /// Slices the connections of one client address get per turn from the carried-over lists:
 /// many connections from one address wait their turn behind each other, not before others.
-const SLICES_PER_ADDRESS: u8 = 4;
+const SLICES_PER_ADDRESS: u8 = 2;
 /// Time one event-loop turn spends on connections before the rest wait for the next turn
 /// (after its new events): a flood of busy connections delays another client's answer by
 /// about this much, not by all of their work.
-const TURN_BUDGET: Duration = Duration::from_millis(5);
+const TURN_BUDGET: Duration = Duration::from_millis(2);
 /// Connections one listener accepts per turn; a longer backlog is taken over the next turns,
 /// so a burst of connections does not hold up the answers of those already open.
 const ACCEPTS_PER_TURN: usize = 128;
