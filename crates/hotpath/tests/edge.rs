@@ -187,7 +187,6 @@ fn probe_while(addr: SocketAddr, busy: impl FnOnce()) -> Duration {
     let prober = std::thread::spawn(move || {
         let mut worst = Duration::ZERO;
         let mut n = 0u16;
-        let started = Instant::now();
         while !stop2.load(std::sync::atomic::Ordering::Relaxed) || n < 10 {
             let t = Instant::now();
             let mut c = Client::connect(addr);
@@ -195,9 +194,6 @@ fn probe_while(addr: SocketAddr, busy: impl FnOnce()) -> Duration {
             let a = announce([0x11; 20], 1, 20_000, 5, Event::None);
             let r = c.get(&announce_target(&a));
             assert_eq!(failure(&r.body), None);
-            if std::env::var_os("EDGE_DEBUG").is_some() && t.elapsed() > Duration::from_millis(40) {
-                eprintln!("probe {n} at {:?}: {:?}", started.elapsed(), t.elapsed());
-            }
             worst = worst.max(t.elapsed());
             n += 1;
             std::thread::sleep(Duration::from_millis(20));

@@ -126,6 +126,11 @@ struct Conn {
     more: bool,
     /// Buffer bytes this connection has reported to the budget.
     accounted: usize,
+    /// Listed on the worker's `ready` list (a connection is listed once, so the carried-over
+    /// lists never hold more entries than there are connections, plus closed ones once).
+    in_ready: bool,
+    /// Listed on the worker's `overflow` list.
+    in_overflow: bool,
 }
 
 impl Conn {
@@ -232,9 +237,6 @@ impl Handler {
     /// buffer reaches its cap (the rest is answered once the client reads).
     fn process(&mut self, conn: &mut Conn) {
         let max_out = self.output_cap();
-        if max_out < self.shared.cfg.max_output_bytes && conn.pending_out() >= max_out {
-            self.metrics().budget_held.add(1);
-        }
         while conn.rstart < conn.rend
             && !conn.closing
             && !conn.parked
@@ -514,9 +516,15 @@ impl Worker {
             }
             self.per_address.clear();
             for slot in std::mem::take(&mut self.overflow) {
+                if self.conns[slot].is_none() {
+                    continue; // closed since it was listed
+                }
                 if over || !self.address_may_go(slot) {
-                    self.overflow.push(slot);
+                    self.overflow.push(slot); // keeps its place (and its flag)
                 } else {
+                    if let Some(c) = self.conns[slot].as_mut() {
+                        c.in_overflow = false;
+                    }
                     self.drive(slot);
                     over = turn.elapsed() >= TURN_BUDGET;
                 }
@@ -527,7 +535,7 @@ impl Worker {
                     woken = true;
                 } else if t >= CONN_BASE {
                     if over {
-                        self.overflow.push(t - CONN_BASE);
+                        self.to_overflow(t - CONN_BASE);
                     } else {
                         self.drive(t - CONN_BASE);
                         over = turn.elapsed() >= TURN_BUDGET;
@@ -573,15 +581,29 @@ impl Worker {
         let ready = std::mem::take(&mut self.ready);
         let mut waiting = Vec::new();
         for slot in ready {
+            if self.conns[slot].is_none() {
+                continue; // closed since it was listed
+            }
             if turn.elapsed() < TURN_BUDGET && self.address_may_go(slot) {
+                if let Some(c) = self.conns[slot].as_mut() {
+                    c.in_ready = false;
+                }
                 self.drive(slot);
             } else {
-                waiting.push(slot);
+                waiting.push(slot); // keeps its place (and its flag)
             }
         }
         // Those listed while driving (by `finish`) go after those still waiting.
         let newer = std::mem::replace(&mut self.ready, waiting);
         self.ready.extend(newer);
+    }
+
+    /// Lists the connection in `slot` to be driven first next turn, unless it is listed.
+    fn to_overflow(&mut self, slot: usize) {
+        if let Some(c) = self.conns[slot].as_mut().filter(|c| !c.in_overflow) {
+            c.in_overflow = true;
+            self.overflow.push(slot);
+        }
     }
 
     /// Whether the connection in `slot` may be driven from a carried-over list this turn: its
@@ -698,6 +720,8 @@ impl Worker {
             parked_at: None,
             more: false,
             accounted: 0,
+            in_ready: false,
+            in_overflow: false,
         });
         self.open += 1;
         self.h.shared.metrics[self.h.index]
@@ -709,7 +733,7 @@ impl Worker {
         if self.turn.elapsed() < TURN_BUDGET {
             self.drive(slot);
         } else {
-            self.overflow.push(slot);
+            self.to_overflow(slot);
         }
     }
 
@@ -747,7 +771,7 @@ impl Worker {
         if conn.deferred {
             // Driven already this turn: its answers wait for the commit and must not be sent
             // before it. Whatever brought it here is looked at next turn.
-            self.overflow.push(slot);
+            self.to_overflow(slot);
             return;
         }
         conn.more = false;
@@ -817,6 +841,13 @@ impl Worker {
             && !conn.closing
             && !conn.parked
             && (conn.pending_out() >= max_out || self.h.slice_spent());
+        if conn.more
+            && conn.pending_out() >= max_out
+            && max_out < self.h.shared.cfg.max_output_bytes
+        {
+            // Stopped at the small cap the spent budget imposes, not at its own.
+            self.h.metrics().budget_held.add(1);
+        }
         if !dead && self.h.service.uncommitted() {
             // These answers acknowledge changes not yet in the journal: they leave after the
             // one commit at the end of this event-loop turn.
@@ -871,9 +902,10 @@ impl Worker {
             return;
         }
         conn.account(&self.h.shared.budget);
-        if conn.more && conn.pending_out() < self.h.output_cap() {
+        if conn.more && conn.pending_out() < self.h.output_cap() && !conn.in_ready {
             // The client took the answers at once: go on with its pipeline next turn.
             conn.more = false;
+            conn.in_ready = true;
             self.ready.push(slot);
         }
         if !conn.registered {
