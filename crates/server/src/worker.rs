@@ -535,7 +535,7 @@ impl Worker {
                     woken = true;
                 } else if t >= CONN_BASE {
                     if over {
-                        self.to_overflow(t - CONN_BASE);
+                        self.list_overflow(t - CONN_BASE);
                     } else {
                         self.drive(t - CONN_BASE);
                         over = turn.elapsed() >= TURN_BUDGET;
@@ -599,7 +599,7 @@ impl Worker {
     }
 
     /// Lists the connection in `slot` to be driven first next turn, unless it is listed.
-    fn to_overflow(&mut self, slot: usize) {
+    fn list_overflow(&mut self, slot: usize) {
         if let Some(c) = self.conns[slot].as_mut().filter(|c| !c.in_overflow) {
             c.in_overflow = true;
             self.overflow.push(slot);
@@ -733,7 +733,7 @@ impl Worker {
         if self.turn.elapsed() < TURN_BUDGET {
             self.drive(slot);
         } else {
-            self.to_overflow(slot);
+            self.list_overflow(slot);
         }
     }
 
@@ -771,7 +771,7 @@ impl Worker {
         if conn.deferred {
             // Driven already this turn: its answers wait for the commit and must not be sent
             // before it. Whatever brought it here is looked at next turn.
-            self.to_overflow(slot);
+            self.list_overflow(slot);
             return;
         }
         conn.more = false;
