@@ -160,8 +160,8 @@ impl Event {
                 "body: empty; send JSON {\"user\", \"popup\", \"action\", \"token\"}".into(),
             );
         }
-        let e: EventBody =
-            serde_json::from_slice(body).map_err(|e| format!("body: invalid JSON: {e}"))?;
+        let e: EventBody = serde_json::from_slice(body)
+            .map_err(|e| clip(format!("body: invalid JSON: {e}"), MAX_ERROR_BYTES))?;
         if e.user.is_empty() {
             return Err("user: must not be empty".into());
         }
@@ -203,6 +203,23 @@ pub fn json_string(out: &mut Vec<u8>, s: &str) {
         }
     }
     out.push(b'"');
+}
+
+/// Longest error message sent back: parser messages quote what they could not read (an
+/// unknown field's name, a bad string), which may be kilobytes of the client's own bytes.
+pub const MAX_ERROR_BYTES: usize = 256;
+
+/// `message` cut to at most `max` bytes at a character boundary, marked with `…` when cut.
+pub fn clip(mut message: String, max: usize) -> String {
+    if message.len() > max {
+        let mut end = max - '…'.len_utf8();
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    message
 }
 
 /// `{"error":"…"}`.
@@ -250,6 +267,21 @@ mod tests {
             let e = q.parse(query.as_bytes()).unwrap_err();
             assert!(e.starts_with(field), "{query}: {e}");
         }
+    }
+
+    /// Found by the popup_event fuzz target: an unknown field's name came back whole in the
+    /// error (4 KB of the client's bytes in every answer).
+    #[test]
+    fn error_messages_are_clipped() {
+        let body = format!(r#"{{"user{}":1}}"#, "é".repeat(1000));
+        let e = Event::parse(body.as_bytes()).unwrap_err();
+        assert!(e.len() <= MAX_ERROR_BYTES, "{} bytes", e.len());
+        assert!(
+            e.starts_with("body: invalid JSON: unknown field") && e.ends_with('…'),
+            "{e}"
+        );
+        assert_eq!(clip("short".into(), 8), "short");
+        assert_eq!(clip("0123456789".into(), 8), "01234…");
     }
 
     #[test]

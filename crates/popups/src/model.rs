@@ -188,7 +188,8 @@ fn yes() -> bool {
 impl Popup {
     /// Parses and checks a popup from JSON; the error names the field.
     pub fn from_json(text: &[u8]) -> Result<Popup, String> {
-        let p: Popup = serde_json::from_slice(text).map_err(|e| e.to_string())?;
+        let p: Popup = serde_json::from_slice(text)
+            .map_err(|e| crate::api::clip(e.to_string(), crate::api::MAX_ERROR_BYTES))?;
         p.check()?;
         Ok(p)
     }

@@ -218,6 +218,10 @@ impl Change {
                     let b = payload;
                     let table_len = usize::from(b[5]);
                     let data_len = u32_at(b, 6) as usize;
+                    // Longer than `encode` writes: not a record of ours.
+                    if table_len > MAX_NAME_LEN || data_len > MAX_ROW_LEN {
+                        return None;
+                    }
                     let table_end = LUA_ROW_FIXED + table_len;
                     let end = table_end.checked_add(data_len)?;
                     each(Change::LuaRow {
@@ -232,6 +236,9 @@ impl Change {
                 TAG_LUA_ADD if payload.len() >= LUA_ADD_FIXED => {
                     let b = payload;
                     let lens = [13, 14, 15].map(|i| usize::from(b[i]));
+                    if lens[0] > MAX_NAME_LEN || lens[1] > MAX_USER_LEN || lens[2] > MAX_NAME_LEN {
+                        return None;
+                    }
                     let mut at = LUA_ADD_FIXED;
                     let mut parts: [&str; 3] = [""; 3];
                     for (part, len) in parts.iter_mut().zip(lens) {
@@ -711,6 +718,34 @@ mod tests {
         assert_eq!(back, changes);
         assert!(Change::decode_all(&buf[..buf.len() - 1], &mut |_| {}).is_none());
         assert!(Change::decode_all(&[9, 1, 2], &mut |_| {}).is_none());
+    }
+
+    /// Found by the journal fuzz target: a record naming a column longer than `encode` writes
+    /// decoded, and would have been written to the database past the names' limit.
+    #[test]
+    fn records_longer_than_encode_writes_are_refused() {
+        let add = |table: usize, key: usize, column: usize| {
+            let mut b = vec![TAG_LUA_ADD];
+            b.extend_from_slice(&(-3i64).to_le_bytes());
+            b.extend_from_slice(&9u32.to_le_bytes());
+            b.extend_from_slice(&[table as u8, key as u8, column as u8]);
+            b.extend(std::iter::repeat_n(b'Y', table + key + column));
+            b
+        };
+        assert!(Change::decode_all(&add(9, 0, MAX_NAME_LEN), &mut |_| {}).is_some());
+        assert!(Change::decode_all(&add(9, 0, MAX_NAME_LEN + 1), &mut |_| {}).is_none());
+        assert!(Change::decode_all(&add(MAX_NAME_LEN + 1, 0, 1), &mut |_| {}).is_none());
+        let row = |table: usize, data: usize| {
+            let mut b = vec![TAG_LUA_ROW];
+            b.extend_from_slice(&9u32.to_le_bytes());
+            b.push(table as u8);
+            b.extend_from_slice(&(data as u32).to_le_bytes());
+            b.extend(std::iter::repeat_n(b'{', table + data));
+            b
+        };
+        assert!(Change::decode_all(&row(MAX_NAME_LEN, MAX_ROW_LEN), &mut |_| {}).is_some());
+        assert!(Change::decode_all(&row(MAX_NAME_LEN + 1, 1), &mut |_| {}).is_none());
+        assert!(Change::decode_all(&row(1, MAX_ROW_LEN + 1), &mut |_| {}).is_none());
     }
 
     fn pop(user: &str, popup: u32, action: u8, next: u64, shows: u32, at: u32) -> Change {

@@ -268,8 +268,13 @@ impl<const I: usize> Table<I> {
 
     /// What a new peer may take in `t` now.
     fn room(&self, t: &Torrent<I>) -> Room {
+        self.room_at(t, self.peers.load(Ordering::Relaxed))
+    }
+
+    /// What a new peer may take in `t` when the table holds `table_peers`.
+    fn room_at(&self, t: &Torrent<I>, table_peers: usize) -> Room {
         let swarm = (t.peers() as usize) < self.caps.max_peers_per_torrent;
-        let table = self.peers.load(Ordering::Relaxed) < self.caps.max_peers;
+        let table = table_peers < self.caps.max_peers;
         Room {
             swarm: swarm && table,
             per_ip: self.caps.max_peers_per_ip,
@@ -575,34 +580,42 @@ impl<const I: usize> Store for Table<I> {
             }
             let t = shard.torrents.entry(hash).or_default();
             let (s0, p0) = (t.seeders(), t.peers());
+            // The table's peers before this torrent; its own new peers count against
+            // `max_peers` as they come.
+            let base = self.peers.load(Ordering::Relaxed);
             // `tidy` after each peer builds a large set's index as soon as it is due, so every
             // later peer is found through it: linear in the peers, as for announces (it was
-            // quadratic: 400k peers in one torrent took 52 s).
-            for _ in 0..n4 {
-                let p = read_peer::<6>(&mut r, id_len)?;
-                if let Some(seen) = seen(p.age) {
-                    let room = self.room(t);
-                    t.v4().announce(p.addr, &p.id, p.seeder, false, seen, room);
-                    t.tidy();
+            // quadratic: 400k peers in one torrent took 52 s). A body cut short inside the
+            // torrent still counts the peers read before the cut (below), then fails.
+            let mut read = || -> Result<(), &'static str> {
+                for _ in 0..n4 {
+                    let p = read_peer::<6>(&mut r, id_len)?;
+                    if let Some(seen) = seen(p.age) {
+                        let room = self.room_at(t, base + (t.peers() - p0) as usize);
+                        t.v4().announce(p.addr, &p.id, p.seeder, false, seen, room);
+                        t.tidy();
+                    }
                 }
-            }
-            for _ in 0..n6 {
-                let p = read_peer::<18>(&mut r, id_len)?;
-                if let Some(seen) = seen(p.age) {
-                    let room = self.room(t);
-                    t.v6().announce(p.addr, &p.id, p.seeder, false, seen, room);
-                    t.tidy();
+                for _ in 0..n6 {
+                    let p = read_peer::<18>(&mut r, id_len)?;
+                    if let Some(seen) = seen(p.age) {
+                        let room = self.room_at(t, base + (t.peers() - p0) as usize);
+                        t.v6().announce(p.addr, &p.id, p.seeder, false, seen, room);
+                        t.tidy();
+                    }
                 }
-            }
-            for _ in 0..na {
-                let p = read_peer::<18>(&mut r, id_len)?;
-                if let Some(seen) = seen(p.age) {
-                    let room = self.room(t);
-                    t.alias6()
-                        .announce(p.addr, &p.id, p.seeder, false, seen, room);
-                    t.tidy();
+                for _ in 0..na {
+                    let p = read_peer::<18>(&mut r, id_len)?;
+                    if let Some(seen) = seen(p.age) {
+                        let room = self.room_at(t, base + (t.peers() - p0) as usize);
+                        t.alias6()
+                            .announce(p.addr, &p.id, p.seeder, false, seen, room);
+                        t.tidy();
+                    }
                 }
-            }
+                Ok(())
+            };
+            let read = read();
             t.tidy();
             let (s1, p1) = (t.seeders(), t.peers());
             shard.seeders = shard.seeders + s1 as usize - s0 as usize;
@@ -621,6 +634,7 @@ impl<const I: usize> Store for Table<I> {
                 torrents += 1;
                 peers += (p1 - p0) as usize;
             }
+            read?;
         }
         Ok((torrents, peers))
     }
@@ -903,6 +917,39 @@ mod tests {
         assert_eq!(g.table.load(&twice, 0, true, 0, 0, 100), Ok((2, 200)));
         let t = g.table.totals();
         assert_eq!((t.torrents, t.peers), (1, 200));
+    }
+
+    /// Found by the snapshot fuzz target: a body cut short inside a torrent left the peers
+    /// read before the cut in the swarm but out of the table's counts (and the torrent out of
+    /// `max_torrents`), so totals, caps and later sweeps went wrong; and a torrent's own new
+    /// peers did not count against `max_peers` until it was read whole.
+    #[test]
+    fn a_body_cut_inside_a_torrent_counts_what_it_loaded_and_max_peers_holds_within_one() {
+        let mut f = Fixture::new(table::<0>(1, 0), false);
+        for n in 0..10u8 {
+            f.peer(n, n < 4, Event::Started, 0);
+        }
+        let mut body = Vec::new();
+        f.table.save(0, &mut body);
+        let cut = &body[..body.len() - 4];
+        let g = Fixture::new(table::<0>(1, 0), false);
+        assert!(g.table.load(cut, 0, true, 0, 0, 100).is_err());
+        let t = g.table.totals();
+        let c = g.table.scrape(&[1; 20]);
+        assert_eq!((t.torrents, t.peers, t.seeders), (1, 9, 4));
+        assert_eq!((c.seeders, c.leechers), (4, 5));
+        let mut saved = Vec::new();
+        assert_eq!(g.table.save(0, &mut saved), (1, 9));
+
+        let small = Table::<0>::new(
+            1,
+            Caps {
+                max_peers: 6,
+                ..Caps::LARGE
+            },
+        );
+        assert_eq!(small.load(&body, 0, true, 0, 0, 100), Ok((1, 6)));
+        assert_eq!(small.totals().peers, 6);
     }
 
     #[test]
