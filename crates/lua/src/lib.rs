@@ -38,6 +38,8 @@ use crate::tcp::{PoolSettings, TcpCounters, TcpHandle};
 use crate::udp::{UdpCounters, UdpPool};
 use crate::vm::{Env, Failure, Limits, Parked, Script, Step, Vm};
 
+pub use crate::vm::json_decode;
+
 /// Journal numbers of the Lua workers (the tracker's are 0.., the popup service's 65536..).
 pub const JOURNAL_BASE: u32 = 2 << 16;
 /// The most names `hp.metrics.incr` may count.

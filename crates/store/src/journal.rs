@@ -109,6 +109,12 @@ impl ScanEnd {
 pub fn scan(path: &Path, each: &mut dyn FnMut(u64, &[u8])) -> io::Result<ScanEnd> {
     let mut data = Vec::new();
     File::open(path)?.read_to_end(&mut data)?;
+    Ok(scan_bytes(&data, each))
+}
+
+/// [`scan`] over a segment's bytes already in memory (no I/O: the decoder the fuzz target
+/// drives).
+pub fn scan_bytes(data: &[u8], each: &mut dyn FnMut(u64, &[u8])) -> ScanEnd {
     let mut end = ScanEnd {
         valid_bytes: 0,
         file_bytes: data.len() as u64,
@@ -134,7 +140,7 @@ pub fn scan(path: &Path, each: &mut dyn FnMut(u64, &[u8])) -> io::Result<ScanEnd
         end.last_seq = seq;
         end.records += 1;
     }
-    Ok(end)
+    end
 }
 
 /// Why a change was not taken.

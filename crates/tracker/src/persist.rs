@@ -93,7 +93,7 @@ const MAGIC: &[u8; 8] = b"HPSWARM2";
 const MAGIC_V1: &[u8; 8] = b"HPSWARM1";
 
 /// Writes every swarm to `dir/swarms.snapshot` (through a temporary file, renamed when
-/// complete and synced): `HPSWARM1`, the unix second of the save (i64 LE), the peer id size
+/// complete and synced): `HPSWARM2`, the unix second of the save (i64 LE), the peer id size
 /// (u8: 0 or 20), the torrents (info hash; IPv4 peers, IPv6 peers and IPv6 addresses of IPv4
 /// peers as u32 LE counts; then each peer: address, age in seconds as u16 LE, seeder flag,
 /// id), and a CRC-32 of all that (u32 LE).
@@ -135,23 +135,45 @@ pub fn load_swarms(shared: &Shared, dir: &Path) -> Result<Option<(usize, usize, 
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn parse_and_load(shared: &Shared, data: &[u8]) -> Result<(usize, usize, u32), &'static str> {
+/// A snapshot file's header, checked, and the body that follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotHead<'a> {
+    /// Unix second of the save.
+    pub saved_at: i64,
+    /// Bytes of peer id per saved peer (the table checks it is 0 or 20).
+    pub id_len: usize,
+    /// Whether torrents carry a third count, the IPv6 addresses IPv4 peers gave (format 2).
+    pub aliases: bool,
+    /// The torrents, for [`crate::store::Store::load`].
+    pub body: &'a [u8],
+}
+
+/// Checks a snapshot file's magic and checksum and splits it into header and body (no I/O: the
+/// decoder the fuzz target drives, with [`crate::store::Store::load`]).
+pub fn parse_snapshot(data: &[u8]) -> Result<SnapshotHead<'_>, &'static str> {
     const HEAD: usize = 8 + 8 + 1;
     if data.len() < HEAD + 4 || (&data[..8] != MAGIC && &data[..8] != MAGIC_V1) {
         return Err("not a swarm snapshot");
     }
-    let aliases = &data[..8] == MAGIC;
     let (body, crc) = data.split_at(data.len() - 4);
     if crc32fast::hash(body).to_le_bytes() != crc {
         return Err("the swarm snapshot is damaged (checksum)");
     }
-    let saved_at = i64::from_le_bytes(body[8..16].try_into().expect("8 bytes"));
-    let id_len = usize::from(body[16]);
-    let downtime = (hotpath_store::unix_now() - saved_at).clamp(0, i64::from(u32::MAX)) as u32;
+    Ok(SnapshotHead {
+        saved_at: i64::from_le_bytes(body[8..16].try_into().expect("8 bytes")),
+        id_len: usize::from(body[16]),
+        aliases: &data[..8] == MAGIC,
+        body: &body[HEAD..],
+    })
+}
+
+fn parse_and_load(shared: &Shared, data: &[u8]) -> Result<(usize, usize, u32), &'static str> {
+    let head = parse_snapshot(data)?;
+    let downtime = (hotpath_store::unix_now() - head.saved_at).clamp(0, i64::from(u32::MAX)) as u32;
     let now = hotpath_service::process_secs() as u16;
     let timeout = shared.cfg.peer_timeout_secs as u16;
     let (t, p) = shared
         .store
-        .load(&body[HEAD..], id_len, aliases, now, downtime, timeout)?;
+        .load(head.body, head.id_len, head.aliases, now, downtime, timeout)?;
     Ok((t, p, downtime))
 }

@@ -1,0 +1,414 @@
+//! The seed corpus of every fuzz target (`fuzz/seeds/<target>/`), made by the project's own
+//! encoders and from its examples. The test fails when a committed seed differs from what the
+//! encoders make now (a format changed) or a target has no seeds;
+//! `HOTPATH_WRITE_SEEDS=1 cargo test -p hotpath --test fuzz_seeds` writes them anew.
+
+use std::net::{IpAddr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+
+use hotpath_store::journal::seal;
+use hotpath_store::merge::Change;
+use hotpath_tracker::store::{Caps, PeerAnnounce, Selection, Store, Table};
+use hotpath_wire::bencode::{put_bytes, put_failure, put_int};
+use hotpath_wire::query::{write_announce, Announce, Event};
+use hotpath_wire::udp;
+
+#[derive(Default)]
+struct Seeds {
+    /// (target, file name, bytes).
+    all: Vec<(String, String, Vec<u8>)>,
+}
+
+impl Seeds {
+    fn put(&mut self, target: &str, name: &str, bytes: impl AsRef<[u8]>) {
+        self.all
+            .push((target.into(), name.into(), bytes.as_ref().to_vec()));
+    }
+}
+
+fn announce() -> Announce {
+    Announce {
+        info_hash: *b"\x12\x34\x56\x78\x9a\xbc\xde\xf0\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa%&",
+        peer_id: *b"-HP0001-abcdefghijkl",
+        port: 6881,
+        uploaded: 1024,
+        downloaded: 2048,
+        left: 4096,
+        event: Event::Started,
+        compact: true,
+        no_peer_id: false,
+        numwant: Some(50),
+        key: Some(*b"k3y\0\0\0\0\0"),
+        ipv6: None,
+        ip: None,
+    }
+}
+
+fn http(seeds: &mut Seeds) {
+    let mut q = Vec::new();
+    write_announce(&mut q, &announce());
+    let get = |target: &[u8]| {
+        [
+            b"GET ".as_slice(),
+            target,
+            b" HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept-Encoding: gzip\r\n\r\n",
+        ]
+        .concat()
+    };
+    let announce = get(&[b"/announce?".as_slice(), &q].concat());
+    seeds.put("http_request", "announce", &announce);
+    seeds.put(
+        "http_request",
+        "pipelined",
+        [
+            announce.clone(),
+            get(b"/scrape?info_hash=aaaaaaaaaaaaaaaaaaaa"),
+            get(b"/healthz"),
+        ]
+        .concat(),
+    );
+    seeds.put(
+        "http_request",
+        "popup",
+        get(b"/v1/popup?user=u%201&platform=ios&segment=a,b&app_version=2.1.0"),
+    );
+    seeds.put(
+        "http_request",
+        "post",
+        "POST /v1/popup/event HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\
+         Connection: keep-alive\r\n\r\n{}GET /metrics HTTP/1.0\r\n\r\n",
+    );
+    seeds.put(
+        "http_request",
+        "chunked",
+        "POST /lua HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    );
+    seeds.put(
+        "http_request",
+        "lengths",
+        "PUT /admin/popups/1 HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+    );
+
+    let mut chunked = vec![7u8];
+    chunked.extend_from_slice(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+    seeds.put("http_response", "chunked_head", &chunked);
+    seeds.put(
+        "http_response",
+        "chunked_body",
+        b"\x03a;ext=1\r\n0123456789\r\n0\r\nTrailer: x\r\n\r\nrest",
+    );
+    seeds.put(
+        "http_response",
+        "length",
+        b"\x01HTTP/1.1 503 Service Unavailable\r\nContent-Length: 12\r\nConnection: close\r\n\r\n",
+    );
+}
+
+fn queries(seeds: &mut Seeds) {
+    let mut a = announce();
+    let mut q = Vec::new();
+    write_announce(&mut q, &a);
+    seeds.put("announce_query", "plain", &q);
+    a.ip = Some(IpAddr::from([203, 0, 113, 7]));
+    a.ipv6 = Some((Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1), Some(51413)));
+    a.event = Event::Completed;
+    a.compact = false;
+    a.no_peer_id = true;
+    q.clear();
+    write_announce(&mut q, &a);
+    seeds.put("announce_query", "addresses", &q);
+    seeds.put(
+        "announce_query",
+        "odd",
+        b"info_hash=%zz&peer_id=12345678901234567890&port=0&ipv6=fe80::1%25eth0&ip=example.org\
+          &numwant=99999999999999999999&event=paused&key=%ff%fe",
+    );
+    seeds.put(
+        "scrape_query",
+        "two",
+        b"\x05info_hash=aaaaaaaaaaaaaaaaaaaa&info_hash=%12%34%56%78%9a%bc%de%f0%11%22%33%44%55%66%77%88%99%aa%25%26",
+    );
+    seeds.put(
+        "popup_query",
+        "full",
+        b"user=alice&platform=android&country=DE&app_version=3.2.1&segment=paying,new&segment=beta&cb=123",
+    );
+    seeds.put(
+        "popup_query",
+        "escaped",
+        b"user=%E2%9C%93%20b&segment=%2C%2C&app_version=1",
+    );
+}
+
+fn udp_packets(seeds: &mut Seeds) {
+    let mut b = Vec::new();
+    udp::write_connect_request(&mut b, 42);
+    seeds.put("udp_request", "connect", &b);
+    let a = announce();
+    let mut req = udp::AnnounceRequest {
+        connection_id: 0x1122_3344_5566_7788,
+        transaction_id: 7,
+        info_hash: a.info_hash,
+        peer_id: a.peer_id,
+        downloaded: 1,
+        left: 2,
+        uploaded: 3,
+        event: Event::Started,
+        ip: 0,
+        key: 0xdead_beef,
+        num_want: -1,
+        port: 6881,
+        options: udp::Options(&[]),
+    };
+    b.clear();
+    udp::write_announce_request(&mut b, &req);
+    seeds.put("udp_request", "announce", &b);
+    let opts = b"\x02\x0c/announce?ab\x01\x02\x12info_hash=xxxxxxxx\x09\x00\x00";
+    req.options = udp::Options(opts);
+    b.clear();
+    udp::write_announce_request(&mut b, &req);
+    seeds.put("udp_request", "announce_options", &b);
+    b.clear();
+    udp::write_scrape_request(&mut b, 5, 6, &[[1; 20], [2; 20]]);
+    seeds.put("udp_request", "scrape", &b);
+
+    b.clear();
+    udp::write_connect(&mut b, 42, 0x0102_0304_0506_0708);
+    seeds.put("udp_response", "connect", &b);
+    b.clear();
+    udp::write_announce_head(&mut b, 7, 1800, 3, 4);
+    b.extend_from_slice(&[127, 0, 0, 1, 0x1a, 0xe1]);
+    seeds.put("udp_response", "announce", &b);
+    b.clear();
+    udp::write_scrape_head(&mut b, 9);
+    udp::write_scrape_entry(&mut b, 1, 2, 3);
+    seeds.put("udp_response", "scrape", &b);
+    b.clear();
+    udp::write_error(&mut b, 9, "unknown info hash", 100);
+    seeds.put("udp_response", "error", &b);
+}
+
+fn bencode(seeds: &mut Seeds) {
+    let mut out = b"d".to_vec();
+    put_bytes(&mut out, b"complete");
+    put_int(&mut out, 5);
+    put_bytes(&mut out, b"interval");
+    put_int(&mut out, 1800);
+    put_bytes(&mut out, b"peers");
+    put_bytes(&mut out, &[127, 0, 0, 1, 0x1a, 0xe1]);
+    put_bytes(&mut out, b"files");
+    out.extend_from_slice(b"ld2:idi-3eee");
+    out.push(b'e');
+    seeds.put("bencode", "announce", &out);
+    out.clear();
+    put_failure(&mut out, "unregistered torrent");
+    seeds.put("bencode", "failure", &out);
+    seeds.put("bencode", "nested", b"llllllllllllllleeeeeeeeeeeeeee");
+}
+
+fn journal(seeds: &mut Seeds) {
+    let changes = [
+        Change::Torrent {
+            info_hash: [9; 20],
+            completed: 1,
+            seeders: 2,
+            leechers: 3,
+            at: 1_800_000_000,
+        },
+        Change::Popup {
+            user: "alice".into(),
+            popup: 4,
+            action: hotpath_store::SHOWN,
+            next_eligible: 1_800_003_600,
+            shows: 1,
+            at: 1_800_000_000,
+        },
+        Change::LuaRow {
+            table: "checkins".into(),
+            at: 1_800_000_000,
+            data: "{\"user\":\"bob\"}".into(),
+        },
+        Change::LuaAdd {
+            table: "visits".into(),
+            key: "bob".into(),
+            column: "count".into(),
+            delta: -2,
+            at: 1_800_000_000,
+        },
+    ];
+    let mut payload = Vec::new();
+    for c in &changes {
+        c.encode(&mut payload);
+    }
+    let mut segment = Vec::new();
+    for (seq, c) in changes.iter().enumerate() {
+        let mut record = vec![0u8; 16];
+        c.encode(&mut record);
+        seal(&mut record, seq as u64 + 1);
+        segment.extend_from_slice(&record);
+    }
+    seeds.put("journal", "payload", &payload);
+    seeds.put("journal", "segment", &segment);
+    seeds.put("journal", "torn", &segment[..segment.len() - 3]);
+}
+
+/// One torrent's snapshot body: six peers (IPv4 and IPv6, seeders and leechers, one IPv4 peer
+/// with an IPv6 alias).
+fn one_torrent(hash: u8) -> Vec<u8> {
+    let table = Table::<20>::new(1, Caps::LARGE);
+    let mut rng = fastrand::Rng::with_seed(1);
+    let mut sel = Selection::default();
+    for n in 0..6u8 {
+        let v6 = |first: u8| {
+            let mut v6 = [0u8; 18];
+            v6[0] = first;
+            v6[15] = n;
+            v6[17] = 1;
+            v6
+        };
+        let a = PeerAnnounce {
+            info_hash: [hash; 20],
+            peer_id: [n; 20],
+            v4: (n % 3 != 2).then_some([127, 0, 0, n, 0x1a, 0xe1]),
+            v6: (n % 3 == 2).then(|| v6(0x20)),
+            alias6: (n == 1).then(|| v6(0x24)),
+            seeder: n % 2 == 0,
+            complete: false,
+            event: Event::Started,
+            want: 50,
+            want_v4: true,
+            want_v6: true,
+        };
+        table
+            .announce(&a, 100, &mut rng, &mut sel)
+            .expect("an announce");
+    }
+    let mut body = Vec::new();
+    table.save(110, &mut body);
+    body
+}
+
+fn snapshot(seeds: &mut Seeds) {
+    let body = [one_torrent(1), one_torrent(2)].concat();
+    // Flags: peer ids kept (1), the format with the alias count (2), 20-byte ids saved (4).
+    seeds.put("snapshot", "ids", [&[7u8][..], &body].concat());
+    let mut file = b"HPSWARM2".to_vec();
+    file.extend_from_slice(&1_800_000_000i64.to_le_bytes());
+    file.push(20);
+    file.extend_from_slice(&body);
+    let crc = crc32fast::hash(&file);
+    file.extend_from_slice(&crc.to_le_bytes());
+    seeds.put("snapshot", "file", &file);
+}
+
+fn popups(seeds: &mut Seeds) {
+    let signer = hotpath_wire::popup_token::Signer::new(b"fuzz secret");
+    let mut token = Vec::new();
+    signer.sign(&mut token, "alice", 7, 1_800_000_000);
+    let token = String::from_utf8(token).expect("ASCII");
+    seeds.put("popup_token", "signed", format!("{token}\nalice"));
+    seeds.put("popup_token", "bad", "ffffffffffffffff.0000000000000000\n");
+    seeds.put(
+        "popup_event",
+        "click",
+        format!(r#"{{"user":"alice","popup":7,"action":"click","token":"{token}"}}"#),
+    );
+    seeds.put(
+        "popup_event",
+        "wrong",
+        r#"{"user":"","popup":"three","action":"open","token":1,"extra":null}"#,
+    );
+    seeds.put(
+        "popup_json",
+        "full",
+        r#"{"id":3,"name":"Spring sale","payload":{"title":"Sale","discount":0.25,"tags":["a"]},
+"priority":10,"starts_at":1700000000,"ends_at":1900000000,
+"targeting":{"platform":{"include":["ios","android"]},"country":{"exclude":["FR"]},
+"segment":{"include":["paying"]},"app_version_min":"2.0.0","app_version_max":"3.9.9"},
+"rollout_percent":50,
+"frequency":{"cooldown":3600,"after_close":"never","after_click":604800,"max_shows":3,"daily_cap":1000},
+"enabled":true}"#,
+    );
+    seeds.put(
+        "popup_json",
+        "minimal",
+        r#"{"id":1,"name":"n","payload":null}"#,
+    );
+    seeds.put(
+        "lua_json",
+        "object",
+        r#"{"user":"bob","n":[1,2.5,-3e10,null,true],"nested":{"a":{"b":{}}},"s":"\u00e9\ud83d\ude00"}"#,
+    );
+    seeds.put("lua_json", "deep", "[".repeat(200));
+}
+
+fn files(seeds: &mut Seeds, repo: &Path) {
+    seeds.put("config", "defaults", hotpath_config::Config::default_toml());
+    let example = repo.join("examples/lua/hotpath.toml");
+    if let Ok(text) = std::fs::read(&example) {
+        seeds.put("config", "lua_example", text);
+    }
+    seeds.put(
+        "config",
+        "bad",
+        "[server]\nworkers = -1\n[tracker]\nmax_peers = 0\nannounce_interval_secs = 1e400\n[listen]\nhttp = [\"[::1]:0\"]\n",
+    );
+    seeds.put(
+        "access_list",
+        "list",
+        "# allowed\n0123456789abcdef0123456789abcdef01234567\n\nABCDEFABCDEFABCDEFABCDEFABCDEFABCDEFABCD # a comment\n",
+    );
+}
+
+fn all() -> Seeds {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut seeds = Seeds::default();
+    http(&mut seeds);
+    queries(&mut seeds);
+    udp_packets(&mut seeds);
+    bencode(&mut seeds);
+    journal(&mut seeds);
+    snapshot(&mut seeds);
+    popups(&mut seeds);
+    files(&mut seeds, &repo);
+    seeds
+}
+
+#[test]
+fn every_fuzz_target_has_current_seeds() {
+    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+    let root = fuzz.join("seeds");
+    let seeds = all();
+    let write = std::env::var_os("HOTPATH_WRITE_SEEDS").is_some();
+    let mut stale = Vec::new();
+    for (target, name, bytes) in &seeds.all {
+        let path: PathBuf = root.join(target).join(name);
+        if write {
+            std::fs::create_dir_all(root.join(target)).expect("the seeds directory");
+            std::fs::write(&path, bytes).expect("a seed file");
+        } else if std::fs::read(&path).ok().as_ref() != Some(bytes) {
+            stale.push(path.display().to_string());
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "fuzz seeds differ from what the encoders make now: {stale:?}; \
+         write them anew with HOTPATH_WRITE_SEEDS=1 cargo test -p hotpath --test fuzz_seeds"
+    );
+    // Every target is seeded.
+    let mut targets = Vec::new();
+    for entry in std::fs::read_dir(fuzz.join("fuzz_targets")).expect("fuzz/fuzz_targets") {
+        let name = entry.expect("an entry").file_name();
+        let name = name.to_string_lossy();
+        if let Some(target) = name.strip_suffix(".rs") {
+            targets.push(target.to_string());
+        }
+    }
+    assert!(targets.len() >= 16, "fuzz targets: {targets:?}");
+    for t in &targets {
+        assert!(
+            seeds.all.iter().any(|(target, _, _)| target == t),
+            "fuzz target {t} has no seeds"
+        );
+    }
+}
