@@ -68,15 +68,19 @@ impl Batch {
     }
 
     /// Reads up to a batch of datagrams without blocking; returns how many were read.
-    pub fn recv(&mut self, socket: &impl AsRawFd) -> std::io::Result<usize> {
+    /// `ipv6_socket`: whether the socket is bound to an IPv6 address (so it may receive both
+    /// families).
+    pub fn recv(&mut self, socket: &impl AsRawFd, ipv6_socket: bool) -> std::io::Result<usize> {
         self.lens.clear();
         self.from.clear();
-        if self.recv_used {
+        if self.recv_used && ipv6_socket {
             // recvmmsg leaves each slot's address length at what the kernel wrote, and nix sets
             // it only when the headers are made: an IPv6 sender read into a slot last used by
             // an IPv4 one would be cut to 16 bytes and finished with an earlier client's bytes.
-            // Fresh headers cost one allocation per batch that read something.
+            // Fresh headers cost one allocation per batch; an IPv4 socket's senders always fit
+            // what an earlier IPv4 sender left, so it skips that.
             self.recv_headers = MultiHeaders::preallocate(self.bufs.len(), None);
+            self.recv_used = false;
         }
         let mut slices: Vec<[IoSliceMut<'_>; 1]> =
             self.bufs.iter_mut().map(|b| [IoSliceMut::new(b)]).collect();
@@ -89,8 +93,8 @@ impl Batch {
         );
         match res {
             Ok(msgs) => {
-                self.recv_used = true;
                 for m in msgs {
+                    self.recv_used = true;
                     let truncated = m.flags.contains(MsgFlags::MSG_TRUNC);
                     let addr = m.address.as_ref().and_then(to_std);
                     match addr {

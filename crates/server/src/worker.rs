@@ -397,6 +397,8 @@ pub struct Worker {
     poll: Poll,
     tcp: Vec<Option<(TcpListener, ListenerKind)>>,
     udp: Vec<Option<UdpSocket>>,
+    /// Whether each UDP socket is bound to an IPv6 address (see `Batch::recv`).
+    udp_ipv6: Vec<bool>,
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     spare: Vec<(Vec<u8>, Vec<u8>)>,
@@ -469,6 +471,10 @@ impl Worker {
         Ok(Worker {
             poll,
             tcp: tcp.into_iter().map(Some).collect(),
+            udp_ipv6: udp
+                .iter()
+                .map(|s| s.local_addr().is_ok_and(|a| a.is_ipv6()))
+                .collect(),
             udp: udp.into_iter().map(Some).collect(),
             conns: Vec::new(),
             free: Vec::new(),
@@ -932,7 +938,7 @@ impl Worker {
             let Some(socket) = self.udp[i].as_ref() else {
                 return;
             };
-            let n = match self.batch.recv(socket) {
+            let n = match self.batch.recv(socket, self.udp_ipv6[i]) {
                 Ok(n) => n,
                 Err(e) => {
                     log::debug!("worker {}: recvmmsg: {e}", self.h.index);
