@@ -339,6 +339,16 @@ section! {
         pub max_memory_mb: u64 = 64,
         /// Send a script's error message in the 500's body (otherwise it is only logged).
         pub debug_errors: bool = false,
+        /// Give scripts Lua's whole standard library: files (`io`), processes and the
+        /// environment (`os.execute`, `os.exit`, `os.getenv`), `require` of any path, `dofile`,
+        /// `loadfile` and bytecode. Off, scripts get the base library without them, `string`,
+        /// `table`, `math`, `utf8`, `coroutine`, `os.time`, `os.clock`, `os.date` and
+        /// `os.difftime`, and `require` of modules in `lua.module_dir` (see README). A start-up
+        /// warning says when it is on.
+        pub unsafe_stdlib: bool = false,
+        /// Where `require("name")` finds modules (`name.lua`; `a.b` is `a/b.lua`); empty:
+        /// the directory of the first route's script.
+        pub module_dir: String = String::new(),
         /// Keys `hp.shared` (the dictionary all workers share) holds at most; beyond it, the
         /// least recently used go.
         pub shared_max_keys: usize = 100_000,

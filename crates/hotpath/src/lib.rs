@@ -48,8 +48,13 @@ pub enum Command {
 pub enum DbAction {
     /// Apply pending migrations.
     Migrate,
-    /// Show the schema version, pending migrations and the journal.
+    /// Show the schema version, pending migrations, the journal and refused rows.
     Status,
+    /// List the refused rows, or write them again.
+    Refused {
+        /// Write them again.
+        replay: bool,
+    },
 }
 
 /// Exit status of `hotpath bench` when an objective was missed.
@@ -180,7 +185,17 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
             }
             Ok(0)
         }
+        DbAction::Refused { replay } => refused(&mut *b, &name, cfg, replay),
         DbAction::Status => {
+            if let Some(file) = backend::sqlite_file(&cfg.url, std::path::Path::new(&cfg.data_dir))
+            {
+                if !file.exists() {
+                    println!(
+                        "{name}: no database yet (`hotpath serve` or `hotpath db migrate` creates it)"
+                    );
+                    return Ok(1);
+                }
+            }
             let status = migrations::status(&mut *b).with_context(|| name.clone())?;
             println!("{name}");
             let mut pending = 0;
@@ -219,8 +234,56 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
                 dir.display(),
                 files.len()
             );
+            let file = hotpath_store::refused::path(std::path::Path::new(&cfg.data_dir));
+            let (entries, _) = hotpath_store::refused::read(&file).unwrap_or_default();
+            println!(
+                "  refused rows {}: {} (`hotpath db refused` lists them)",
+                file.display(),
+                entries.len()
+            );
             // Pending migrations make `hotpath serve` with store.migrate = false refuse to start.
             Ok(u8::from(pending > 0))
         }
     }
+}
+
+/// `hotpath db refused [--replay]`.
+fn refused(
+    b: &mut dyn hotpath_store::Backend,
+    name: &str,
+    cfg: &hotpath_config::StoreConfig,
+    replay: bool,
+) -> anyhow::Result<u8> {
+    use hotpath_store::refused;
+    let dir = std::path::Path::new(&cfg.data_dir);
+    let file = refused::path(dir);
+    if replay {
+        let r = refused::replay(b, dir, name).with_context(|| name.to_string())?;
+        println!(
+            "{}: {} entries ({} copies dropped), {} rows written, {} refused again{}",
+            file.display(),
+            r.entries,
+            r.copies,
+            r.written,
+            r.refused,
+            if r.bad_lines > 0 {
+                format!(
+                    "; {} unreadable lines kept in refused.bad-lines.jsonl",
+                    r.bad_lines
+                )
+            } else {
+                String::new()
+            }
+        );
+        return Ok(u8::from(r.refused > 0));
+    }
+    let (entries, bad) = refused::read(&file).with_context(|| file.display().to_string())?;
+    println!("{}: {} refused rows", file.display(), entries.len());
+    for e in &entries {
+        println!("  line {}: {} {}\n    {}", e.line, e.table, e.row, e.error);
+    }
+    for (n, why) in &bad {
+        println!("  line {n}: unreadable: {why}");
+    }
+    Ok(u8::from(!entries.is_empty()))
 }

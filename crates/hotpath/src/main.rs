@@ -42,7 +42,8 @@ enum Command {
         json: bool,
     },
     /// Database commands: `migrate` applies pending schema migrations; `status` lists them
-    /// (exit status 1 when some are pending) and shows the journal.
+    /// (exit status 1 when some are pending) and shows the journal; `refused` lists or
+    /// replays the rows the database refused.
     Db {
         /// What to do.
         #[command(subcommand)]
@@ -57,8 +58,15 @@ enum Command {
 enum DbCommand {
     /// Apply pending schema migrations.
     Migrate,
-    /// Show applied and pending migrations and the journal.
+    /// Show applied and pending migrations, the journal and refused rows; only reads.
     Status,
+    /// List the rows the database refused (kept in data_dir/refused.jsonl), or write them
+    /// again once their cause is fixed.
+    Refused {
+        /// Write them again: rows still refused go back to the file.
+        #[arg(long)]
+        replay: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -84,6 +92,7 @@ fn cli_command(c: Command) -> hotpath::Command {
             action: match action {
                 DbCommand::Migrate => hotpath::DbAction::Migrate,
                 DbCommand::Status => hotpath::DbAction::Status,
+                DbCommand::Refused { replay } => hotpath::DbAction::Refused { replay },
             },
         },
     }

@@ -676,3 +676,101 @@ fn tcp_requests_wait_off_the_worker_over_pooled_connections() {
     );
     server.shutdown().unwrap();
 }
+
+/// Each way out of the sandbox an attacker who gets a script past review would try: files,
+/// processes, the environment, the exit, modules from anywhere, bytecode. Each must fail in
+/// the script (a 500 with the reason under `lua.debug_errors`), and the server goes on.
+#[test]
+fn the_sandbox_closes_files_processes_the_environment_and_bytecode() {
+    let escapes: &[(&str, &str)] = &[
+        ("io", "return io.open('/etc/passwd')"),
+        ("execute", "return os.execute('true')"),
+        ("exit", "os.exit(3)"),
+        ("getenv", "return os.getenv('HOME')"),
+        ("remove", "return os.remove('x')"),
+        ("rename", "return os.rename('x', 'y')"),
+        ("tmpname", "return os.tmpname()"),
+        ("dofile", "return dofile('/etc/passwd')"),
+        ("loadfile", "return loadfile('/etc/passwd')"),
+        ("package", "return package.loadlib('libc.so.6', 'system')"),
+        ("dump", "return string.dump(function() end)"),
+        ("require_path", "return require('../../etc/passwd')"),
+        ("require_missing", "return require('nothere')"),
+    ];
+    let mut scripts: Vec<(String, String)> = escapes
+        .iter()
+        .map(|(name, code)| {
+            (
+                name.to_string(),
+                format!(
+                    "function handle() local r = (function() {code} end)() \
+                     return 200, nil, tostring(r) end"
+                ),
+            )
+        })
+        .collect();
+    // Bytecode is refused even when made elsewhere: `load` takes text only.
+    scripts.push((
+        "bytecode".into(),
+        "function handle() local f, err = load('\\27Lua\\84\\0garbage') \
+         return 200, nil, tostring(f) .. ' ' .. tostring(err) end"
+            .into(),
+    ));
+    // What stays: clocks and dates, text chunks, modules from the script directory.
+    scripts.push((
+        "allowed".into(),
+        "local m = require('helpers.greet') \
+         function handle() local f = load('return 1 + 1') \
+         return 200, nil, table.concat({ type(os.time()), type(os.clock()), os.date('!%Y', 0), \
+         tostring(f()), m.hi('x'), tostring(require('helpers.greet') == m) }, ' ') end"
+            .into(),
+    ));
+    let named: Vec<(&str, &str)> = scripts
+        .iter()
+        .map(|(n, s)| (n.as_str(), s.as_str()))
+        .collect();
+    let (c, dir) = config_with(&named);
+    std::fs::create_dir_all(dir.join("helpers")).unwrap();
+    std::fs::write(
+        dir.join("helpers/greet.lua"),
+        "local M = {} function M.hi(n) return 'hi ' .. n end return M",
+    )
+    .unwrap();
+    let server = start(&c);
+    let mut cl = Client::connect(server.http_addr().unwrap());
+    for (name, _) in escapes {
+        let r = cl.get(&format!("/{name}"));
+        assert_eq!(r.status, 500, "/{name} escaped: {}", body(&r));
+    }
+    let r = cl.get("/bytecode");
+    assert_eq!(r.status, 200);
+    assert!(body(&r).starts_with("nil "), "{}", body(&r));
+    assert!(body(&r).contains("binary"), "{}", body(&r));
+    let r = cl.get("/allowed");
+    assert_eq!(
+        (r.status, body(&r).as_str()),
+        (200, "number number 1970 2 hi x true")
+    );
+    // os.exit did not end the server.
+    assert_eq!(cl.get("/healthz").status, 200);
+    server.shutdown().unwrap();
+    // A script file of bytecode is refused at start.
+    let (c, dir) = config_with(&[("x", "function handle() end")]);
+    std::fs::write(dir.join("x.lua"), b"\x1bLua\x54\x00junk").unwrap();
+    let err = hotpath::start(&c).err().expect("refused");
+    assert!(format!("{err:#}").contains("binary"), "{err:#}");
+}
+
+/// `lua.unsafe_stdlib = true` gives the whole standard library back, for those who ask.
+#[test]
+fn unsafe_stdlib_opts_back_in() {
+    let (mut c, _dir) = config_with(&[(
+        "io",
+        "function handle() return 200, nil, type(io.open) .. ' ' .. type(os.getenv) end",
+    )]);
+    c.lua.unsafe_stdlib = true;
+    let server = start(&c);
+    let r = Client::connect(server.http_addr().unwrap()).get("/io");
+    assert_eq!((r.status, body(&r).as_str()), (200, "function function"));
+    server.shutdown().unwrap();
+}

@@ -153,6 +153,8 @@ struct Inner {
     tcp: Arc<TcpCounters>,
     tcp_settings: PoolSettings,
     tcp_timeout: Duration,
+    unsafe_stdlib: bool,
+    module_dir: std::path::PathBuf,
 }
 
 impl Inner {
@@ -162,6 +164,8 @@ impl Inner {
             counters: self.counters.clone(),
             limits: self.limits,
             udp: self.udp.clone(),
+            unsafe_stdlib: self.unsafe_stdlib,
+            module_dir: self.module_dir.clone(),
         }
     }
 
@@ -229,7 +233,21 @@ impl LuaService {
                 max_waiting: cfg.tcp_max_waiting,
             },
             tcp_timeout: Duration::from_millis(cfg.tcp_timeout_ms),
+            unsafe_stdlib: cfg.unsafe_stdlib,
+            module_dir: match (&cfg.module_dir[..], cfg.routes.first()) {
+                ("", Some(r)) => std::path::Path::new(&r.script)
+                    .parent()
+                    .map(std::path::Path::to_path_buf)
+                    .unwrap_or_default(),
+                (dir, _) => dir.into(),
+            },
         };
+        if cfg.unsafe_stdlib && !cfg.routes.is_empty() {
+            log::warn!(
+                "lua.unsafe_stdlib = true: scripts can read and write files, run programs, read \
+                 the environment and end the server (io, os, require of any path, bytecode)"
+            );
+        }
         let scripts = inner.read_and_check()?;
         *inner.scripts.write() = Arc::new(scripts);
         Ok(LuaService {

@@ -46,6 +46,10 @@ pub struct Env {
     pub limits: Limits,
     /// The UDP pools' counters.
     pub udp: Arc<UdpCounters>,
+    /// `lua.unsafe_stdlib`: the whole standard library instead of the sandbox.
+    pub unsafe_stdlib: bool,
+    /// Where `require` finds modules in the sandbox.
+    pub module_dir: std::path::PathBuf,
 }
 
 /// One script's source.
@@ -152,6 +156,100 @@ pub struct Parked {
     pub job: u64,
 }
 
+/// The libraries a sandboxed script gets besides the base library (`os` is cut down to
+/// its clock functions by [`sandbox`]).
+fn sandbox_libs() -> StdLib {
+    StdLib::STRING | StdLib::TABLE | StdLib::MATH | StdLib::UTF8 | StdLib::COROUTINE | StdLib::OS
+}
+
+/// The `os` functions a sandboxed script keeps: clocks and dates, nothing that touches files,
+/// processes, the environment or the locale.
+const SANDBOX_OS: [&str; 4] = ["time", "clock", "date", "difftime"];
+
+/// The longest module `require` reads.
+const MAX_MODULE_BYTES: u64 = 1 << 20;
+
+/// Closes what a script must not reach (see README, "What a script can reach"): files,
+/// processes and the environment; `dofile` and `loadfile`; bytecode (`load` takes text
+/// only and `string.dump` is gone, since crafted bytecode can crash the VM); `require`
+/// loads text modules from `module_dir` only.
+fn sandbox(lua: &Lua, module_dir: &std::path::Path) -> mlua::Result<()> {
+    let g = lua.globals();
+    for name in ["dofile", "loadfile"] {
+        g.raw_set(name, Value::Nil)?;
+    }
+    let os: mlua::Table = g.get("os")?;
+    let kept = lua.create_table()?;
+    for name in SANDBOX_OS {
+        kept.raw_set(name, os.raw_get::<Value>(name)?)?;
+    }
+    g.raw_set("os", kept)?;
+    let string: mlua::Table = g.get("string")?;
+    string.raw_set("dump", Value::Nil)?;
+    // load(chunk [, name [, mode [, env]]]) with the mode forced to text; `env` passed on
+    // only when given (Lua tells an absent env from a nil one).
+    let raw_load: Function = g.get("load")?;
+    g.raw_set(
+        "load",
+        lua.create_function(move |lua, args: mlua::MultiValue| {
+            let mut args: Vec<Value> = args.into_iter().collect();
+            args.resize(args.len().max(3), Value::Nil);
+            args[2] = Value::String(lua.create_string("t")?);
+            raw_load.call::<mlua::MultiValue>(mlua::MultiValue::from_vec(args))
+        })?,
+    )?;
+    let dir = module_dir.to_path_buf();
+    let loaded = lua.create_table()?;
+    g.raw_set(
+        "require",
+        lua.create_function(move |lua, name: mlua::String| {
+            let name = name.to_str()?.to_string();
+            if let Some(v) = loaded.raw_get::<Option<Value>>(name.as_str())? {
+                return Ok(v);
+            }
+            let ok = !name.is_empty()
+                && name.len() <= 128
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+                && !name.starts_with('.')
+                && !name.ends_with('.')
+                && !name.contains("..");
+            if !ok {
+                return Err(mlua::Error::runtime(format!(
+                    "require {name:?}: a module name is letters, digits, _ and dots"
+                )));
+            }
+            let path = dir.join(format!("{}.lua", name.replace('.', "/")));
+            let fail = |why: String| {
+                mlua::Error::runtime(format!("require {name:?}: {}: {why}", path.display()))
+            };
+            let len = std::fs::metadata(&path)
+                .map_err(|e| fail(e.to_string()))?
+                .len();
+            if len > MAX_MODULE_BYTES {
+                return Err(fail(format!("larger than {MAX_MODULE_BYTES} bytes")));
+            }
+            let source = std::fs::read(&path).map_err(|e| fail(e.to_string()))?;
+            let globals = lua.globals();
+            let scope = lua.create_table()?;
+            let meta = lua.create_table()?;
+            meta.raw_set("__index", &globals)?;
+            scope.set_metatable(Some(meta));
+            let v: Value = lua
+                .load(&source[..])
+                .set_mode(mlua::ChunkMode::Text)
+                .set_name(format!("@{}", path.display()))
+                .set_environment(scope)
+                .call(name.as_str())?;
+            let v = if v.is_nil() { Value::Boolean(true) } else { v };
+            loaded.raw_set(name.as_str(), &v)?;
+            Ok(v)
+        })?,
+    )?;
+    Ok(())
+}
+
 fn lua_error(e: mlua::Error) -> String {
     e.to_string()
 }
@@ -166,7 +264,13 @@ impl Vm {
         journal: Option<Rc<RefCell<JournalWriter>>>,
         tcp: Option<Rc<RefCell<TcpHandle>>>,
     ) -> Result<Vm, String> {
-        let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default()).map_err(lua_error)?;
+        let lua = if env.unsafe_stdlib {
+            Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default()).map_err(lua_error)?
+        } else {
+            let lua = Lua::new_with(sandbox_libs(), LuaOptions::default()).map_err(lua_error)?;
+            sandbox(&lua, &env.module_dir).map_err(lua_error)?;
+            lua
+        };
         lua.set_memory_limit(env.limits.memory).map_err(lua_error)?;
         let budget = Rc::new(Budget {
             active: Cell::new(false),
@@ -192,8 +296,11 @@ impl Vm {
             meta.raw_set("__index", &globals).map_err(lua_error)?;
             scope.set_metatable(Some(meta));
             budget.start();
-            let chunk = lua
-                .load(&s.source[..])
+            let mut chunk = lua.load(&s.source[..]);
+            if !env.unsafe_stdlib {
+                chunk = chunk.set_mode(mlua::ChunkMode::Text);
+            }
+            let chunk = chunk
                 .set_name(format!("@{}", s.name))
                 .set_environment(scope.clone())
                 .into_function()
@@ -757,6 +864,9 @@ fn install_store(
                     return Err(mlua::Error::runtime(format!(
                         "hp.store.add: a key is 1 to {MAX_USER_LEN} bytes"
                     )));
+                }
+                if let Some(why) = hotpath_store::unstorable(&key, MAX_USER_LEN) {
+                    return Err(mlua::Error::runtime(format!("hp.store.add: the key {why}")));
                 }
                 let change = Change::LuaAdd {
                     table: (*table).into(),

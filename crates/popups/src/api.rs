@@ -63,12 +63,7 @@ impl Query {
             let range = (start, start + n);
             match field {
                 "user" => {
-                    if n == 0 {
-                        return Err("user: must not be empty");
-                    }
-                    if n > MAX_USER_BYTES {
-                        return Err("user: longer than 255 bytes");
-                    }
+                    check_user(std::str::from_utf8(&self.buf[start..start + n]).unwrap_or(""))?;
                     self.user = range;
                     have_user = true;
                 }
@@ -149,6 +144,19 @@ pub struct Event {
     pub token: String,
 }
 
+/// Checks a user id against what every database stores (see
+/// [`hotpath_store::unstorable`]), naming the field.
+pub fn check_user(user: &str) -> Result<(), &'static str> {
+    if user.is_empty() {
+        return Err("user: must not be empty");
+    }
+    match hotpath_store::unstorable(user, MAX_USER_BYTES) {
+        None => Ok(()),
+        Some("too long") => Err("user: longer than 255 bytes"),
+        Some(_) => Err("user: contains a NUL byte, which a database cannot keep as text"),
+    }
+}
+
 impl Event {
     /// Parses and checks an event body.
     pub fn parse(body: &[u8]) -> Result<Event, String> {
@@ -160,14 +168,8 @@ impl Event {
                 "body: empty; send JSON {\"user\", \"popup\", \"action\", \"token\"}".into(),
             );
         }
-        let e: EventBody = serde_json::from_slice(body)
-            .map_err(|e| clip(format!("body: invalid JSON: {e}"), MAX_ERROR_BYTES))?;
-        if e.user.is_empty() {
-            return Err("user: must not be empty".into());
-        }
-        if e.user.len() > MAX_USER_BYTES {
-            return Err("user: longer than 255 bytes".into());
-        }
+        let e: EventBody = crate::model::parse_json(body)?;
+        check_user(&e.user)?;
         let action = match e.action.as_str() {
             "click" => Action::Click,
             "close" => Action::Close,
@@ -260,6 +262,7 @@ mod tests {
             ("user=", "user"),
             ("user=%zz", "user"),
             ("user=%FF", "user"),
+            ("user=nul%00byte", "user: contains a NUL byte"),
             (long.as_str(), "user"),
             ("user=a&app_version=two", "app_version"),
             (many.as_str(), "segment"),
@@ -277,7 +280,7 @@ mod tests {
         let e = Event::parse(body.as_bytes()).unwrap_err();
         assert!(e.len() <= MAX_ERROR_BYTES, "{} bytes", e.len());
         assert!(
-            e.starts_with("body: invalid JSON: unknown field") && e.ends_with('…'),
+            e.starts_with("body: unknown field") && e.ends_with('…'),
             "{e}"
         );
         assert_eq!(clip("short".into(), 8), "short");
@@ -297,12 +300,28 @@ mod tests {
             ("", "body: empty"),
             ("{", "body: invalid JSON"),
             (
+                r#"{"user":"a","popup":1,"action":"click","token":"t"} x"#,
+                "body: invalid JSON: trailing characters",
+            ),
+            (
                 r#"{"user":"a","popup":1,"action":"click"}"#,
-                "body: invalid JSON: missing field `token`",
+                "body: missing field `token`",
             ),
             (
                 r#"{"user":"a","popup":-1,"action":"click","token":"t"}"#,
-                "body: invalid JSON",
+                "popup: invalid value: integer `-1`",
+            ),
+            (
+                r#"{"user":"a","popup":"three","action":"click","token":"t"}"#,
+                "popup: invalid type: string \"three\"",
+            ),
+            (
+                r#"{"user":"nul\u0000byte","popup":1,"action":"click","token":"t"}"#,
+                "user: contains a NUL byte",
+            ),
+            (
+                r#"{"user":["a"],"popup":1,"action":"click","token":"t"}"#,
+                "user: invalid type: sequence",
             ),
             (
                 r#"{"user":"a","popup":1,"action":"like","token":"t"}"#,

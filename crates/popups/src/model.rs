@@ -39,8 +39,8 @@ impl From<Version> for String {
     }
 }
 
-/// How long after an event the user may see a popup again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// How long after an event the user may see a popup again: a number of seconds, or `"never"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum Wait {
     /// After this many seconds.
@@ -55,6 +55,55 @@ pub enum Wait {
 pub enum Never {
     /// Never.
     Never,
+}
+
+impl<'de> Deserialize<'de> for Wait {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Wait, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Wait;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a whole number of seconds or \"never\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Wait, E> {
+                Ok(Wait::Secs(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Wait, E> {
+                if v == "never" {
+                    Ok(Wait::Never(Never::Never))
+                } else {
+                    Err(E::invalid_value(serde::de::Unexpected::Str(v), &self))
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Parses JSON into `T`; an error names the field it is in (`frequency.cooldown: invalid
+/// type: …`), clipped to [`crate::api::MAX_ERROR_BYTES`].
+pub fn parse_json<'a, T: Deserialize<'a>>(text: &'a [u8]) -> Result<T, String> {
+    let clip = |msg: String| crate::api::clip(msg, crate::api::MAX_ERROR_BYTES);
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let inner = e.inner();
+        let mut path: Vec<String> = e.path().iter().map(|s| s.to_string()).collect();
+        if inner.to_string().starts_with("unknown field") {
+            // The path ends in the unknown name itself, which the message quotes.
+            path.pop();
+        }
+        let path = path.join(".");
+        clip(if !inner.is_data() {
+            format!("body: invalid JSON: {inner}")
+        } else if path.is_empty() {
+            format!("body: {inner}")
+        } else {
+            format!("{path}: {inner}")
+        })
+    })?;
+    de.end()
+        .map_err(|e| clip(format!("body: invalid JSON: {e}")))?;
+    Ok(value)
 }
 
 impl Wait {
@@ -144,6 +193,9 @@ impl Default for Frequency {
     }
 }
 
+/// The largest popup id: the stores keep ids in signed 32-bit columns.
+pub const MAX_ID: u32 = i32::MAX as u32;
+
 /// One popup configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -188,14 +240,18 @@ fn yes() -> bool {
 impl Popup {
     /// Parses and checks a popup from JSON; the error names the field.
     pub fn from_json(text: &[u8]) -> Result<Popup, String> {
-        let p: Popup = serde_json::from_slice(text)
-            .map_err(|e| crate::api::clip(e.to_string(), crate::api::MAX_ERROR_BYTES))?;
+        let p: Popup = parse_json(text)?;
         p.check()?;
         Ok(p)
     }
 
     /// Rejects rules that parse but make no sense, naming the field.
     pub fn check(&self) -> Result<(), String> {
+        if self.id > MAX_ID {
+            return Err(format!(
+                "id: at most {MAX_ID} (every database's signed 32-bit column)"
+            ));
+        }
         if self.name.trim().is_empty() {
             return Err("name: must not be empty".into());
         }
@@ -274,6 +330,30 @@ mod tests {
         ] {
             let e = Popup::from_json(json.as_bytes()).unwrap_err();
             assert!(e.contains(field), "{json}: {e}");
+        }
+        // Type errors start with the field's path too.
+        for (json, start) in [
+            (
+                r#"{"id":1,"name":"x","payload":{},"priority":"high"}"#,
+                "priority: invalid type: string \"high\", expected i32",
+            ),
+            (
+                r#"{"id":1,"name":"x","payload":{},"frequency":{"cooldown":"soon"}}"#,
+                "frequency.cooldown: invalid value: string \"soon\", expected a whole number of seconds or \"never\"",
+            ),
+            (
+                r#"{"id":1,"name":"x","payload":{},"frequency":{"after_close":-5}}"#,
+                "frequency.after_close: invalid type: integer `-5`",
+            ),
+            (
+                r#"{"id":1,"name":"x","payload":{},"targeting":{"country":{"include":"DE"}}}"#,
+                "targeting.country.include: invalid type: string",
+            ),
+            (r#"{"id":3000000000,"name":"x","payload":{}}"#, "id: at most"),
+            (r#"{"id":1,"name":"x""#, "body: invalid JSON"),
+        ] {
+            let e = Popup::from_json(json.as_bytes()).unwrap_err();
+            assert!(e.starts_with(start), "{json}: {e}");
         }
     }
 

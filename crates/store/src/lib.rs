@@ -39,6 +39,7 @@ pub mod backend;
 pub mod journal;
 pub mod merge;
 pub mod migrations;
+pub mod refused;
 pub mod testing;
 
 use std::collections::HashMap;
@@ -77,10 +78,10 @@ pub enum StoreError {
     Db {
         /// Which backend.
         backend: &'static str,
-        /// What happened.
+        /// What happened: the database's own message and code.
         what: String,
-        /// Whether a retry may succeed.
-        retry: bool,
+        /// What the error means for the write that met it.
+        fault: Fault,
     },
     /// The journal could not be read or written.
     #[error("journal {path}: {source}")]
@@ -99,17 +100,54 @@ impl StoreError {
     /// Whether trying again may help (a lost connection, a timeout, a deadlock).
     pub fn retryable(&self) -> bool {
         match self {
-            StoreError::Db { retry, .. } => *retry,
+            StoreError::Db { fault, .. } => *fault == Fault::Transient,
             StoreError::Journal { .. } => true,
             StoreError::Url { .. } | StoreError::Schema(_) => false,
         }
     }
+
+    /// What a database error means for the write that met it; `None` for other errors.
+    pub fn fault(&self) -> Option<Fault> {
+        match self {
+            StoreError::Db { fault, .. } => Some(*fault),
+            _ => None,
+        }
+    }
+}
+
+/// What a database error means for the write that met it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// A lost connection, a timeout, a deadlock, a full disk: the same write may pass later.
+    Transient,
+    /// The database refused a value of the write (a NUL byte in text, a string too long for
+    /// its column, a constraint): no retry can pass, but the other rows can. The flusher
+    /// finds the rows and sets them aside (see [`dead_letter`]).
+    Refused,
+    /// The schema, the SQL, the credentials: a person must act. The flusher keeps the batch
+    /// and retries with backoff, never dropping it.
+    Setup,
 }
 
 fn journal_error(path: &Path, source: std::io::Error) -> StoreError {
     StoreError::Journal {
         path: path.display().to_string(),
         source,
+    }
+}
+
+/// Why `text` cannot be kept as text by every database the store writes to, if it cannot:
+/// a NUL byte (PostgreSQL refuses it in `TEXT`; the whole batch with it would fail), or more
+/// than `max_bytes` bytes (the column's width). Callers check what a client sends against it
+/// on the way in, so no change the database would refuse is journaled; what slips through
+/// anyway is set aside by the flusher ([`refused`]).
+pub fn unstorable(text: &str, max_bytes: usize) -> Option<&'static str> {
+    if text.len() > max_bytes {
+        Some("too long")
+    } else if text.as_bytes().contains(&0) {
+        Some("contains a NUL byte, which a database cannot keep as text")
+    } else {
+        None
     }
 }
 
@@ -188,6 +226,8 @@ pub struct Metrics {
     pub replayed: Counter,
     /// Damaged or incomplete journal records skipped at start.
     pub torn: Counter,
+    /// Rows the database refused, set aside in `data_dir/refused.jsonl`.
+    pub refused_rows: Counter,
 }
 
 /// The store's settings, from `[store]`.
@@ -558,9 +598,11 @@ impl Store {
         }
         let m = &self.shared.metrics;
         let started = Instant::now();
-        let result = backend.write(&batch);
-        match result {
-            Ok(w) => {
+        let file = refused::path(&self.data_dir);
+        let mut batch = batch;
+        match refused::write(&mut **backend, &file, &self.name, &mut batch) {
+            Ok((w, refused)) => {
+                m.refused_rows.add(refused as u64);
                 self.shared.in_flight.store(0, Ordering::Relaxed);
                 self.shared.queued(self.shared.inner.lock().pending.rows());
                 drop(backend);
@@ -909,6 +951,11 @@ impl Store {
                 "hotpath_store_torn_records_total",
                 "Damaged or incomplete journal records skipped at start.",
                 &m.torn,
+            ),
+            (
+                "hotpath_store_refused_rows_total",
+                "Rows the database refused for their values, set aside in data_dir/refused.jsonl.",
+                &m.refused_rows,
             ),
         ];
         for (name, help, c) in counters {

@@ -177,7 +177,11 @@ pub fn status(db: &mut dyn Backend) -> Result<Vec<MigrationState>, StoreError> {
 /// Applies every pending migration in order; returns the versions applied.
 pub fn migrate(db: &mut dyn Backend) -> Result<Vec<u32>, StoreError> {
     let mut done = Vec::new();
-    for state in status(db)? {
+    let states = status(db)?;
+    if states.iter().any(|s| s.applied_at.is_none()) {
+        db.execute(db.dialect().create_schema_table())?;
+    }
+    for state in states {
         if state.applied_at.is_none() {
             let m = MIGRATIONS
                 .iter()

@@ -12,7 +12,7 @@ use hotpath_store::backend::{self, Backend, Dialect, StoredTorrent, UserRow, Wri
 use hotpath_store::merge::{PopupUserRow, TorrentRow, CLICK, CLOSE, SHOWN};
 use hotpath_store::migrations::{self, Migration};
 use hotpath_store::testing::{test_db, TestDb};
-use hotpath_store::{Batch, Change, Key, Store, StoreError};
+use hotpath_store::{refused, Batch, Change, Fault, Key, Store, StoreError};
 
 fn config(db: &TestDb) -> StoreConfig {
     StoreConfig {
@@ -284,10 +284,13 @@ impl Backend for Flaky {
             return Err(StoreError::Db {
                 backend: "flaky",
                 what: "connection reset".into(),
-                retry: true,
+                fault: Fault::Transient,
             });
         }
         self.inner.write(batch)
+    }
+    fn try_write(&mut self, batch: &Batch) -> Result<(), StoreError> {
+        self.inner.try_write(batch)
     }
     fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {
         self.inner.journal_positions()
@@ -611,6 +614,113 @@ fn a_second_writer_waits_for_the_first(d: Dialect) {
     assert!(second.is_ok(), "{:?}", second.err());
 }
 
+/// A popup change of `user`.
+fn shown(user: &str, at: u32) -> Change {
+    Change::Popup {
+        user: user.into(),
+        popup: 1,
+        action: SHOWN,
+        next_eligible: 0,
+        shows: 1,
+        at,
+    }
+}
+
+/// A row the database refuses, and how to make it take such rows again: PostgreSQL refuses a
+/// NUL byte in text; SQLite and MariaDB refuse what a site's trigger or CHECK refuses.
+fn refusal(d: Dialect, b: &mut dyn Backend) -> (&'static str, Option<&'static str>) {
+    match d {
+        Dialect::Postgres => ("nul\0byte", None),
+        Dialect::Sqlite => {
+            for t in ["hp_popup_users", "hp_popup_events"] {
+                b.execute(&format!(
+                    "CREATE TRIGGER refuse_{t} BEFORE INSERT ON {t} WHEN NEW.user_id = 'poison' \
+                     BEGIN SELECT RAISE(ABORT, 'no poison here'); END"
+                ))
+                .unwrap();
+            }
+            (
+                "poison",
+                Some("DROP TRIGGER refuse_hp_popup_users; DROP TRIGGER refuse_hp_popup_events"),
+            )
+        }
+        Dialect::Mysql => {
+            for t in ["hp_popup_users", "hp_popup_events"] {
+                b.execute(&format!(
+                    "ALTER TABLE {t} ADD CONSTRAINT refuse_{t} CHECK (user_id <> 'poison')"
+                ))
+                .unwrap();
+            }
+            (
+                "poison",
+                Some("ALTER TABLE hp_popup_users DROP CONSTRAINT refuse_hp_popup_users"),
+            )
+        }
+    }
+}
+
+fn a_refused_row_is_set_aside_and_the_rest_written(d: Dialect) {
+    let db = test_db(d, "refused");
+    let cfg = config(&db);
+    let (store, _) = Store::open(&cfg).unwrap();
+    let (bad, fix) = store.with_backend(|b| refusal(d, b));
+    let mut w = store.writer(0);
+    for (i, user) in ["a", bad, "c"].into_iter().enumerate() {
+        w.append(shown(user, 100 + i as u32)).unwrap();
+        w.append(done(key(i as u32), 100)).unwrap();
+        w.commit().unwrap();
+    }
+    // The refused rows are found and set aside, the rest written with the journal position.
+    assert_eq!(store.flush().unwrap(), 3 + 2 + 2 + 1);
+    assert_eq!(store.metrics().refused_rows.get(), 2);
+    assert_eq!(store.queued_rows(), 0);
+    let users = store.popup_users(&["a", "c"]).unwrap();
+    assert!(users.contains_key("a") && users.contains_key("c"));
+    assert_eq!(store.with_backend(|b| stored(b)).len(), 3);
+    assert!(store
+        .with_backend(|b| b.journal_positions())
+        .unwrap()
+        .contains(&(0, 3)));
+    let file = refused::path(&db.dir.join("data"));
+    let (entries, junk) = refused::read(&file).unwrap();
+    assert!(junk.is_empty());
+    let tables: Vec<&str> = entries.iter().map(|e| e.table.as_str()).collect();
+    assert_eq!(tables, ["hp_popup_users", "hp_popup_events"]);
+    for e in &entries {
+        assert_eq!(e.row["user_id"], bad);
+        // The database's own reason, not "db error".
+        let why = match d {
+            Dialect::Postgres => "22021",
+            Dialect::Sqlite => "no poison here",
+            Dialect::Mysql => "4025",
+        };
+        assert!(e.error.contains(why), "{}", e.error);
+    }
+    // Later changes are written as ever.
+    w.append(shown("d", 200)).unwrap();
+    w.commit().unwrap();
+    assert_eq!(store.flush().unwrap(), 3);
+    drop(w);
+    // Replayed once the cause is gone: what is still refused goes back to the file.
+    let Some(fix) = fix else { return };
+    store.with_backend(|b| b.execute(fix)).unwrap();
+    let r = store
+        .with_backend(|b| refused::replay(b, &db.dir.join("data"), "test"))
+        .unwrap();
+    let again = usize::from(d == Dialect::Mysql);
+    assert_eq!((r.entries, r.written, r.refused), (2, 2 - again, again));
+    assert!(store.popup_users(&[bad]).unwrap().contains_key(bad));
+    let (left, _) = refused::read(&file).unwrap();
+    assert_eq!(left.len(), again);
+    // A second replay finds nothing to do twice.
+    let r = store
+        .with_backend(|b| refused::replay(b, &db.dir.join("data"), "test"))
+        .unwrap();
+    assert_eq!(r.written, 0);
+    let events = store.popup_event_counts().unwrap();
+    assert_eq!(events.get(&(1, SHOWN)), Some(&(4 - again as u64)));
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod sqlite { use super::*; $( #[test] fn $name() { super::$name(Dialect::Sqlite) } )* }
@@ -632,6 +742,7 @@ suite!(
     popup_state_events_and_daily_counts_are_written_and_read_back,
     script_rows_and_counters_are_written_and_read_back,
     a_second_writer_waits_for_the_first,
+    a_refused_row_is_set_aside_and_the_rest_written,
 );
 
 #[test]

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::merge::{Batch, Key, PopupUserRow, TorrentRow};
 use crate::migrations::Migration;
-use crate::StoreError;
+use crate::{Fault, StoreError};
 
 /// An SQL dialect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -428,12 +428,28 @@ pub const WRITER_LOCK_HELD: &str = "another connection holds hotpath's writer lo
 /// The writer lock's key (PostgreSQL advisory locks are per database already).
 pub const WRITER_LOCK_PG: i64 = 0x0068_6f74_7061_7468;
 
-/// Polls `try_lock` until it takes the lock or [`WRITER_WAIT`] passes.
-pub fn wait_for_writer_lock<E>(mut try_lock: impl FnMut() -> Result<bool, E>) -> Result<bool, E> {
+/// Polls `try_lock` until it takes the lock or [`WRITER_WAIT`] passes; says when it starts
+/// waiting, so a second process is not silent for half a minute.
+pub fn wait_for_writer_lock<E>(
+    dialect: Dialect,
+    mut try_lock: impl FnMut() -> Result<bool, E>,
+) -> Result<bool, E> {
     let deadline = std::time::Instant::now() + WRITER_WAIT;
+    let mut said = false;
     loop {
         if try_lock()? {
+            if said {
+                log::info!("{}: writer lock taken", dialect.name());
+            }
             return Ok(true);
+        }
+        if !said {
+            said = true;
+            log::warn!(
+                "{}: waiting up to {} s for hotpath's writer lock: {WRITER_LOCK_HELD}",
+                dialect.name(),
+                WRITER_WAIT.as_secs()
+            );
         }
         if std::time::Instant::now() >= deadline {
             return Ok(false);
@@ -492,7 +508,8 @@ pub trait Backend: Send {
     /// The dialect.
     fn dialect(&self) -> Dialect;
 
-    /// `(version, applied_at)` of every applied migration (creates `hp_schema` if missing).
+    /// `(version, applied_at)` of every applied migration (none when `hp_schema` is missing:
+    /// reading never creates it).
     fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError>;
 
     /// Applies one migration and records it, in one transaction where the database allows
@@ -502,6 +519,10 @@ pub trait Backend: Send {
     /// Writes a batch in one transaction: its rows and its journal positions, together, so
     /// the database never has one without the other.
     fn write(&mut self, batch: &Batch) -> Result<Written, StoreError>;
+
+    /// Writes a batch as [`Backend::write`] would, then rolls it back: whether the database
+    /// takes it (the flusher's search for the rows it refuses; see [`crate::refused`]).
+    fn try_write(&mut self, batch: &Batch) -> Result<(), StoreError>;
 
     /// `(journal, last sequence written)` of every journal.
     fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError>;
@@ -592,6 +613,14 @@ pub fn connect(url: &str, data_dir: &Path) -> Result<Box<dyn Backend>, StoreErro
     ))
 }
 
+/// The SQLite file a `store.url` names (`None` for a server database).
+pub fn sqlite_file(url: &str, data_dir: &Path) -> Option<std::path::PathBuf> {
+    match url {
+        "" => Some(data_dir.join(DEFAULT_FILE)),
+        url => url.strip_prefix("sqlite://").map(Into::into),
+    }
+}
+
 /// The SQLite file in `store.data_dir` that an empty `store.url` means.
 pub const DEFAULT_FILE: &str = "hotpath.db";
 
@@ -619,14 +648,29 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-/// A database error, with whether trying again may help (connection and I/O trouble,
-/// deadlocks, timeouts) or not (schema and SQL errors need a person).
-pub(crate) fn db_error(dialect: Dialect, what: impl std::fmt::Display, retry: bool) -> StoreError {
+/// A database error, with what it means for the write that met it (see [`Fault`]).
+pub(crate) fn db_error(dialect: Dialect, what: impl std::fmt::Display, fault: Fault) -> StoreError {
     StoreError::Db {
         backend: dialect.name(),
         what: what.to_string(),
-        retry,
+        fault,
     }
+}
+
+/// An error with every cause under it (`error connecting to server: Connection refused`),
+/// where drivers print only the outermost (`db error`).
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
 }
 
 #[cfg(test)]

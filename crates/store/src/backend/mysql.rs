@@ -15,7 +15,7 @@ use super::{
 };
 use crate::merge::{Batch, Key, PopupUserRow};
 use crate::migrations::Migration;
-use crate::StoreError;
+use crate::{Fault, StoreError};
 
 const D: Dialect = Dialect::Mysql;
 
@@ -40,49 +40,49 @@ impl Mysql {
         f: impl FnOnce(&mut Conn) -> Result<T, mysql::Error>,
     ) -> Result<T, StoreError> {
         if self.conn.is_none() {
-            let c = Conn::new(self.opts.clone())
-                .map_err(|e| db_error(D, format!("cannot connect: {e}"), true))?;
+            let c = Conn::new(self.opts.clone()).map_err(|e| {
+                db_error(
+                    D,
+                    format!("cannot connect: {}", super::chain(&e)),
+                    fault(&e),
+                )
+            })?;
             self.conn = Some(c);
         }
         let r = f(self.conn.as_mut().expect("connected"));
         r.map_err(|e| {
             self.conn = None;
-            // Server errors are a person's business except lock waits and deadlocks; lost
-            // connections and I/O errors may pass.
-            let retry = match &e {
-                mysql::Error::MySqlError(s) => matches!(s.code, 1205 | 1213 | 1040 | 1053),
-                _ => true,
+            let what = match &e {
+                mysql::Error::MySqlError(s) => {
+                    format!("ERROR {} ({}): {}", s.code, s.state, s.message)
+                }
+                e => super::chain(e),
             };
-            db_error(D, e, retry)
+            db_error(D, what, fault(&e))
         })
     }
 }
 
-impl Backend for Mysql {
-    fn dialect(&self) -> Dialect {
-        D
-    }
-
-    fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
-        self.with(|c| {
-            c.query_drop(D.create_schema_table())?;
-            c.query("SELECT version, applied_at FROM hp_schema ORDER BY version")
-        })
-    }
-
-    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
-        self.with(|c| {
-            for sql in m.mysql {
-                c.query_drop(sql)?;
+/// What an error means for a write. Lock waits, deadlocks, too many connections and a server
+/// shutting down may pass, as lost connections and I/O errors may; values the server refuses
+/// (a string its character set cannot hold or its column cannot fit, a number out of range,
+/// a constraint, a trigger's SIGNAL) are the rows' own; other server errors need a person.
+fn fault(e: &mysql::Error) -> Fault {
+    match e {
+        mysql::Error::MySqlError(s) => match s.code {
+            1205 | 1213 | 1040 | 1053 | 1927 | 2006 | 2013 => Fault::Transient,
+            1048 | 1062 | 1264 | 1292 | 1300 | 1366 | 1406 | 1451 | 1452 | 1644 | 3819 | 4025 => {
+                Fault::Refused
             }
-            c.exec_drop(
-                "INSERT INTO hp_schema (version, name, applied_at) VALUES (?, ?, ?)",
-                (m.version, m.name, crate::unix_now()),
-            )
-        })
+            _ => Fault::Setup,
+        },
+        _ => Fault::Transient,
     }
+}
 
-    fn write(&mut self, batch: &Batch) -> Result<Written, StoreError> {
+impl Mysql {
+    /// Writes a batch in one transaction, committed or (`commit` false) rolled back.
+    fn write_batch(&mut self, batch: &Batch, commit: bool) -> Result<Written, StoreError> {
         self.with(|c| {
             let mut tx = c.start_transaction(TxOpts::default())?;
             let mut w = Written::default();
@@ -119,9 +119,52 @@ impl Backend for Mysql {
                 w.statements += 1;
                 w.rows += n as u64;
             }
-            tx.commit()?;
+            if commit {
+                tx.commit()?;
+            } else {
+                tx.rollback()?;
+            }
             Ok(w)
         })
+    }
+}
+
+impl Backend for Mysql {
+    fn dialect(&self) -> Dialect {
+        D
+    }
+
+    fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
+        self.with(|c| {
+            let exists: Option<i64> = c.query_first(
+                "SELECT COUNT(*) FROM information_schema.tables \
+                 WHERE table_schema = DATABASE() AND table_name = 'hp_schema'",
+            )?;
+            if exists.unwrap_or(0) == 0 {
+                return Ok(Vec::new());
+            }
+            c.query("SELECT version, applied_at FROM hp_schema ORDER BY version")
+        })
+    }
+
+    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
+        self.with(|c| {
+            for sql in m.mysql {
+                c.query_drop(sql)?;
+            }
+            c.exec_drop(
+                "INSERT INTO hp_schema (version, name, applied_at) VALUES (?, ?, ?)",
+                (m.version, m.name, crate::unix_now()),
+            )
+        })
+    }
+
+    fn write(&mut self, batch: &Batch) -> Result<Written, StoreError> {
+        self.write_batch(batch, true)
+    }
+
+    fn try_write(&mut self, batch: &Batch) -> Result<(), StoreError> {
+        self.write_batch(batch, false).map(|_| ())
     }
 
     fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {
@@ -230,7 +273,7 @@ impl Backend for Mysql {
     fn claim_writer(&mut self) -> Result<(), StoreError> {
         // GET_LOCK names are server-wide: the lock is this database's.
         let held = self.with(|c| {
-            super::wait_for_writer_lock(|| {
+            super::wait_for_writer_lock(D, || {
                 let got: Option<Option<i64>> =
                     c.query_first("SELECT GET_LOCK(CONCAT('hotpath:', DATABASE()), 0)")?;
                 Ok(got.flatten() == Some(1))
@@ -239,7 +282,7 @@ impl Backend for Mysql {
         if held {
             Ok(())
         } else {
-            Err(db_error(D, super::WRITER_LOCK_HELD, true))
+            Err(db_error(D, super::WRITER_LOCK_HELD, Fault::Setup))
         }
     }
 

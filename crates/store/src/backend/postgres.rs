@@ -15,7 +15,7 @@ use super::{
 };
 use crate::merge::{Batch, Key, PopupUserRow};
 use crate::migrations::Migration;
-use crate::StoreError;
+use crate::{Fault, StoreError};
 
 const D: Dialect = Dialect::Postgres;
 
@@ -66,7 +66,7 @@ impl Postgres {
             let client = self
                 .config
                 .connect(NoTls)
-                .map_err(|e| db_error(D, format!("cannot connect: {e}"), true))?;
+                .map_err(|e| db_error(D, format!("cannot connect: {}", describe(&e)), fault(&e)))?;
             self.client = Some(Conn {
                 client,
                 upserts: HashMap::new(),
@@ -75,51 +75,50 @@ impl Postgres {
         let r = f(self.client.as_mut().expect("connected"));
         r.map_err(|e| {
             self.client = None;
-            // Syntax, schema and data errors need a person; anything else (a lost connection,
-            // a deadlock, a server shutting down, a timeout) may pass.
-            let retry = e.code().is_none_or(|c| {
-                let c = c.code();
-                !(c.starts_with("42") || c.starts_with("22") || c.starts_with("23"))
-            });
-            db_error(D, e, retry)
+            db_error(D, describe(&e), fault(&e))
         })
     }
 }
 
-impl Backend for Postgres {
-    fn dialect(&self) -> Dialect {
-        D
+/// What an error means for a write, by SQLSTATE class: data exceptions (22) and integrity
+/// violations (23) are the rows' own; syntax and schema (42), credentials (28), a missing
+/// database or schema (3D, 3F) need a person; anything else (a lost connection, a deadlock,
+/// a server shutting down, a timeout) may pass.
+fn fault(e: &postgres::Error) -> Fault {
+    let Some(code) = e.code() else {
+        return Fault::Transient;
+    };
+    match &code.code()[..2] {
+        "22" | "23" => Fault::Refused,
+        "42" | "28" | "3D" | "3F" => Fault::Setup,
+        _ => Fault::Transient,
     }
+}
 
-    fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
-        self.with(|c| {
-            c.batch_execute(D.create_schema_table())?;
-            let rows = c.query(
-                "SELECT version, applied_at FROM hp_schema ORDER BY version",
-                &[],
-            )?;
-            Ok(rows
-                .iter()
-                .map(|r| (r.get::<_, i32>(0) as u32, r.get::<_, i64>(1)))
-                .collect())
-        })
+/// The server's own message, code and details (the client's `Display` says only `db error`),
+/// or the cause of a client-side error (`error connecting to server: Connection refused`).
+fn describe(e: &postgres::Error) -> String {
+    let Some(db) = e.as_db_error() else {
+        return super::chain(e);
+    };
+    let mut out = format!("{} {}: {}", db.severity(), db.code().code(), db.message());
+    for (what, v) in [
+        ("detail", db.detail()),
+        ("hint", db.hint()),
+        ("table", db.table()),
+        ("column", db.column()),
+        ("constraint", db.constraint()),
+    ] {
+        if let Some(v) = v {
+            out.push_str(&format!("; {what}: {v}"));
+        }
     }
+    out
+}
 
-    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
-        self.with(|c| {
-            let mut tx = c.transaction()?;
-            for sql in m.postgres {
-                tx.batch_execute(sql)?;
-            }
-            tx.execute(
-                "INSERT INTO hp_schema (version, name, applied_at) VALUES ($1, $2, $3)",
-                &[&(m.version as i32), &m.name, &crate::unix_now()],
-            )?;
-            tx.commit()
-        })
-    }
-
-    fn write(&mut self, batch: &Batch) -> Result<Written, StoreError> {
+impl Postgres {
+    /// Writes a batch in one transaction, committed or (`commit` false) rolled back.
+    fn write_batch(&mut self, batch: &Batch, commit: bool) -> Result<Written, StoreError> {
         self.with_conn(|c| {
             let mut tx = c.client.transaction()?;
             let mut w = Written::default();
@@ -247,9 +246,60 @@ impl Backend for Postgres {
                 let refs: Vec<&(dyn ToSql + Sync)> = vals.iter().map(|v| v.as_ref()).collect();
                 tx.execute(&D.upsert_journal(batch.seqs.len()), &refs)?;
             }
-            tx.commit()?;
+            if commit {
+                tx.commit()?;
+            } else {
+                tx.rollback()?;
+            }
             Ok(w)
         })
+    }
+}
+
+impl Backend for Postgres {
+    fn dialect(&self) -> Dialect {
+        D
+    }
+
+    fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
+        self.with(|c| {
+            let exists: bool = c
+                .query_one("SELECT to_regclass('hp_schema') IS NOT NULL", &[])?
+                .get(0);
+            if !exists {
+                return Ok(Vec::new());
+            }
+            let rows = c.query(
+                "SELECT version, applied_at FROM hp_schema ORDER BY version",
+                &[],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get::<_, i32>(0) as u32, r.get::<_, i64>(1)))
+                .collect())
+        })
+    }
+
+    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
+        self.with(|c| {
+            let mut tx = c.transaction()?;
+            for sql in m.postgres {
+                tx.batch_execute(sql)?;
+            }
+            tx.execute(
+                "INSERT INTO hp_schema (version, name, applied_at) VALUES ($1, $2, $3)",
+                &[&(m.version as i32), &m.name, &crate::unix_now()],
+            )?;
+            tx.commit()
+        })
+    }
+
+    fn write(&mut self, batch: &Batch) -> Result<Written, StoreError> {
+        self.write_batch(batch, true)
+    }
+
+    fn try_write(&mut self, batch: &Batch) -> Result<(), StoreError> {
+        self.write_batch(batch, false).map(|_| ())
     }
 
     fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {
@@ -387,7 +437,7 @@ impl Backend for Postgres {
 
     fn claim_writer(&mut self) -> Result<(), StoreError> {
         let held = self.with(|c| {
-            super::wait_for_writer_lock(|| {
+            super::wait_for_writer_lock(D, || {
                 let row =
                     c.query_one("SELECT pg_try_advisory_lock($1)", &[&super::WRITER_LOCK_PG])?;
                 Ok(row.get::<_, bool>(0))
@@ -396,7 +446,7 @@ impl Backend for Postgres {
         if held {
             Ok(())
         } else {
-            Err(db_error(D, super::WRITER_LOCK_HELD, true))
+            Err(db_error(D, super::WRITER_LOCK_HELD, Fault::Setup))
         }
     }
 

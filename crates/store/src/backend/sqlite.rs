@@ -13,7 +13,7 @@ use super::{
 };
 use crate::merge::{Batch, Key, PopupUserRow};
 use crate::migrations::Migration;
-use crate::StoreError;
+use crate::{Fault, StoreError};
 
 const D: Dialect = Dialect::Sqlite;
 
@@ -31,7 +31,7 @@ impl Sqlite {
         if self.conn.is_none() {
             if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir)
-                    .map_err(|e| db_error(D, format!("{}: {e}", dir.display()), false))?;
+                    .map_err(|e| db_error(D, format!("{}: {e}", dir.display()), Fault::Setup))?;
             }
             let open = || -> rusqlite::Result<Connection> {
                 let c = Connection::open(&self.path)?;
@@ -42,8 +42,8 @@ impl Sqlite {
                 c.pragma_update(None, "synchronous", "NORMAL")?;
                 Ok(c)
             };
-            let c =
-                open().map_err(|e| db_error(D, format!("{}: {e}", self.path.display()), true))?;
+            let c = open()
+                .map_err(|e| db_error(D, format!("{}: {}", self.path.display(), e), fault(&e)))?;
             self.conn = Some(c);
         }
         Ok(self.conn.as_mut().expect("just opened"))
@@ -57,18 +57,22 @@ impl Sqlite {
         let r = f(self.conn()?);
         r.map_err(|e| {
             self.conn = None;
-            let retry = matches!(
-                e.sqlite_error_code(),
-                Some(
-                    rusqlite::ErrorCode::DatabaseBusy
-                        | rusqlite::ErrorCode::DatabaseLocked
-                        | rusqlite::ErrorCode::DiskFull
-                        | rusqlite::ErrorCode::SystemIoFailure
-                        | rusqlite::ErrorCode::CannotOpen
-                )
-            );
-            db_error(D, e, retry)
+            db_error(D, &e, fault(&e))
         })
+    }
+}
+
+/// What an error means for a write: a busy or locked file, a full disk and I/O trouble may
+/// pass; a constraint (a CHECK, a trigger's `RAISE(ABORT)`), a value too big or of the wrong
+/// type is the row's own; anything else (a missing table, a read-only file) needs a person.
+fn fault(e: &rusqlite::Error) -> Fault {
+    use rusqlite::ErrorCode as C;
+    match e.sqlite_error_code() {
+        Some(
+            C::DatabaseBusy | C::DatabaseLocked | C::DiskFull | C::SystemIoFailure | C::CannotOpen,
+        ) => Fault::Transient,
+        Some(C::ConstraintViolation | C::TooBig | C::TypeMismatch) => Fault::Refused,
+        _ => Fault::Setup,
     }
 }
 
@@ -98,35 +102,9 @@ fn put<T>(
     Ok(())
 }
 
-impl Backend for Sqlite {
-    fn dialect(&self) -> Dialect {
-        D
-    }
-
-    fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
-        self.with(|c| {
-            c.execute(D.create_schema_table(), [])?;
-            let mut st = c.prepare("SELECT version, applied_at FROM hp_schema ORDER BY version")?;
-            let rows = st.query_map([], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)?)))?;
-            rows.collect()
-        })
-    }
-
-    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
-        self.with(|c| {
-            let tx = c.transaction()?;
-            for sql in m.sqlite {
-                tx.execute(sql, [])?;
-            }
-            tx.execute(
-                "INSERT INTO hp_schema (version, name, applied_at) VALUES (?1, ?2, ?3)",
-                rusqlite::params![m.version, m.name, crate::unix_now()],
-            )?;
-            tx.commit()
-        })
-    }
-
-    fn write(&mut self, batch: &Batch) -> Result<Written, StoreError> {
+impl Sqlite {
+    /// Writes a batch in one transaction, committed or (`commit` false) rolled back.
+    fn write_batch(&mut self, batch: &Batch, commit: bool) -> Result<Written, StoreError> {
         self.with(|c| {
             let tx = c.transaction()?;
             let mut w = Written::default();
@@ -225,9 +203,57 @@ impl Backend for Sqlite {
                     .flat_map(|&(j, s)| [i64::from(j), s as i64]);
                 st.execute(params_from_iter(params))?;
             }
-            tx.commit()?;
+            if commit {
+                tx.commit()?;
+            } else {
+                tx.rollback()?;
+            }
             Ok(w)
         })
+    }
+}
+
+impl Backend for Sqlite {
+    fn dialect(&self) -> Dialect {
+        D
+    }
+
+    fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
+        self.with(|c| {
+            let exists: bool = c.query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'hp_schema')",
+                [],
+                |r| r.get(0),
+            )?;
+            if !exists {
+                return Ok(Vec::new());
+            }
+            let mut st = c.prepare("SELECT version, applied_at FROM hp_schema ORDER BY version")?;
+            let rows = st.query_map([], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)?)))?;
+            rows.collect()
+        })
+    }
+
+    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
+        self.with(|c| {
+            let tx = c.transaction()?;
+            for sql in m.sqlite {
+                tx.execute(sql, [])?;
+            }
+            tx.execute(
+                "INSERT INTO hp_schema (version, name, applied_at) VALUES (?1, ?2, ?3)",
+                rusqlite::params![m.version, m.name, crate::unix_now()],
+            )?;
+            tx.commit()
+        })
+    }
+
+    fn write(&mut self, batch: &Batch) -> Result<Written, StoreError> {
+        self.write_batch(batch, true)
+    }
+
+    fn try_write(&mut self, batch: &Batch) -> Result<(), StoreError> {
+        self.write_batch(batch, false).map(|_| ())
     }
 
     fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {

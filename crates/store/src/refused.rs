@@ -1,0 +1,629 @@
+//! Rows the database refuses, set aside so that the rest are written.
+//!
+//! A batch fails whole when one of its rows holds a value its database cannot store (a NUL
+//! byte in PostgreSQL text, a string too long for a MySQL column, a constraint or trigger the
+//! site added). Retrying cannot help, and holding the batch would hold every change after it.
+//! So when a write fails with [`Fault::Refused`], the flusher finds the refused rows by trying
+//! halves of the batch in transactions it rolls back ([`find_refused`]), appends them to
+//! `data_dir/refused.jsonl` (one JSON object per line, with the database's message; fsynced),
+//! and writes the rest together with the journal positions ([`write`]). `hotpath db refused`
+//! lists them and `hotpath db refused --replay` writes them again once the cause is fixed
+//! ([`replay`]).
+//!
+//! A line: `{"refused_at":…, "database":…, "error":…, "table":"hp_popup_users", "row":{…},
+//! "journal":[[worker, seq], …]}`. `journal` is the batch's journal positions: a crash between
+//! the append and the commit replays the batch and appends its refused rows again, and the
+//! replay drops such a line when an identical table, row and journal came before it.
+//!
+//! Owns: the row selection of a [`Batch`] by position, the rows' JSON, the search, the file.
+//! Must not: talk to a database except through the closure it is given.
+
+use std::io::Write as _;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use crate::backend::{Backend, Written};
+use crate::merge::{Batch, LuaRow, PopupEvent, PopupUserRow, TorrentRow};
+use crate::{Fault, StoreError};
+
+/// The file under `store.data_dir`.
+pub const FILE: &str = "refused.jsonl";
+
+/// The journal number under which a replay of refused rows records itself in `hp_journal`,
+/// so that a replay cut short by a crash is not written twice (the largest number every
+/// database's signed 32-bit `worker` column holds; workers count from 0).
+pub const REPLAY_JOURNAL: u32 = i32::MAX as u32;
+
+/// The refused-rows file of a data directory.
+pub fn path(data_dir: &Path) -> PathBuf {
+    data_dir.join(FILE)
+}
+
+impl Batch {
+    /// How many rows each table part holds, in the order rows are numbered.
+    fn part_lens(&self) -> [usize; 6] {
+        [
+            self.torrents.len(),
+            self.popup_users.len(),
+            self.popup_events.len(),
+            self.popup_daily.len(),
+            self.lua_rows.len(),
+            self.lua_counts.len(),
+        ]
+    }
+
+    /// The rows numbered `range` (torrents first, then popup users, events, daily counts,
+    /// script rows, script counters), without journal positions.
+    pub fn select(&self, range: Range<usize>) -> Batch {
+        let mut offsets = [0usize; 6];
+        let mut at = 0;
+        for (o, len) in offsets.iter_mut().zip(self.part_lens()) {
+            *o = at;
+            at += len;
+        }
+        fn cut<T: Clone>(v: &[T], offset: usize, r: &Range<usize>) -> Vec<T> {
+            let lo = r.start.saturating_sub(offset).min(v.len());
+            let hi = r.end.saturating_sub(offset).min(v.len());
+            v[lo..hi.max(lo)].to_vec()
+        }
+        Batch {
+            torrents: cut(&self.torrents, offsets[0], &range),
+            popup_users: cut(&self.popup_users, offsets[1], &range),
+            popup_events: cut(&self.popup_events, offsets[2], &range),
+            popup_daily: cut(&self.popup_daily, offsets[3], &range),
+            lua_rows: cut(&self.lua_rows, offsets[4], &range),
+            lua_counts: cut(&self.lua_counts, offsets[5], &range),
+            seqs: Vec::new(),
+            changes: 0,
+        }
+    }
+
+    /// This batch without the rows numbered in `gone`, sorted (journal positions kept).
+    pub fn without(&self, gone: &[usize]) -> Batch {
+        let mut n = 0usize;
+        let mut keep = || {
+            let k = gone.binary_search(&n).is_err();
+            n += 1;
+            k
+        };
+        fn filter<T: Clone>(v: &[T], keep: &mut dyn FnMut() -> bool) -> Vec<T> {
+            v.iter().filter(|_| keep()).cloned().collect()
+        }
+        Batch {
+            torrents: filter(&self.torrents, &mut keep),
+            popup_users: filter(&self.popup_users, &mut keep),
+            popup_events: filter(&self.popup_events, &mut keep),
+            popup_daily: filter(&self.popup_daily, &mut keep),
+            lua_rows: filter(&self.lua_rows, &mut keep),
+            lua_counts: filter(&self.lua_counts, &mut keep),
+            seqs: self.seqs.clone(),
+            changes: self.changes,
+        }
+    }
+
+    /// Row `i` as `(table, columns)` in JSON.
+    pub fn row_json(&self, i: usize) -> (&'static str, Value) {
+        let one = self.select(i..i + 1);
+        if let Some((k, r)) = one.torrents.first() {
+            let hash: String = k.iter().map(|b| format!("{b:02x}")).collect();
+            return (
+                "hp_torrents",
+                json!({"info_hash": hash, "completed": r.completed, "seeders": r.seeders,
+                       "leechers": r.leechers, "first_seen": r.first_seen,
+                       "last_active": r.last_active}),
+            );
+        }
+        if let Some(((user, popup), r)) = one.popup_users.first() {
+            return (
+                "hp_popup_users",
+                json!({"user_id": user, "popup_id": popup, "next_eligible": r.next_eligible,
+                       "shows": r.shows, "last_action": r.last_action,
+                       "updated_at": r.updated_at}),
+            );
+        }
+        if let Some(e) = one.popup_events.first() {
+            return (
+                "hp_popup_events",
+                json!({"at": e.at, "user_id": e.user, "popup_id": e.popup, "action": e.action}),
+            );
+        }
+        if let Some(((popup, day), n)) = one.popup_daily.first() {
+            return (
+                "hp_popup_daily",
+                json!({"popup_id": popup, "day": day, "shows": n}),
+            );
+        }
+        if let Some(r) = one.lua_rows.first() {
+            return (
+                "hp_lua_rows",
+                json!({"tbl": r.table, "at": r.at, "data": r.data}),
+            );
+        }
+        if let Some(((t, k, c), (delta, at))) = one.lua_counts.first() {
+            return (
+                "hp_lua_counters",
+                json!({"tbl": t, "k": k, "col": c, "value": delta, "updated_at": at}),
+            );
+        }
+        ("", Value::Null)
+    }
+
+    /// A one-row batch from a refused row's table and JSON (see [`Batch::row_json`]).
+    pub fn from_row_json(table: &str, row: &Value) -> Result<Batch, String> {
+        let text = |k: &str| -> Result<Box<str>, String> {
+            row.get(k)
+                .and_then(Value::as_str)
+                .map(Into::into)
+                .ok_or_else(|| format!("{table}: `{k}` is missing or not a string"))
+        };
+        let num = |k: &str| -> Result<u64, String> {
+            row.get(k)
+                .and_then(Value::as_u64)
+                .ok_or_else(|| format!("{table}: `{k}` is missing or not a whole number"))
+        };
+        let small = |k: &str| -> Result<u32, String> {
+            u32::try_from(num(k)?).map_err(|_| format!("{table}: `{k}` is out of range"))
+        };
+        let mut b = Batch::default();
+        match table {
+            "hp_torrents" => {
+                let hex = text("info_hash")?;
+                let mut key = [0u8; 20];
+                if hex.len() != 40 || !hex.is_ascii() {
+                    return Err("hp_torrents: `info_hash` is not 40 hex digits".into());
+                }
+                for (i, k) in key.iter_mut().enumerate() {
+                    *k = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+                        .map_err(|_| "hp_torrents: `info_hash` is not 40 hex digits")?;
+                }
+                b.torrents.push((
+                    key,
+                    TorrentRow {
+                        completed: num("completed")?,
+                        seeders: small("seeders")?,
+                        leechers: small("leechers")?,
+                        first_seen: small("first_seen")?,
+                        last_active: small("last_active")?,
+                    },
+                ));
+            }
+            "hp_popup_users" => b.popup_users.push((
+                (text("user_id")?, small("popup_id")?),
+                PopupUserRow {
+                    next_eligible: num("next_eligible")?,
+                    shows: small("shows")?,
+                    last_action: u8::try_from(num("last_action")?)
+                        .map_err(|_| "hp_popup_users: `last_action` is out of range")?,
+                    updated_at: small("updated_at")?,
+                },
+            )),
+            "hp_popup_events" => b.popup_events.push(PopupEvent {
+                at: small("at")?,
+                user: text("user_id")?,
+                popup: small("popup_id")?,
+                action: u8::try_from(num("action")?)
+                    .map_err(|_| "hp_popup_events: `action` is out of range")?,
+            }),
+            "hp_popup_daily" => b
+                .popup_daily
+                .push(((small("popup_id")?, small("day")?), num("shows")?)),
+            "hp_lua_rows" => b.lua_rows.push(LuaRow {
+                table: text("tbl")?,
+                at: small("at")?,
+                data: text("data")?,
+            }),
+            "hp_lua_counters" => {
+                let value = row
+                    .get("value")
+                    .and_then(Value::as_i64)
+                    .ok_or("hp_lua_counters: `value` is missing or not a whole number")?;
+                b.lua_counts.push((
+                    (text("tbl")?, text("k")?, text("col")?),
+                    (value, small("updated_at")?),
+                ));
+            }
+            other => return Err(format!("unknown table {other:?}")),
+        }
+        Ok(b)
+    }
+}
+
+/// Finds the rows of `batch` that `write` refuses ([`Fault::Refused`]) by trying halves,
+/// recursively: about two tries per refused row per halving, each rolled back by `write`.
+/// Returns each refused row's number with the database's message; stops at the first error
+/// of another kind (a lost connection: the flusher retries the whole batch later).
+pub fn find_refused(
+    batch: &Batch,
+    write: &mut dyn FnMut(&Batch) -> Result<(), StoreError>,
+) -> Result<Vec<(usize, String)>, StoreError> {
+    fn search(
+        batch: &Batch,
+        range: Range<usize>,
+        write: &mut dyn FnMut(&Batch) -> Result<(), StoreError>,
+        out: &mut Vec<(usize, String)>,
+    ) -> Result<(), StoreError> {
+        match write(&batch.select(range.clone())) {
+            Ok(()) => Ok(()),
+            Err(e) if e.fault() == Some(Fault::Refused) => {
+                if range.len() == 1 {
+                    out.push((range.start, e.to_string()));
+                    return Ok(());
+                }
+                let mid = range.start + range.len() / 2;
+                search(batch, range.start..mid, write, out)?;
+                search(batch, mid..range.end, write, out)
+            }
+            Err(e) => Err(e),
+        }
+    }
+    let mut out = Vec::new();
+    let rows = batch.rows();
+    if rows > 0 {
+        search(batch, 0..rows, write, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Writes `batch` with `backend`; when the database refuses it for a value, sets the refused
+/// rows aside in `file` (fsynced before anything else is written), leaves the rest in `batch`
+/// and writes it with the journal positions. Returns what the database reported and how many
+/// rows were set aside. On an error, `batch` is what is still to write (without any rows
+/// already set aside, so they are never set aside twice).
+pub fn write(
+    backend: &mut dyn Backend,
+    file: &Path,
+    database: &str,
+    batch: &mut Batch,
+) -> Result<(Written, usize), StoreError> {
+    let first = match backend.write(batch) {
+        Ok(written) => return Ok((written, 0)),
+        Err(e) if e.fault() == Some(Fault::Refused) => e,
+        Err(e) => return Err(e),
+    };
+    let refused = find_refused(batch, &mut |part| backend.try_write(part))?;
+    if refused.is_empty() {
+        return Err(StoreError::Db {
+            backend: backend.dialect().name(),
+            what: format!("{first} (the batch is refused, though each of its rows alone is taken)"),
+            fault: Fault::Setup,
+        });
+    }
+    append(file, database, batch, &refused).map_err(|e| crate::journal_error(file, e))?;
+    let (table, row) = batch.row_json(refused[0].0);
+    log::error!(
+        "{database}: refused {} of {} rows for their values; set aside in {} (`hotpath db \
+         refused` lists them), the rest are written. The first: {table} {row}: {}",
+        refused.len(),
+        batch.rows(),
+        file.display(),
+        refused[0].1
+    );
+    let gone: Vec<usize> = refused.iter().map(|r| r.0).collect();
+    *batch = batch.without(&gone);
+    Ok((backend.write(batch)?, refused.len()))
+}
+
+/// Opens `file` for appending under an exclusive lock, making sure the lock is on the file
+/// the path names now (a replay renames the file away under the same lock).
+fn open_locked(file: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::MetadataExt as _;
+    loop {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)?;
+        f.lock()?;
+        match std::fs::metadata(file) {
+            Ok(m) if m.ino() == f.metadata()?.ino() => return Ok(f),
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Appends the refused rows of `batch` to `file` and fsyncs it.
+pub fn append(
+    file: &Path,
+    database: &str,
+    batch: &Batch,
+    refused: &[(usize, String)],
+) -> std::io::Result<()> {
+    let mut text = String::new();
+    let now = crate::unix_now();
+    for (i, error) in refused {
+        let (table, row) = batch.row_json(*i);
+        let line = json!({
+            "refused_at": now,
+            "database": database,
+            "error": error,
+            "table": table,
+            "row": row,
+            "journal": batch.seqs,
+        });
+        text.push_str(&line.to_string());
+        text.push('\n');
+    }
+    let mut f = open_locked(file)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_data()
+}
+
+/// What [`replay`] did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Replayed {
+    /// Entries read.
+    pub entries: usize,
+    /// Entries dropped as copies of an earlier one (a crash between set-aside and commit).
+    pub copies: usize,
+    /// Rows written (after merging rows of one key).
+    pub written: usize,
+    /// Rows refused again (back in the file).
+    pub refused: usize,
+    /// Lines that are not entries (kept in `refused.bad-lines.jsonl`).
+    pub bad_lines: usize,
+}
+
+/// Writes the refused rows of `data_dir` again, once their cause is fixed (a constraint
+/// dropped, a value edited in the file): rows of one key merge as the flusher merges them,
+/// rows refused again go back to the file, and the write records itself in `hp_journal`
+/// under [`REPLAY_JOURNAL`] so that a replay cut short is finished, never written twice, by
+/// the next one. Safe beside a running server: it takes the file under the lock the flusher
+/// appends under, and the flusher then starts a new file.
+pub fn replay(
+    backend: &mut dyn Backend,
+    data_dir: &Path,
+    database: &str,
+) -> Result<Replayed, StoreError> {
+    let file = path(data_dir);
+    let done = backend
+        .journal_positions()?
+        .into_iter()
+        .find(|(w, _)| *w == REPLAY_JOURNAL)
+        .map_or(0, |(_, s)| s);
+    let taken = |n: u64| data_dir.join(format!("refused-replay-{n}.jsonl"));
+    // A replay that committed, then stopped before deleting its file.
+    let _ = std::fs::remove_file(taken(done));
+    let next = taken(done + 1);
+    if !next.exists() {
+        match std::fs::metadata(&file) {
+            Ok(m) if m.len() > 0 => {}
+            _ => return Ok(Replayed::default()),
+        }
+        let f = open_locked(&file).map_err(|e| crate::journal_error(&file, e))?;
+        std::fs::rename(&file, &next).map_err(|e| crate::journal_error(&next, e))?;
+        drop(f);
+    }
+    let (entries, bad) = read(&next).map_err(|e| crate::journal_error(&next, e))?;
+    let mut out = Replayed {
+        entries: entries.len(),
+        bad_lines: bad.len(),
+        ..Replayed::default()
+    };
+    if !bad.is_empty() {
+        let text = std::fs::read_to_string(&next).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut keep = String::new();
+        for (n, why) in &bad {
+            log::warn!("{}: line {n}: {why}; kept aside", next.display());
+            keep.push_str(lines.get(n - 1).copied().unwrap_or(""));
+            keep.push('\n');
+        }
+        let aside = data_dir.join("refused.bad-lines.jsonl");
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&aside)
+            .map_err(|e| crate::journal_error(&aside, e))?;
+        f.write_all(keep.as_bytes())
+            .and_then(|()| f.sync_data())
+            .map_err(|e| crate::journal_error(&aside, e))?;
+    }
+    // Newest last in the file; merged newest first, each older one put under it.
+    let mut seen = std::collections::HashSet::new();
+    let mut pending = crate::merge::Pending::default();
+    for e in entries.iter().rev() {
+        if !seen.insert((e.table.clone(), e.row.to_string(), e.journal.to_string())) {
+            out.copies += 1;
+            continue;
+        }
+        match Batch::from_row_json(&e.table, &e.row) {
+            Ok(b) => pending.restore(b),
+            Err(why) => {
+                return Err(StoreError::Schema(format!(
+                    "{} line {}: {why}; fix or remove the line",
+                    next.display(),
+                    e.line
+                )))
+            }
+        }
+    }
+    pending.covered(REPLAY_JOURNAL, done + 1);
+    let mut batch = pending.take();
+    let (_, refused) = write(backend, &file, database, &mut batch)?;
+    out.written = batch.rows();
+    out.refused = refused;
+    let _ = std::fs::remove_file(&next);
+    Ok(out)
+}
+
+/// One line of a refused-rows file, read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// The line's number (from 1).
+    pub line: usize,
+    /// The table.
+    pub table: String,
+    /// The row's columns.
+    pub row: Value,
+    /// Why the database refused it.
+    pub error: String,
+    /// The batch's journal positions.
+    pub journal: Value,
+}
+
+/// A line of a refused-rows file that is not an entry: its number and why.
+pub type BadLine = (usize, String);
+
+/// Reads a refused-rows file: its entries, and the lines that are not entries (with why).
+pub fn read(file: &Path) -> std::io::Result<(Vec<Entry>, Vec<BadLine>)> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    let (mut entries, mut bad) = (Vec::new(), Vec::new());
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(e) => {
+                bad.push((n + 1, format!("not JSON: {e}")));
+                continue;
+            }
+        };
+        let (Some(table), Some(row)) = (v.get("table").and_then(Value::as_str), v.get("row"))
+        else {
+            bad.push((n + 1, "no `table` or `row`".into()));
+            continue;
+        };
+        entries.push(Entry {
+            line: n + 1,
+            table: table.to_string(),
+            row: row.clone(),
+            error: v
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            journal: v.get("journal").cloned().unwrap_or(Value::Null),
+        });
+    }
+    Ok((entries, bad))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::merge::{Change, Pending, SHOWN};
+
+    fn mixed() -> Batch {
+        let mut p = Pending::default();
+        for (i, user) in ["a", "bad", "c", "d"].iter().enumerate() {
+            p.apply(Change::Popup {
+                user: (*user).into(),
+                popup: 1,
+                action: SHOWN,
+                next_eligible: 10,
+                shows: 1,
+                at: 100 + i as u32,
+            });
+        }
+        p.apply(Change::Torrent {
+            info_hash: [7; 20],
+            completed: 1,
+            seeders: 2,
+            leechers: 3,
+            at: 5,
+        });
+        p.apply(Change::LuaAdd {
+            table: "t".into(),
+            key: "bad".into(),
+            column: "c".into(),
+            delta: -4,
+            at: 9,
+        });
+        p.covered(0, 12);
+        p.take()
+    }
+
+    fn refuses_bad(b: &Batch) -> Result<(), StoreError> {
+        let bad = b.popup_users.iter().any(|((u, _), _)| &**u == "bad")
+            || b.popup_events.iter().any(|e| &*e.user == "bad")
+            || b.lua_counts.iter().any(|((_, k, _), _)| &**k == "bad");
+        if bad {
+            Err(StoreError::Db {
+                backend: "test",
+                what: "refused".into(),
+                fault: Fault::Refused,
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_search_finds_exactly_the_refused_rows() {
+        let b = mixed();
+        let mut tries = 0;
+        let found = find_refused(&b, &mut |part| {
+            tries += 1;
+            refuses_bad(part)
+        })
+        .unwrap();
+        let tables: Vec<_> = found.iter().map(|(i, _)| b.row_json(*i).0).collect();
+        assert_eq!(
+            tables,
+            ["hp_popup_users", "hp_popup_events", "hp_lua_counters"]
+        );
+        assert!(tries <= 2 * 3 * 4 + 1, "{tries} tries");
+        let rest = b.without(&found.iter().map(|r| r.0).collect::<Vec<_>>());
+        assert_eq!(rest.rows(), b.rows() - 3);
+        assert_eq!(rest.seqs, vec![(0, 12)], "the journal position stays");
+        refuses_bad(&rest).unwrap();
+    }
+
+    #[test]
+    fn a_transient_error_stops_the_search() {
+        let b = mixed();
+        let e = find_refused(&b, &mut |_| {
+            Err(StoreError::Db {
+                backend: "test",
+                what: "connection reset".into(),
+                fault: Fault::Transient,
+            })
+        })
+        .unwrap_err();
+        assert!(e.retryable());
+    }
+
+    #[test]
+    fn every_row_round_trips_through_its_json() {
+        let b = mixed();
+        for i in 0..b.rows() {
+            let (table, row) = b.row_json(i);
+            let back = Batch::from_row_json(table, &row).unwrap();
+            assert_eq!(back, b.select(i..i + 1), "row {i} of {table}");
+        }
+        assert!(Batch::from_row_json("hp_popup_users", &json!({"user_id": 3})).is_err());
+        assert!(Batch::from_row_json("nope", &json!({})).is_err());
+    }
+
+    #[test]
+    fn the_file_keeps_the_rows_and_the_reason_readable() {
+        let dir = std::env::temp_dir().join(format!("hp-refused-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = path(&dir);
+        let b = mixed();
+        append(&file, "postgres://x", &b, &[(1, "NUL \u{0} here".into())]).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap()
+            .write_all(b"garbage\n")
+            .unwrap();
+        let (entries, bad) = read(&file).unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].error, "NUL \u{0} here");
+        assert_eq!(entries[0].journal, json!([[0, 12]]));
+        assert_eq!(bad.len(), 1);
+        let back = Batch::from_row_json(&entries[0].table, &entries[0].row).unwrap();
+        assert_eq!(back, b.select(1..2));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
