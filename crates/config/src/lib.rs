@@ -306,6 +306,10 @@ section! {
         pub token_secret: String = String::new(),
         /// Seconds a show token stays valid for a click or close.
         pub token_ttl_secs: u64 = 7 * 86_400,
+        /// Answered show tokens remembered at once (a show yields one click and one close;
+        /// a replay gets 409). Each is kept one to two token lifetimes, 8 bytes and its share
+        /// of the table; beyond it events get 503 until the oldest expire.
+        pub max_spent_tokens: usize = 4_000_000,
         /// Milliseconds between reads of the popup table, so popups edited in the database
         /// directly reach every worker (admin API changes are seen at once).
         pub reload_ms: u64 = 500,
@@ -648,6 +652,9 @@ impl Config {
         }
         if !(100..=600_000).contains(&p.reload_ms) {
             return bad("popups.reload_ms", "must be between 100 and 600000");
+        }
+        if p.max_spent_tokens < 1000 {
+            return bad("popups.max_spent_tokens", "must be at least 1000");
         }
         if p.max_users < 1000 {
             return bad("popups.max_users", "must be at least 1000");

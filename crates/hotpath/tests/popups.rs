@@ -332,6 +332,41 @@ fn bad_input_gets_a_clear_4xx_and_changes_nothing() {
             400,
             "app_version",
         ),
+        (
+            "GET",
+            "/v1/popup?user=nul%00byte",
+            String::new(),
+            400,
+            "user: contains a NUL byte",
+        ),
+        (
+            "POST",
+            "/v1/popup/events",
+            format!(r#"{{"user":"alice\u0000","popup":1,"action":"click","token":"{token}"}}"#),
+            400,
+            "user: contains a NUL byte",
+        ),
+        (
+            "POST",
+            "/v1/popup/events",
+            format!(r#"{{"user":"alice","popup":"three","action":"click","token":"{token}"}}"#),
+            400,
+            "popup: invalid type: string",
+        ),
+        (
+            "POST",
+            "/admin/popups",
+            r#"{"id":5,"name":"x","payload":{},"priority":"high"}"#.into(),
+            400,
+            "priority: invalid type: string",
+        ),
+        (
+            "POST",
+            "/admin/popups",
+            r#"{"id":5,"name":"x","payload":{},"frequency":{"cooldown":"soon"}}"#.into(),
+            400,
+            "frequency.cooldown: invalid value",
+        ),
         ("POST", "/v1/popup", String::new(), 405, "use GET"),
         ("GET", "/v1/popup/events", String::new(), 405, "use POST"),
         ("POST", "/v1/popup/events", "{".into(), 400, "invalid JSON"),
@@ -431,8 +466,31 @@ fn bad_input_gets_a_clear_4xx_and_changes_nothing() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(event_count(&db, 1, CLICK), 0);
     assert_eq!(event_count(&db, 1, SHOWN), 1);
-    // The token itself still works.
+    // The token itself still works: once for a close and once for a click, on any worker;
+    // a replay gets 409 and counts nothing.
     assert_eq!(event(&mut c, "alice", 1, "close", &token).status, 202);
+    for i in 0..20 {
+        let mut c = Client::connect(p.http);
+        let r = event(&mut c, "alice", 1, "close", &token);
+        assert_eq!(r.status, 409, "{}", text(&r));
+        assert!(text(&r).contains("already closed"), "{}", text(&r));
+        let r = event(&mut c, "alice", 1, "click", &token);
+        assert_eq!(r.status, if i == 0 { 202 } else { 409 }, "{}", text(&r));
+    }
+    assert_eq!(
+        p.metric("hotpath_popups_events_total{action=\"click\"}"),
+        1.0
+    );
+    assert_eq!(
+        p.metric("hotpath_popups_events_total{action=\"close\"}"),
+        1.0
+    );
+    assert_eq!(
+        p.metric("hotpath_popups_refused_total{reason=\"replay\"}"),
+        39.0
+    );
+    eventually("events written", || event_count(&db, 1, CLICK) == 1);
+    assert_eq!(event_count(&db, 1, CLOSE), 1);
     assert!(p.signal("-TERM").success());
 }
 

@@ -17,6 +17,7 @@ pub mod api;
 pub mod decide;
 pub mod model;
 pub mod service;
+pub mod spent;
 pub mod users;
 
 /// Show tokens (a wire format, kept with the codecs so the load generator signs them too).

@@ -24,6 +24,7 @@ use hotpath_store::{Change, Counter, JournalWriter, PopupUserRow, Store, CLICK, 
 use crate::api::{self, Event, Query, MAX_SEGMENTS};
 use crate::decide::{self, Action, Catalog, Seen};
 use crate::model::Popup;
+use crate::spent::Spend;
 use crate::token::Signer;
 use crate::users::{Found, UserState, Users};
 
@@ -108,6 +109,8 @@ struct Counters {
     closes: Counter,
     bad_requests: Counter,
     bad_tokens: Counter,
+    replays: Counter,
+    spent_full: Counter,
     journal_full: Counter,
     load_busy: Counter,
     load_errors: Counter,
@@ -142,6 +145,8 @@ pub struct Shared {
     users: Users,
     daily: RwLock<Daily>,
     signer: Signer,
+    /// Answered shows (one click and one close each).
+    spent: crate::spent::Spent,
     /// Unix seconds at process second 0.
     unix_base: i64,
     loads: SyncSender<Box<str>>,
@@ -249,6 +254,7 @@ impl Popups {
                     .collect(),
             }),
             signer,
+            spent: crate::spent::Spent::new(cfg.token_ttl_secs, cfg.max_spent_tokens),
             unix_base,
             loads,
             loads_rx: Mutex::new(Some(loads_rx)),
@@ -610,6 +616,7 @@ impl Service for Popups {
         let g = Counter::get;
         let (users, bytes) = s.users();
         let popups = s.live.read().catalog.popups().len();
+        let spent = s.spent.len();
         let _ = write!(
             out,
             "# HELP hotpath_popups_decisions_total Popup decisions, by result.\n\
@@ -624,9 +631,14 @@ impl Service for Popups {
              # TYPE hotpath_popups_refused_total counter\n\
              hotpath_popups_refused_total{{reason=\"bad_request\"}} {}\n\
              hotpath_popups_refused_total{{reason=\"bad_token\"}} {}\n\
+             hotpath_popups_refused_total{{reason=\"replay\"}} {}\n\
+             hotpath_popups_refused_total{{reason=\"spent_full\"}} {}\n\
              hotpath_popups_refused_total{{reason=\"journal_full\"}} {}\n\
              hotpath_popups_refused_total{{reason=\"loads_full\"}} {}\n\
              hotpath_popups_refused_total{{reason=\"load_failed\"}} {}\n\
+             # HELP hotpath_popups_spent_tokens Answered shows remembered (popups.max_spent_tokens at most).\n\
+             # TYPE hotpath_popups_spent_tokens gauge\n\
+             hotpath_popups_spent_tokens {spent}\n\
              # HELP hotpath_popups_users Users whose state is in memory.\n\
              # TYPE hotpath_popups_users gauge\n\
              hotpath_popups_users {users}\n\
@@ -672,6 +684,8 @@ impl Service for Popups {
             g(&c.closes),
             g(&c.bad_requests),
             g(&c.bad_tokens),
+            g(&c.replays),
+            g(&c.spent_full),
             g(&c.journal_full),
             g(&c.load_busy),
             g(&c.load_errors),
@@ -940,18 +954,44 @@ impl PopupsWorker {
             return refuse(resp, 404, K, &format!("popup: no popup {}", event.popup));
         };
         let now = self.shared.unix(ctx.now);
-        if let Err(e) = self.shared.signer.verify(
+        let shown_at = match self.shared.signer.verify(
             &event.token,
             &event.user,
             event.popup,
             now,
             self.shared.cfg.token_ttl_secs,
         ) {
-            c.bad_tokens.add(1);
-            return refuse(resp, 403, K, e.message());
-        }
+            Ok(at) => at,
+            Err(e) => {
+                c.bad_tokens.add(1);
+                return refuse(resp, 403, K, e.message());
+            }
+        };
         if let Some(refused) = self.no_room(K, resp) {
             return refused;
+        }
+        let code = action_code(event.action);
+        let spent = &self.shared.spent;
+        match spent.spend(&event.user, event.popup, shown_at, code, now) {
+            Spend::Fresh => {}
+            Spend::Replay => {
+                c.replays.add(1);
+                let msg = match event.action {
+                    Action::Click => "token: this show was already clicked",
+                    _ => "token: this show was already closed",
+                };
+                return refuse(resp, 409, K, msg);
+            }
+            Spend::Full => {
+                c.spent_full.add(1);
+                resp.extra_headers.extend_from_slice(b"Retry-After: 60\r\n");
+                return refuse(
+                    resp,
+                    503,
+                    K,
+                    "too many answered shows to remember (popups.max_spent_tokens); try later",
+                );
+            }
         }
         let frequency = popup.frequency;
         let found = self
@@ -964,7 +1004,10 @@ impl PopupsWorker {
             });
         let seen = match found {
             Found::Ready(seen) => seen,
-            other => return self.not_loaded(other, &event.user, K, resp),
+            other => {
+                spent.unspend(&event.user, event.popup, shown_at, code);
+                return self.not_loaded(other, &event.user, K, resp);
+            }
         };
         match event.action {
             Action::Click => c.clicks.add(1),
@@ -973,7 +1016,7 @@ impl PopupsWorker {
         self.journal.push(Change::Popup {
             user: event.user.into_boxed_str(),
             popup: event.popup,
-            action: action_code(event.action),
+            action: code,
             next_eligible: seen.next_eligible,
             shows: seen.shows,
             at: now as u32,
