@@ -6,7 +6,9 @@
 //! thread ([`Store::run_flusher`]) writes the queue every `store.flush_interval_ms` (or when
 //! `store.batch_rows` keys wait) as multi-row upserts in one transaction, together with each
 //! journal's position, then deletes journal segments the database has confirmed. A failed
-//! write is merged back and retried with jittered backoff, never dropped; a database outage
+//! write is merged back and retried with jittered backoff, never dropped, unless the database
+//! refused rows for their values ([`Fault::Refused`]): those are set aside in
+//! `data_dir/refused.jsonl` and the rest written ([`refused`]); a database outage
 //! only grows the journal, up to `store.journal_max_bytes`, beyond which [`JournalWriter::append`]
 //! refuses (and the caller refuses its request). At start, journal records the database lacks
 //! are replayed ([`Store::open`]); at shutdown the queue is drained.
