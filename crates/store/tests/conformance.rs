@@ -278,8 +278,8 @@ impl Backend for Flaky {
     fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
         self.inner.apply_migration(m)
     }
-    fn write(&mut self, batch: &Batch) -> Result<Written, StoreError> {
-        if self.fail > 0 {
+    fn write_batch(&mut self, batch: &Batch, commit: bool) -> Result<Written, StoreError> {
+        if self.fail > 0 && commit {
             self.fail -= 1;
             return Err(StoreError::Db {
                 backend: "flaky",
@@ -287,10 +287,7 @@ impl Backend for Flaky {
                 fault: Fault::Transient,
             });
         }
-        self.inner.write(batch)
-    }
-    fn try_write(&mut self, batch: &Batch) -> Result<(), StoreError> {
-        self.inner.try_write(batch)
+        self.inner.write_batch(batch, commit)
     }
     fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {
         self.inner.journal_positions()

@@ -518,11 +518,18 @@ pub trait Backend: Send {
 
     /// Writes a batch in one transaction: its rows and its journal positions, together, so
     /// the database never has one without the other.
-    fn write(&mut self, batch: &Batch) -> Result<Written, StoreError>;
+    fn write(&mut self, batch: &Batch) -> Result<Written, StoreError> {
+        self.write_batch(batch, true)
+    }
 
     /// Writes a batch as [`Backend::write`] would, then rolls it back: whether the database
     /// takes it (the flusher's search for the rows it refuses; see [`crate::refused`]).
-    fn try_write(&mut self, batch: &Batch) -> Result<(), StoreError>;
+    fn try_write(&mut self, batch: &Batch) -> Result<(), StoreError> {
+        self.write_batch(batch, false).map(|_| ())
+    }
+
+    /// Writes a batch in one transaction, committed or (`commit` false) rolled back.
+    fn write_batch(&mut self, batch: &Batch, commit: bool) -> Result<Written, StoreError>;
 
     /// `(journal, last sequence written)` of every journal.
     fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError>;

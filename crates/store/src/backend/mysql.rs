@@ -80,8 +80,36 @@ fn fault(e: &mysql::Error) -> Fault {
     }
 }
 
-impl Mysql {
-    /// Writes a batch in one transaction, committed or (`commit` false) rolled back.
+impl Backend for Mysql {
+    fn dialect(&self) -> Dialect {
+        D
+    }
+
+    fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
+        self.with(|c| {
+            let exists: Option<i64> = c.query_first(
+                "SELECT COUNT(*) FROM information_schema.tables \
+                 WHERE table_schema = DATABASE() AND table_name = 'hp_schema'",
+            )?;
+            if exists.unwrap_or(0) == 0 {
+                return Ok(Vec::new());
+            }
+            c.query("SELECT version, applied_at FROM hp_schema ORDER BY version")
+        })
+    }
+
+    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
+        self.with(|c| {
+            for sql in m.mysql {
+                c.query_drop(sql)?;
+            }
+            c.exec_drop(
+                "INSERT INTO hp_schema (version, name, applied_at) VALUES (?, ?, ?)",
+                (m.version, m.name, crate::unix_now()),
+            )
+        })
+    }
+
     fn write_batch(&mut self, batch: &Batch, commit: bool) -> Result<Written, StoreError> {
         self.with(|c| {
             let mut tx = c.start_transaction(TxOpts::default())?;
@@ -126,45 +154,6 @@ impl Mysql {
             }
             Ok(w)
         })
-    }
-}
-
-impl Backend for Mysql {
-    fn dialect(&self) -> Dialect {
-        D
-    }
-
-    fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
-        self.with(|c| {
-            let exists: Option<i64> = c.query_first(
-                "SELECT COUNT(*) FROM information_schema.tables \
-                 WHERE table_schema = DATABASE() AND table_name = 'hp_schema'",
-            )?;
-            if exists.unwrap_or(0) == 0 {
-                return Ok(Vec::new());
-            }
-            c.query("SELECT version, applied_at FROM hp_schema ORDER BY version")
-        })
-    }
-
-    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
-        self.with(|c| {
-            for sql in m.mysql {
-                c.query_drop(sql)?;
-            }
-            c.exec_drop(
-                "INSERT INTO hp_schema (version, name, applied_at) VALUES (?, ?, ?)",
-                (m.version, m.name, crate::unix_now()),
-            )
-        })
-    }
-
-    fn write(&mut self, batch: &Batch) -> Result<Written, StoreError> {
-        self.write_batch(batch, true)
-    }
-
-    fn try_write(&mut self, batch: &Batch) -> Result<(), StoreError> {
-        self.write_batch(batch, false).map(|_| ())
     }
 
     fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {

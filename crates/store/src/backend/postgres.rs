@@ -116,8 +116,44 @@ fn describe(e: &postgres::Error) -> String {
     out
 }
 
-impl Postgres {
-    /// Writes a batch in one transaction, committed or (`commit` false) rolled back.
+impl Backend for Postgres {
+    fn dialect(&self) -> Dialect {
+        D
+    }
+
+    fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
+        self.with(|c| {
+            let exists: bool = c
+                .query_one("SELECT to_regclass('hp_schema') IS NOT NULL", &[])?
+                .get(0);
+            if !exists {
+                return Ok(Vec::new());
+            }
+            let rows = c.query(
+                "SELECT version, applied_at FROM hp_schema ORDER BY version",
+                &[],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get::<_, i32>(0) as u32, r.get::<_, i64>(1)))
+                .collect())
+        })
+    }
+
+    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
+        self.with(|c| {
+            let mut tx = c.transaction()?;
+            for sql in m.postgres {
+                tx.batch_execute(sql)?;
+            }
+            tx.execute(
+                "INSERT INTO hp_schema (version, name, applied_at) VALUES ($1, $2, $3)",
+                &[&(m.version as i32), &m.name, &crate::unix_now()],
+            )?;
+            tx.commit()
+        })
+    }
+
     fn write_batch(&mut self, batch: &Batch, commit: bool) -> Result<Written, StoreError> {
         self.with_conn(|c| {
             let mut tx = c.client.transaction()?;
@@ -253,53 +289,6 @@ impl Postgres {
             }
             Ok(w)
         })
-    }
-}
-
-impl Backend for Postgres {
-    fn dialect(&self) -> Dialect {
-        D
-    }
-
-    fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
-        self.with(|c| {
-            let exists: bool = c
-                .query_one("SELECT to_regclass('hp_schema') IS NOT NULL", &[])?
-                .get(0);
-            if !exists {
-                return Ok(Vec::new());
-            }
-            let rows = c.query(
-                "SELECT version, applied_at FROM hp_schema ORDER BY version",
-                &[],
-            )?;
-            Ok(rows
-                .iter()
-                .map(|r| (r.get::<_, i32>(0) as u32, r.get::<_, i64>(1)))
-                .collect())
-        })
-    }
-
-    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
-        self.with(|c| {
-            let mut tx = c.transaction()?;
-            for sql in m.postgres {
-                tx.batch_execute(sql)?;
-            }
-            tx.execute(
-                "INSERT INTO hp_schema (version, name, applied_at) VALUES ($1, $2, $3)",
-                &[&(m.version as i32), &m.name, &crate::unix_now()],
-            )?;
-            tx.commit()
-        })
-    }
-
-    fn write(&mut self, batch: &Batch) -> Result<Written, StoreError> {
-        self.write_batch(batch, true)
-    }
-
-    fn try_write(&mut self, batch: &Batch) -> Result<(), StoreError> {
-        self.write_batch(batch, false).map(|_| ())
     }
 
     fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {

@@ -102,8 +102,41 @@ fn put<T>(
     Ok(())
 }
 
-impl Sqlite {
-    /// Writes a batch in one transaction, committed or (`commit` false) rolled back.
+impl Backend for Sqlite {
+    fn dialect(&self) -> Dialect {
+        D
+    }
+
+    fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
+        self.with(|c| {
+            let exists: bool = c.query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'hp_schema')",
+                [],
+                |r| r.get(0),
+            )?;
+            if !exists {
+                return Ok(Vec::new());
+            }
+            let mut st = c.prepare("SELECT version, applied_at FROM hp_schema ORDER BY version")?;
+            let rows = st.query_map([], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)?)))?;
+            rows.collect()
+        })
+    }
+
+    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
+        self.with(|c| {
+            let tx = c.transaction()?;
+            for sql in m.sqlite {
+                tx.execute(sql, [])?;
+            }
+            tx.execute(
+                "INSERT INTO hp_schema (version, name, applied_at) VALUES (?1, ?2, ?3)",
+                rusqlite::params![m.version, m.name, crate::unix_now()],
+            )?;
+            tx.commit()
+        })
+    }
+
     fn write_batch(&mut self, batch: &Batch, commit: bool) -> Result<Written, StoreError> {
         self.with(|c| {
             let tx = c.transaction()?;
@@ -210,50 +243,6 @@ impl Sqlite {
             }
             Ok(w)
         })
-    }
-}
-
-impl Backend for Sqlite {
-    fn dialect(&self) -> Dialect {
-        D
-    }
-
-    fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
-        self.with(|c| {
-            let exists: bool = c.query_row(
-                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'hp_schema')",
-                [],
-                |r| r.get(0),
-            )?;
-            if !exists {
-                return Ok(Vec::new());
-            }
-            let mut st = c.prepare("SELECT version, applied_at FROM hp_schema ORDER BY version")?;
-            let rows = st.query_map([], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)?)))?;
-            rows.collect()
-        })
-    }
-
-    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
-        self.with(|c| {
-            let tx = c.transaction()?;
-            for sql in m.sqlite {
-                tx.execute(sql, [])?;
-            }
-            tx.execute(
-                "INSERT INTO hp_schema (version, name, applied_at) VALUES (?1, ?2, ?3)",
-                rusqlite::params![m.version, m.name, crate::unix_now()],
-            )?;
-            tx.commit()
-        })
-    }
-
-    fn write(&mut self, batch: &Batch) -> Result<Written, StoreError> {
-        self.write_batch(batch, true)
-    }
-
-    fn try_write(&mut self, batch: &Batch) -> Result<(), StoreError> {
-        self.write_batch(batch, false).map(|_| ())
     }
 
     fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {
