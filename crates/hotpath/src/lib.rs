@@ -193,6 +193,9 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
                     println!(
                         "{name}: no database yet (`hotpath serve` or `hotpath db migrate` creates it)"
                     );
+                    for m in migrations::MIGRATIONS {
+                        println!("  {:>3}  {:<32} PENDING", m.version, m.name);
+                    }
                     return Ok(1);
                 }
             }

@@ -215,6 +215,10 @@ fn db_migrate_and_status_on_the_default_sqlite_file() {
     let (code, text) = run(&["db", "status"]);
     assert_eq!(code, Some(1), "pending migrations: {text}");
     assert!(text.contains("PENDING"), "{text}");
+    assert!(
+        !dir.join("hotpath.db").exists(),
+        "db status only reads: {text}"
+    );
     let (code, text) = run(&["db", "migrate"]);
     assert_eq!(code, Some(0));
     assert!(
