@@ -866,7 +866,10 @@ fn install_store(
                     )));
                 }
                 if let Some(why) = hotpath_store::unstorable(&key, MAX_USER_LEN) {
-                    return Err(mlua::Error::runtime(format!("hp.store.add: the key {why}")));
+                    return Err(mlua::Error::runtime(format!(
+                        "hp.store.add: the key {}",
+                        why.message()
+                    )));
                 }
                 let change = Change::LuaAdd {
                     table: (*table).into(),

@@ -144,6 +144,8 @@ pub struct Event {
     pub token: String,
 }
 
+use hotpath_store::Unstorable;
+
 /// Checks a user id against what every database stores (see
 /// [`hotpath_store::unstorable`]), naming the field.
 pub fn check_user(user: &str) -> Result<(), &'static str> {
@@ -152,8 +154,10 @@ pub fn check_user(user: &str) -> Result<(), &'static str> {
     }
     match hotpath_store::unstorable(user, MAX_USER_BYTES) {
         None => Ok(()),
-        Some("too long") => Err("user: longer than 255 bytes"),
-        Some(_) => Err("user: contains a NUL byte, which a database cannot keep as text"),
+        Some(Unstorable::TooLong) => Err("user: longer than 255 bytes"),
+        Some(Unstorable::Nul) => {
+            Err("user: contains a NUL byte, which a database cannot keep as text")
+        }
     }
 }
 

@@ -138,16 +138,34 @@ fn journal_error(path: &Path, source: std::io::Error) -> StoreError {
     }
 }
 
-/// Why `text` cannot be kept as text by every database the store writes to, if it cannot:
-/// a NUL byte (PostgreSQL refuses it in `TEXT`; the whole batch with it would fail), or more
-/// than `max_bytes` bytes (the column's width). Callers check what a client sends against it
+/// Why a string cannot be kept as text by every database the store writes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unstorable {
+    /// Longer than the column.
+    TooLong,
+    /// A NUL byte: PostgreSQL refuses it in `TEXT`, and the whole batch with it would fail.
+    Nul,
+}
+
+impl Unstorable {
+    /// The reason, for a message that names the field first.
+    pub fn message(self) -> &'static str {
+        match self {
+            Unstorable::TooLong => "too long",
+            Unstorable::Nul => "contains a NUL byte, which a database cannot keep as text",
+        }
+    }
+}
+
+/// Why `text` cannot be kept as text by every database the store writes to, if it cannot
+/// (more than `max_bytes` bytes, or a NUL byte). Callers check what a client sends against it
 /// on the way in, so no change the database would refuse is journaled; what slips through
 /// anyway is set aside by the flusher ([`refused`]).
-pub fn unstorable(text: &str, max_bytes: usize) -> Option<&'static str> {
+pub fn unstorable(text: &str, max_bytes: usize) -> Option<Unstorable> {
     if text.len() > max_bytes {
-        Some("too long")
+        Some(Unstorable::TooLong)
     } else if text.as_bytes().contains(&0) {
-        Some("contains a NUL byte, which a database cannot keep as text")
+        Some(Unstorable::Nul)
     } else {
         None
     }
