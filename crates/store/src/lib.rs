@@ -534,8 +534,12 @@ impl Store {
     }
 
     /// The users with popup state waiting in the queue (replayed from the journal, or not
-    /// flushed yet).
+    /// flushed yet). Read once no batch is on its way to the database (under the backend
+    /// lock, see `flush`): a scan of the database started after this call then finds every
+    /// user this list lacks. Without it, a batch taken from the queue before the call and
+    /// committed after the scan's snapshot was in neither, and its users looked new.
     pub fn pending_popup_users(&self) -> Vec<String> {
+        let _no_batch_in_flight = self.backend.lock();
         self.shared
             .inner
             .lock()
