@@ -273,6 +273,128 @@ fn a_full_journal_refuses_completions_and_keeps_answering_the_rest() {
     recover(&proxy, load, &db, &mut server);
 }
 
+/// A small tmpfs mounted on a directory for the test's life: a file system that really fills.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(at).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "this test mounts a small tmpfs to fill a file system, which needs root: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Tmpfs(at.to_path_buf())
+    }
+
+    /// Writes a file until the file system is full.
+    fn fill(&self) -> PathBuf {
+        use std::io::Write as _;
+        let path = self.0.join("filler");
+        let mut f = std::fs::File::create(&path).unwrap();
+        let block = vec![0xa5u8; 4096];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The answer to one request on a new connection; `None` when the server closed it instead.
+fn one_request(server: &Proc, target: &str) -> Option<common::Resp> {
+    let mut c = Client::connect(server.http);
+    c.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+    c.read()
+}
+
+#[test]
+fn a_failed_journal_write_is_never_answered_from_memory() {
+    let db = test_db(Dialect::Sqlite, "enospc");
+    let data = db.dir.join("data");
+    let fs = Tmpfs::mount(&data, "1m");
+    // Nothing reaches the database before the kill: the journal is all there is.
+    let config = write_config_flushing(&db, &db.url, 600_000, "journal_fsync_ms = 0\n");
+    let mut server = Proc::spawn(&config, &db.dir);
+    let peers = 1..=6u8;
+    let hash = [5u8; 20];
+    let join = |n: u8| {
+        announce_target(&common::announce(
+            hash,
+            n,
+            7000 + u16::from(n),
+            50,
+            Event::Started,
+        ))
+    };
+    let complete = |n: u8| {
+        announce_target(&common::announce(
+            hash,
+            n,
+            7000 + u16::from(n),
+            0,
+            Event::Completed,
+        ))
+    };
+    let scrape = common::scrape_target(&[hash]);
+    for n in peers.clone() {
+        let r = one_request(&server, &join(n)).expect("an answer");
+        assert_eq!(failure(&r.body), None);
+    }
+    let filler = fs.fill();
+
+    // Every completion fails to reach the journal: no answer, and no retry is answered from
+    // the memory that counted it, on either worker, nor a scrape that would report it.
+    for n in peers.clone() {
+        assert!(one_request(&server, &complete(n)).is_none(), "peer {n}");
+    }
+    for _ in 0..4 {
+        for n in peers.clone() {
+            let r = one_request(&server, &complete(n));
+            assert!(
+                r.is_none(),
+                "a retry answered from memory: {:?}",
+                r.map(|r| r.body)
+            );
+        }
+        assert!(one_request(&server, &scrape).is_none());
+    }
+    assert!(server.metric("hotpath_store_journal_errors_total") >= 6.0);
+    assert!(server.metric("hotpath_store_journal_held_changes") >= 6.0);
+    assert!(server
+        .log_text()
+        .contains("no answer goes out until a journal write holds them"));
+
+    // Room again: the next commit journals what was held, and the retries are answered.
+    std::fs::remove_file(filler).unwrap();
+    for n in peers.clone() {
+        let r = one_request(&server, &complete(n)).expect("an answer once the journal has room");
+        assert_eq!(failure(&r.body), None);
+    }
+    let r = one_request(&server, &scrape).expect("a scrape answer");
+    assert_eq!(scrape_downloaded(&r.body), 6);
+    assert_eq!(server.metric("hotpath_store_journal_held_changes"), 0.0);
+
+    // What was answered is in the journal, exactly once.
+    assert!(!server.signal("-KILL").success());
+    assert_eq!(db_completed(&db), 0);
+    let mut server = Proc::spawn(&config, &db.dir);
+    let r = one_request(&server, &scrape).expect("a scrape answer");
+    assert_eq!(scrape_downloaded(&r.body), 6, "{}", server.log_text());
+    assert!(server.signal("-TERM").success());
+    assert_eq!(db_completed(&db), 6);
+    drop(fs);
+}
+
 #[test]
 fn graceful_shutdown_drains_and_swarms_survive_a_restart() {
     let db = test_db(Dialect::Sqlite, "drain");

@@ -854,9 +854,11 @@ impl Worker {
             // Stopped at the small cap the spent budget imposes, not at its own.
             self.h.metrics().budget_held.add(1);
         }
-        if !dead && self.h.service.uncommitted() {
-            // These answers acknowledge changes not yet in the journal: they leave after the
-            // one commit at the end of this event-loop turn.
+        if !dead && conn.kind == ListenerKind::Http && self.h.service.uncommitted() {
+            // These answers acknowledge changes not yet in the journal (or answer from memory
+            // that holds changes a failed journal write left out): they leave after the one
+            // commit at the end of this event-loop turn. Admin answers report no service
+            // state, so they never wait.
             if !conn.deferred {
                 conn.deferred = true;
                 self.deferred.push(slot);

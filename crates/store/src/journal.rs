@@ -161,6 +161,17 @@ impl Refused {
     }
 }
 
+/// A journal write that failed, and whether the record was cut off its file again (so none of
+/// it can be replayed).
+struct Failed {
+    error: io::Error,
+    cut: bool,
+}
+
+/// Why a commit fails while a record that may be in the journal waits for the database.
+const GATED: &str = "a journal record that failed to write may still be in its file; \
+                     answers wait until the database holds its changes";
+
 /// One worker's journal: changes are buffered by [`append`](Self::append) while a batch of
 /// requests is handled and written with one `write` by [`commit`](Self::commit) before any
 /// of their answers is sent.
@@ -197,10 +208,13 @@ impl JournalWriter {
         }
     }
 
-    /// Whether a change of `bytes` encoded bytes would be taken now: the journal on disk and
-    /// the rows waiting in memory are both under their bounds.
+    /// Whether a change of `bytes` encoded bytes would be taken now: the journal on disk (with
+    /// the changes held after a failed write) and the rows waiting in memory are both under
+    /// their bounds.
     pub fn has_room(&self, bytes: usize) -> bool {
-        let used = self.shared.journal_bytes.load(Ordering::Relaxed) + self.record.len() as u64;
+        let used = self.shared.journal_bytes.load(Ordering::Relaxed)
+            + self.shared.held_bytes.load(Ordering::Relaxed)
+            + self.record.len() as u64;
         used + bytes as u64 <= self.shared.settings.journal_max_bytes
             && self.shared.queue_rows.load(Ordering::Relaxed) + self.changes.len()
                 < self.shared.settings.max_queue_rows
@@ -230,73 +244,183 @@ impl JournalWriter {
         self.changes.push(change);
     }
 
-    /// Whether changes wait for a commit.
+    /// Whether an answer must wait for a [`commit`](Self::commit): changes of this writer
+    /// wait for one, or a journal write failed and its changes, already in the memory every
+    /// worker answers from, are not journaled yet.
     pub fn uncommitted(&self) -> bool {
-        !self.changes.is_empty()
+        !self.changes.is_empty() || self.shared.unjournaled.load(Ordering::Acquire) > 0
     }
 
     /// Writes the buffered changes as one record and hands them to the flusher. The fsync is
     /// the syncer's, on its interval, off this thread; with `store.journal_fsync_ms = 0` it
-    /// happens here, before the caller acknowledges anything. On an I/O error the changes still reach the database from memory, but the
-    /// caller must not acknowledge them: a crash before the flush would lose them.
+    /// happens here, before the caller acknowledges anything.
+    ///
+    /// On an error the caller must not answer: memory already holds the changes, but the
+    /// journal does not. The record is cut off the file again and its changes are held
+    /// (counted in `hotpath_store_journal_held_changes`); while any are held, every writer's
+    /// [`uncommitted`](Self::uncommitted) is true and its next commit writes them first, so no
+    /// worker answers from that memory (a client's retry of the same request included) until
+    /// a journal write holds them. What is still held when the last writer closes reaches the
+    /// database from memory at the drain.
     pub fn commit(&mut self) -> io::Result<()> {
+        if self.shared.unjournaled.load(Ordering::Acquire) > 0 {
+            self.take_held();
+        }
         if self.changes.is_empty() {
-            return Ok(());
+            return self.ungated();
         }
         let seq = self.next_seq;
         self.next_seq += 1;
         seal(&mut self.record, seq);
         let written = self.write(seq);
-        if written.is_err() {
-            // The record may be half written: start a new segment so that it ends its file.
-            self.close_file();
-        }
         let mut inner = self.shared.inner.lock();
-        for c in self.changes.drain(..) {
-            inner.pending.apply(c);
-        }
-        if written.is_ok() {
-            inner.pending.covered(self.worker, seq);
-            if let Some(s) = inner.segments.iter_mut().find(|s| s.path == self.path) {
-                s.last_seq = seq;
-                s.bytes = self.file_bytes;
-                s.unsynced = self.dirty;
+        // Whether the changes join the queue now (held ones join with a later record).
+        let queued = !matches!(written, Err(Failed { cut: true, .. }));
+        match &written {
+            Ok(()) => {
+                for c in self.changes.drain(..) {
+                    inner.pending.apply(c);
+                }
+                inner.pending.covered(self.worker, seq);
+                if let Some(s) = inner.segments.iter_mut().find(|s| s.path == self.path) {
+                    s.last_seq = seq;
+                    s.bytes = self.file_bytes;
+                    s.unsynced = self.dirty;
+                }
+            }
+            Err(Failed { cut: true, .. }) => {
+                // Not in the journal: held for the next commit of any writer.
+                let bytes = (self.record.len() - HEADER) as u64;
+                inner.held.append(&mut self.changes);
+                self.shared.held_bytes.fetch_add(bytes, Ordering::Relaxed);
+                let gated = usize::from(inner.gate.is_some());
+                self.shared
+                    .unjournaled
+                    .store(inner.held.len() + gated, Ordering::Release);
+            }
+            Err(Failed { cut: false, .. }) => {
+                // The record may be in the file, whole: the database must hold its changes
+                // under its sequence (so a replay skips it) before anything is answered again.
+                for c in self.changes.drain(..) {
+                    inner.pending.apply(c);
+                }
+                inner.pending.covered(self.worker, seq);
+                if inner.gate.replace((self.worker, seq)).is_none() {
+                    self.shared.unjournaled.fetch_add(1, Ordering::AcqRel);
+                }
             }
         }
-        inner.pending_since.get_or_insert_with(Instant::now);
         let rows = inner.pending.rows();
-        self.shared.queued(rows);
-        let full = rows >= self.shared.settings.batch_rows;
+        if queued {
+            inner.pending_since.get_or_insert_with(Instant::now);
+            self.shared.queued(rows);
+        }
         drop(inner);
-        if full {
+        if queued && rows >= self.shared.settings.batch_rows {
             self.shared.wake.notify_one();
         }
         self.changes.clear();
         self.record.truncate(HEADER);
-        if let Err(e) = &written {
-            self.shared.metrics.journal_errors.add(1);
-            log::error!("journal of worker {}: {e}", self.worker);
+        let Err(f) = written else {
+            return self.ungated();
+        };
+        // A new segment starts with the next record.
+        self.close_file();
+        let m = &self.shared.metrics.journal_errors;
+        m.add(1);
+        // Every failed commit is counted; the log says the first and every hundredth, since a
+        // full disk fails every event-loop turn of every worker.
+        let n = m.get();
+        if n == 1 || n.is_multiple_of(100) {
+            let then = if f.cut {
+                "its changes are held and no answer goes out until a journal write holds them"
+            } else {
+                "the record could not be cut off its file; no answer goes out until the \
+                 database holds it"
+            };
+            log::error!(
+                "journal of worker {}: {} ({n} failed writes so far); {then}",
+                self.worker,
+                f.error
+            );
         }
-        written
+        Err(f.error)
     }
 
-    fn write(&mut self, seq: u64) -> io::Result<()> {
+    /// Fails while a record that may be in the journal waits for the database (see
+    /// [`commit`](Self::commit)).
+    fn ungated(&self) -> io::Result<()> {
+        if self.shared.unjournaled.load(Ordering::Acquire) > 0
+            && self.shared.inner.lock().gate.is_some()
+        {
+            Err(io::Error::other(GATED))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Takes the changes held after failed writes into this writer's record, before its own.
+    fn take_held(&mut self) {
+        let held = {
+            let mut inner = self.shared.inner.lock();
+            let held = std::mem::take(&mut inner.held);
+            let gated = usize::from(inner.gate.is_some());
+            self.shared.unjournaled.store(gated, Ordering::Release);
+            self.shared.held_bytes.store(0, Ordering::Relaxed);
+            held
+        };
+        if held.is_empty() {
+            return;
+        }
+        let mut record = Vec::with_capacity(self.record.len() * 2);
+        record.resize(HEADER, 0);
+        for c in &held {
+            c.encode(&mut record);
+        }
+        record.extend_from_slice(&self.record[HEADER..]);
+        self.record = record;
+        let own = std::mem::replace(&mut self.changes, held);
+        self.changes.extend(own);
+    }
+
+    /// Appends the sealed record to the open segment (opening one if due). On an error the
+    /// file is cut back to where the record began, if it can be.
+    fn write(&mut self, seq: u64) -> Result<(), Failed> {
         let len = self.record.len() as u64;
         let max = self.shared.settings.journal_segment_bytes;
         if self.file.is_none() || (self.file_bytes > 0 && self.file_bytes + len > max) {
-            self.rotate(seq)?;
+            // Nothing of this record is in any file yet.
+            self.rotate(seq)
+                .map_err(|error| Failed { error, cut: true })?;
         }
+        let start = self.file_bytes;
         let file = self.file.as_mut().expect("a segment is open");
-        file.write_all(&self.record)?;
+        let mut written = file.write_all(&self.record);
+        if written.is_ok() && self.shared.settings.journal_fsync_ms == 0 {
+            written = file.sync_data();
+            if written.is_ok() {
+                self.shared.metrics.journal_syncs.add(1);
+            }
+        }
+        if let Err(error) = written {
+            let cut = file.set_len(start).and_then(|()| file.sync_data());
+            if let Err(e) = &cut {
+                log::error!(
+                    "journal of worker {}: cannot cut a failed record: {e}",
+                    self.worker
+                );
+            }
+            return Err(Failed {
+                error,
+                cut: cut.is_ok(),
+            });
+        }
         self.file_bytes += len;
-        self.dirty = true;
+        self.dirty = self.shared.settings.journal_fsync_ms != 0;
         self.shared.journal_bytes.fetch_add(len, Ordering::Relaxed);
         let m = &self.shared.metrics;
         m.journal_records.add(1);
         m.journal_written.add(len);
-        if self.shared.settings.journal_fsync_ms == 0 {
-            self.sync()?;
-        }
         Ok(())
     }
 

@@ -304,6 +304,11 @@ pub(crate) struct Shared {
     pub(crate) in_flight: AtomicUsize,
     /// Live [`JournalWriter`]s; shutdown drains after the last one closes.
     pub(crate) writers: AtomicUsize,
+    /// Changes in memory but not in the journal (`Inner::held`), plus one while
+    /// `Inner::gate` is set: while not 0, no answer goes out before a commit.
+    pub(crate) unjournaled: AtomicUsize,
+    /// Encoded bytes of `Inner::held` (counted against `store.journal_max_bytes`).
+    pub(crate) held_bytes: AtomicU64,
     pub(crate) metrics: Metrics,
 }
 
@@ -321,6 +326,12 @@ pub(crate) struct Inner {
     pub(crate) segments: Vec<Segment>,
     /// When the oldest change still pending was merged.
     pub(crate) pending_since: Option<Instant>,
+    /// Changes whose journal write failed and was cut off its file: applied to memory, not
+    /// journaled, not queued. The next commit of any writer journals them first.
+    pub(crate) held: Vec<Change>,
+    /// A record whose write failed and could not be cut off its file, `(journal, sequence)`:
+    /// queued under its sequence, and no answer goes out until the database holds it.
+    pub(crate) gate: Option<(u32, u64)>,
 }
 
 /// The write-behind store.
@@ -462,12 +473,16 @@ impl Store {
                     pending,
                     segments,
                     pending_since,
+                    held: Vec::new(),
+                    gate: None,
                 }),
                 wake: Condvar::new(),
                 journal_bytes: AtomicU64::new(bytes),
                 queue_rows: AtomicUsize::new(pending_rows),
                 in_flight: AtomicUsize::new(0),
                 writers: AtomicUsize::new(0),
+                unjournaled: AtomicUsize::new(0),
+                held_bytes: AtomicU64::new(0),
                 metrics,
             }),
             backend: Mutex::new(backend),
@@ -646,6 +661,17 @@ impl Store {
                     for &(j, s) in &batch.seqs {
                         let c = confirmed.entry(j).or_insert(0);
                         *c = (*c).max(s);
+                    }
+                    let mut inner = self.shared.inner.lock();
+                    if let Some((j, s)) = inner.gate {
+                        if confirmed.get(&j).is_some_and(|&c| c >= s) {
+                            inner.gate = None;
+                            self.shared.unjournaled.fetch_sub(1, Ordering::AcqRel);
+                            log::info!(
+                                "{}: holds the record whose journal write failed; answering again",
+                                self.name
+                            );
+                        }
                     }
                 }
                 self.prune();
@@ -827,6 +853,21 @@ impl Store {
                 let until = deadline.min(Instant::now() + Duration::from_millis(50));
                 s.wake.wait_until(&mut inner, until);
             }
+            // No writer is left to journal them: they reach the database from memory (they
+            // were never acknowledged; a crash before this write loses them).
+            let held = std::mem::take(&mut inner.held);
+            if !held.is_empty() {
+                log::warn!(
+                    "shutdown: {} changes whose journal write failed are written from memory",
+                    held.len()
+                );
+                s.unjournaled.fetch_sub(held.len(), Ordering::AcqRel);
+                s.held_bytes.store(0, Ordering::Relaxed);
+                for c in held {
+                    inner.pending.apply(c);
+                }
+                inner.pending_since.get_or_insert_with(Instant::now);
+            }
         }
         let mut failures = 0;
         loop {
@@ -869,7 +910,14 @@ impl Store {
             .lock()
             .pending_since
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
-        let gauges: [(&str, &str, f64); 8] = [
+        let held = self.shared.inner.lock().held.len();
+        let gauges: [(&str, &str, f64); 9] = [
+            (
+                "hotpath_store_journal_held_changes",
+                "Changes whose journal write failed, in memory and waiting for the next journal \
+                 write; while any wait, answers wait with them.",
+                held as f64,
+            ),
             (
                 "hotpath_store_queue_rows",
                 "Distinct rows waiting to be written.",
