@@ -340,6 +340,16 @@ fn popups(seeds: &mut Seeds) {
         r#"{"user":"bob","n":[1,2.5,-3e10,null,true],"nested":{"a":{"b":{}}},"s":"\u00e9\ud83d\ude00"}"#,
     );
     seeds.put("lua_json", "deep", "[".repeat(200));
+    let mut trim = b"^%s*(.-)%s*$\xffx".to_vec();
+    trim.extend(std::iter::repeat_n(b' ', 2000));
+    trim.push(b'x');
+    seeds.put("lua_pattern", "trim", trim);
+    seeds.put(
+        "lua_pattern",
+        "classes",
+        &b"%f[%w](%a+)%s*=%s*(%b\"\")()[^%]%-]+%1\xffname = \"v\" and name"[..],
+    );
+    seeds.put("lua_pattern", "malformed", &b"[a-%\xff]x"[..]);
 }
 
 fn files(seeds: &mut Seeds, repo: &Path) {

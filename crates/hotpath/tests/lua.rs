@@ -137,7 +137,7 @@ fn a_reload_takes_working_scripts_and_keeps_the_old_ones_for_broken_ones() {
 #[test]
 fn runaway_loops_and_memory_hogs_get_500s_and_the_worker_goes_on() {
     let (mut c, _dir) = config_with(&[
-        // Slow in C, few VM instructions: stopped by time.
+        // Slow in C, few VM instructions: stopped by the work string.rep is charged.
         (
             "spin",
             "function handle() while true do local s = string.rep('x', 100000) end end",
@@ -149,7 +149,7 @@ fn runaway_loops_and_memory_hogs_get_500s_and_the_worker_goes_on() {
         ),
         (
             "hog",
-            "function handle() local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 100000) .. i end end",
+            "function handle() local s, t = string.rep('x', 100000), {} for i = 1, 1e9 do t[i] = s .. i end end",
         ),
         ("ok", "function handle() return 200, nil, 'ok' end"),
     ]);
@@ -161,7 +161,7 @@ fn runaway_loops_and_memory_hogs_get_500s_and_the_worker_goes_on() {
     let admin = server.admin_addr().unwrap();
     let mut cl = Client::connect(server.http_addr().unwrap());
     for (path, said) in [
-        ("/spin", "time budget exceeded"),
+        ("/spin", "budget exceeded"),
         ("/count", "instruction budget exceeded"),
         ("/hog", "not enough memory"),
     ] {
@@ -772,5 +772,159 @@ fn unsafe_stdlib_opts_back_in() {
     let server = start(&c);
     let r = Client::connect(server.http_addr().unwrap()).get("/io");
     assert_eq!((r.status, body(&r).as_str()), (200, "function function"));
+    server.shutdown().unwrap();
+}
+
+/// Scripts that spend their time inside library calls, where the VM's instruction hook never
+/// runs: each is stopped within its time budget plus a small slack, whatever it calls.
+#[test]
+fn the_time_budget_holds_inside_library_calls() {
+    let scripts: &[(&str, &str)] = &[
+        // Quadratic backtracking in one call (24.6 s over 65 KB before).
+        (
+            "trim",
+            r#"function handle(req) return 200, nil, tostring(#req.body:match("^%s*(.-)%s*$")) end"#,
+        ),
+        (
+            "find",
+            r#"function handle(req) return 200, nil, tostring(req.body:find("x.-.-.-y")) end"#,
+        ),
+        // Many quick-looking calls between two instruction checks.
+        (
+            "gsub",
+            r#"function handle(req) local s = req.body for i = 1, 1e6 do s = s:gsub("%s", " ") end end"#,
+        ),
+        (
+            "gmatch",
+            r#"function handle(req) local n = 0 for i = 1, 1e6 do for w in req.body:gmatch("%s*(.-)%s*$") do n = n + 1 end end end"#,
+        ),
+        (
+            "rep",
+            r#"function handle() for i = 1, 1e9 do local s = string.rep("x", 1e7) end end"#,
+        ),
+        (
+            "upper",
+            r#"function handle(req) local s = string.rep(req.body, 100) for i = 1, 1e9 do local t = s:upper() end end"#,
+        ),
+        (
+            "sort",
+            r#"function handle() local t = {} for i = 1, 3e5 do t[i] = (i * 7919) % 1000003 end for k = 1, 1e6 do table.sort(t) end end"#,
+        ),
+        (
+            "concat",
+            r#"function handle() local t = {} for i = 1, 1e5 do t[i] = "abcdefgh" end for k = 1, 1e9 do local s = table.concat(t, ",") end end"#,
+        ),
+        (
+            "insert",
+            r#"function handle() local t = {} for i = 1, 2e5 do t[i] = i end for k = 1, 1e9 do table.insert(t, 1, k) end end"#,
+        ),
+        (
+            "move",
+            r#"function handle() table.move({}, 1, 1e12, 2) end"#,
+        ),
+        (
+            "json",
+            r#"function handle(req) local doc = hp.json.encode({ body = req.body }) for i = 1, 1e9 do hp.json.decode(doc) end end"#,
+        ),
+        // Operators on long strings cost their length per instruction.
+        (
+            "dotdot",
+            r#"function handle() local s = string.rep("x", 8e6) for i = 1, 1e9 do local t = s .. i end end"#,
+        ),
+        ("ok", "function handle() return 200, nil, 'ok' end"),
+    ];
+    let (mut c, _dir) = config_with(scripts);
+    c.server.workers = 1;
+    c.lua.max_ms = 100;
+    c.lua.max_memory_mb = 64;
+    let server = start(&c);
+    let mut cl = Client::connect(server.http_addr().unwrap());
+    let body = format!("x{}x", " ".repeat(65_000));
+    let mut worst = Duration::ZERO;
+    for (name, _) in &scripts[..scripts.len() - 1] {
+        let t = Instant::now();
+        cl.send(
+            format!(
+                "POST /{name} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        let r = cl.read().expect("an answer");
+        let took = t.elapsed();
+        println!("{name}: {} ms", took.as_millis());
+        worst = worst.max(took);
+        assert_eq!(
+            r.status,
+            500,
+            "{name}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let said = String::from_utf8_lossy(&r.body).into_owned();
+        assert!(said.contains("budget exceeded"), "{name}: {said}");
+        // Stopped near lua.max_ms (100 ms), not seconds later; the slack is generous for a
+        // shared machine, and still far below what an unchecked call takes.
+        assert!(
+            took < Duration::from_millis(600),
+            "{name} held the worker {took:?}"
+        );
+        assert_eq!(String::from_utf8_lossy(&cl.get("/ok").body), "ok");
+    }
+    println!("worst: {} ms", worst.as_millis());
+    server.shutdown().unwrap();
+}
+
+/// What a script builds outside the VM's own memory is bounded too: a table nested too deep
+/// for the JSON encoder's recursion (it aborted the server on a stack overflow), and a gsub
+/// whose replacements multiply the body.
+#[test]
+fn deep_json_and_exploding_gsub_get_500s_not_a_crash() {
+    let (mut c, _dir) = config_with(&[
+        (
+            "deep",
+            "function handle() local t = {} for i = 1, 200000 do t = { t } end return 200, nil, hp.json.encode(t) end",
+        ),
+        (
+            "wide",
+            "function handle() local t = {} for i = 1, 100 do t = { t } end return 200, nil, tostring(#hp.json.encode(t)) end",
+        ),
+        (
+            "explode",
+            r#"function handle(req) local big = string.rep("x", 100000) return 200, nil, tostring(#req.body:gsub("", big)) end"#,
+        ),
+        ("ok", "function handle() return 200, nil, 'ok' end"),
+    ]);
+    c.server.workers = 1;
+    c.lua.max_memory_mb = 16;
+    // This test is about memory and depth, not time: building 200,000 nested tables takes
+    // well over the default budget in a debug build on a busy machine.
+    c.lua.max_ms = 10_000;
+    let server = start(&c);
+    let mut cl = Client::connect(server.http_addr().unwrap());
+    let r = cl.get("/deep");
+    assert_eq!(r.status, 500);
+    assert!(
+        body(&r).contains("nested deeper than 128 levels"),
+        "{}",
+        body(&r)
+    );
+    // 101 levels (the empty table and 100 around it) are fine: 101 pairs of brackets.
+    assert_eq!(body(&cl.get("/wide")), "202");
+    let text = " ".repeat(60_000);
+    cl.send(
+        format!(
+            "POST /explode HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{text}",
+            text.len()
+        )
+        .as_bytes(),
+    );
+    let r = cl.read().expect("an answer, not a dead server");
+    assert_eq!(r.status, 500);
+    assert!(
+        body(&r).contains("not enough memory") || body(&r).contains("budget exceeded"),
+        "{}",
+        body(&r)
+    );
+    assert_eq!(body(&cl.get("/ok")), "ok");
     server.shutdown().unwrap();
 }

@@ -11,8 +11,10 @@
 //! Lua 5.4 rather than LuaJIT: LuaJIT does not run instruction hooks inside compiled traces
 //! and cannot cap a VM's memory, so neither the budget nor the cap would hold there.
 
+pub mod pattern;
 mod req;
 pub mod shared;
+mod strlib;
 pub mod tcp;
 pub mod udp;
 mod vm;

@@ -65,10 +65,10 @@ pub struct Script {
 struct Budget {
     /// A request is being handled (`hp.store` is only for requests).
     active: Cell<bool>,
+    /// Instructions run, and work the library functions of [`crate::strlib`] charged.
     used: Cell<u64>,
-    /// When the request's first check came (a request that runs fewer instructions than
-    /// [`CHECK_EVERY`] never reads the clock).
-    started: Cell<Option<Instant>>,
+    /// When the request started.
+    started: Cell<Instant>,
     tripped: Cell<bool>,
     limits: Limits,
 }
@@ -76,21 +76,20 @@ struct Budget {
 impl Budget {
     fn start(&self) {
         self.used.set(0);
-        self.started.set(None);
+        self.started.set(Instant::now());
         self.tripped.set(false);
     }
 
     fn tick(&self) -> mlua::Result<VmState> {
-        let used = self.used.get() + u64::from(CHECK_EVERY);
+        self.charge(u64::from(CHECK_EVERY))?;
+        Ok(VmState::Continue)
+    }
+
+    /// Counts `n` units of work (an instruction each, or its time's worth of library work)
+    /// and fails once either budget is spent.
+    fn charge(&self, n: u64) -> mlua::Result<()> {
+        let used = self.used.get().saturating_add(n);
         self.used.set(used);
-        let started = match self.started.get() {
-            Some(t) => t,
-            None => {
-                let now = Instant::now();
-                self.started.set(Some(now));
-                now
-            }
-        };
         if used > self.limits.instructions {
             self.tripped.set(true);
             return Err(mlua::Error::runtime(format!(
@@ -98,14 +97,14 @@ impl Budget {
                 self.limits.instructions
             )));
         }
-        if started.elapsed() > self.limits.time {
+        if self.started.get().elapsed() > self.limits.time {
             self.tripped.set(true);
             return Err(mlua::Error::runtime(format!(
                 "time budget exceeded ({} ms; lua.max_ms)",
                 self.limits.time.as_millis()
             )));
         }
-        Ok(VmState::Continue)
+        Ok(())
     }
 }
 
@@ -275,7 +274,7 @@ impl Vm {
         let budget = Rc::new(Budget {
             active: Cell::new(false),
             used: Cell::new(0),
-            started: Cell::new(None),
+            started: Cell::new(Instant::now()),
             tripped: Cell::new(false),
             limits: env.limits,
         });
@@ -284,7 +283,10 @@ impl Vm {
             HookTriggers::new().every_nth_instruction(CHECK_EVERY),
             move |_, _| b.tick(),
         );
-        install_api(&lua, env, pool.clone()).map_err(lua_error)?;
+        let b = budget.clone();
+        let charge: crate::strlib::Charge = Rc::new(move |n| b.charge(n));
+        crate::strlib::install(&lua, charge.clone(), env.limits.memory).map_err(lua_error)?;
+        install_api(&lua, env, pool.clone(), charge).map_err(lua_error)?;
         let mark = install_tcp(&lua, pool, tcp, budget.clone()).map_err(lua_error)?;
         install_store(&lua, journal, budget.clone()).map_err(lua_error)?;
         let globals = lua.globals();
@@ -678,7 +680,12 @@ impl UserData for SharedHandle {
 /// The longest name of a script's own counter.
 const MAX_METRIC_NAME: usize = 64;
 
-fn install_api(lua: &Lua, env: &Env, pool: Rc<RefCell<UdpPool>>) -> mlua::Result<()> {
+fn install_api(
+    lua: &Lua,
+    env: &Env,
+    pool: Rc<RefCell<UdpPool>>,
+    charge: crate::strlib::Charge,
+) -> mlua::Result<()> {
     let hp = lua.create_table()?;
     hp.set(
         "now",
@@ -714,17 +721,27 @@ fn install_api(lua: &Lua, env: &Env, pool: Rc<RefCell<UdpPool>>) -> mlua::Result
         })?,
     )?;
     let json = lua.create_table()?;
+    // JSON runs at about 2 bytes per unit of the budget (see `strlib`): decoding is charged
+    // before it starts, encoding once the text is made (its size is not known before).
+    let c = charge.clone();
     json.set(
         "encode",
-        lua.create_function(|_, v: Value| {
+        lua.create_function(move |_, v: Value| {
+            json_depth(&v, &c)?;
             // Straight from the Lua value to text, no tree in between.
-            serde_json::to_string(&v)
-                .map_err(|e| mlua::Error::runtime(format!("hp.json.encode: {e}")))
+            let text = serde_json::to_string(&v)
+                .map_err(|e| mlua::Error::runtime(format!("hp.json.encode: {e}")))?;
+            c(text.len() as u64 / 2)?;
+            Ok(text)
         })?,
     )?;
     json.set(
         "decode",
-        lua.create_function(|lua, s: mlua::String| json_decode(lua, &s.as_bytes()))?,
+        lua.create_function(move |lua, s: mlua::String| {
+            let bytes = s.as_bytes();
+            charge(bytes.len() as u64 / 2)?;
+            json_decode(lua, &bytes)
+        })?,
     )?;
     json.set("null", lua.null())?;
     hp.set("json", json)?;
@@ -778,6 +795,40 @@ fn install_api(lua: &Lua, env: &Env, pool: Rc<RefCell<UdpPool>>) -> mlua::Result
 }
 
 /// A table or column name: letters, digits and `_`, at most [`MAX_NAME_LEN`] bytes.
+/// The deepest nesting `hp.json.encode` takes: as deep as `hp.json.decode` reads (serde_json's
+/// limit). The encoder recurses once per level, so a deeper table would overflow the
+/// worker's stack and abort the server.
+const MAX_JSON_DEPTH: usize = 128;
+
+/// Refuses a value nested deeper than [`MAX_JSON_DEPTH`], walking it without recursion; each
+/// entry walked is charged to the budget (a table reached along many paths is walked along
+/// each, as the encoder would).
+fn json_depth(v: &Value, charge: &crate::strlib::Charge) -> mlua::Result<()> {
+    let Value::Table(t) = v else {
+        return Ok(());
+    };
+    let mut stack = vec![(t.clone(), 1usize)];
+    while let Some((t, depth)) = stack.pop() {
+        if depth > MAX_JSON_DEPTH {
+            return Err(mlua::Error::runtime(format!(
+                "hp.json.encode: nested deeper than {MAX_JSON_DEPTH} levels"
+            )));
+        }
+        let mut entries = 1;
+        for pair in t.pairs::<Value, Value>() {
+            let (k, v) = pair?;
+            entries += 1;
+            for x in [k, v] {
+                if let Value::Table(child) = x {
+                    stack.push((child, depth + 1));
+                }
+            }
+        }
+        charge(entries)?;
+    }
+    Ok(())
+}
+
 /// `hp.json.decode`: JSON text (often a request body) to a Lua value (no I/O: the decoder the
 /// fuzz target drives).
 pub fn json_decode(lua: &Lua, text: &[u8]) -> mlua::Result<Value> {
