@@ -1,11 +1,12 @@
 //! Journal segments as a restart replays them: the record framing (length, CRC, sequence) over
 //! the whole input, and, since anyone who can write the file can also compute a CRC, the
 //! change decoder over the whole input as one payload. Every change it yields merges into the
-//! flush queue and encodes back to bytes that decode to the same change.
+//! flush queue and encodes back to bytes that decode to the same change. The input is also
+//! read as the journal's floor file: what parses writes back to text that parses the same.
 #![no_main]
 
 use hotpath_fuzz as _;
-use hotpath_store::journal::scan_bytes;
+use hotpath_store::journal::{parse_floor, scan_bytes};
 use hotpath_store::merge::{Change, Pending};
 use libfuzzer_sys::fuzz_target;
 
@@ -40,4 +41,11 @@ fuzz_target!(|data: &[u8]| {
     let batch = pending.into_batch();
     assert_eq!(batch.changes, n);
     assert!(batch.rows() as u64 <= 3 * n);
+
+    if let Ok(floor) = parse_floor(data) {
+        let mut entries: Vec<_> = floor.iter().collect();
+        entries.sort_unstable();
+        let text: String = entries.iter().map(|(w, s)| format!("w{w} {s}\n")).collect();
+        assert_eq!(parse_floor(text.as_bytes()), Ok(floor));
+    }
 });

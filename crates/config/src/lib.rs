@@ -265,6 +265,12 @@ section! {
         /// Apply pending schema migrations at start. Off: start refuses an outdated schema
         /// (run `hotpath db migrate`).
         pub migrate: bool = true,
+        /// Refuse to start when a server database (PostgreSQL, MySQL) cannot be reached.
+        /// Off: the server starts without it, journals every change, refuses only what needs a
+        /// database read (popup users not in memory get 503), and connects, migrates and
+        /// replays the journal once the database answers. Credentials, schema and SQLite
+        /// errors stop the start either way.
+        pub require_db_at_start: bool = false,
         /// Milliseconds between flushes of merged changes to the database.
         pub flush_interval_ms: u64 = 1000,
         /// Rows (distinct keys) pending that trigger a flush before the interval ends.

@@ -250,6 +250,16 @@ fn journal(seeds: &mut Seeds) {
     seeds.put("journal", "payload", &payload);
     seeds.put("journal", "segment", &segment);
     seeds.put("journal", "torn", &segment[..segment.len() - 3]);
+    let floor = [(0, 17), (65536, 1_800_000_000_000_000)]
+        .into_iter()
+        .collect();
+    let dir = std::env::temp_dir().join(format!("hotpath-floor-seed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    hotpath_store::journal::write_floor(&dir, &floor).unwrap();
+    let text = std::fs::read(dir.join(hotpath_store::journal::FLOOR_FILE)).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(hotpath_store::journal::parse_floor(&text), Ok(floor));
+    seeds.put("journal", "floor", &text);
 }
 
 /// One torrent's snapshot body: six peers (IPv4 and IPv6, seeders and leechers, one IPv4 peer

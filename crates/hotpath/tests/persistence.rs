@@ -439,6 +439,111 @@ macro_rules! per_backend {
 
 per_backend!(kill9_loses_nothing_acknowledged);
 
+/// Restarts during a database outage: the server starts on its journal (it used to exit 1),
+/// answers announces (completions journaled), refuses popup users whose state must be read
+/// (503), is killed and started again still without the database, and once the database
+/// answers replays every run's records exactly once: scrapes and the database agree, and the
+/// popup catalog is read.
+fn a_restart_during_an_outage_answers_and_catches_up(d: Dialect) {
+    let db = test_db(d, "downstart");
+    let proxy = Proxy::start(server_addr(&db.url));
+    let url = via(&db.url, proxy.addr);
+    let popups = "[popups]\nenabled = true\nadmin_token = \"t0ken-t0ken-t0ken\"\nreload_ms = 100\n";
+    let config = write_config(&db, &url, popups);
+    let (mut sent, mut acked) = (0, 0);
+    let run = |server: &Proc, n: u64| {
+        let load = Load::start(server.http, 2);
+        wait_for("acknowledged completions", Duration::from_secs(60), || {
+            load.acked() >= n
+        });
+        (load, n)
+    };
+    let popup = |server: &Proc| Client::connect(server.http).get("/v1/popup?user=alice");
+
+    let mut server = Proc::spawn(&config, &db.dir);
+    let def = r#"{"id": 1, "name": "hello", "payload": {}, "priority": 1, "frequency": {"cooldown": 3600}}"#;
+    let mut c = Client::connect(server.http);
+    c.send(
+        format!(
+            "POST /admin/popups HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer t0ken-t0ken-t0ken\r\n\
+             Content-Length: {}\r\n\r\n{def}",
+            def.len()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.read().unwrap().status, 201);
+    proxy.set_up(false);
+    let (load, _) = run(&server, 200);
+    assert!(!server.signal("-KILL").success());
+    let (s, a) = load.finish();
+    (sent, acked) = (sent + s, acked + a);
+
+    // Twice: started without the database, answering, then killed.
+    for _ in 0..2 {
+        let mut server = Proc::spawn(&config, &db.dir);
+        assert!(
+            server.log_text().contains("starting without it"),
+            "{}",
+            server.log_text()
+        );
+        assert_eq!(server.metric("hotpath_store_database_reached"), 0.0);
+        let r = popup(&server);
+        assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+        let (load, _) = run(&server, 200);
+        assert!(!server.signal("-KILL").success());
+        let (s, a) = load.finish();
+        (sent, acked) = (sent + s, acked + a);
+    }
+
+    // A third start without it; the database comes back under load.
+    let mut server = Proc::spawn(&config, &db.dir);
+    let (load, _) = run(&server, 100);
+    proxy.set_up(true);
+    wait_for(
+        "the database to be reached",
+        Duration::from_secs(30),
+        || server.metric("hotpath_store_database_reached") == 1.0,
+    );
+    let (s, a) = load.finish();
+    (sent, acked) = (sent + s, acked + a);
+    wait_for(
+        "the journal to reach the database",
+        Duration::from_secs(30),
+        || db_completed(&db) >= acked,
+    );
+    let stored = db_completed(&db);
+    // The requests in flight at each kill were journaled, their answers lost: at most those.
+    assert!(
+        acked <= stored && stored <= sent,
+        "acked {acked}, stored {stored}, sent {sent}"
+    );
+    let mut c = Client::connect(server.http);
+    let reported: u64 = (1..=2u8)
+        .map(|t| scrape_downloaded(&c.get(&common::scrape_target(&[[t; 20]])).body))
+        .sum();
+    assert_eq!(
+        reported, stored,
+        "the scrape counts every run's completions"
+    );
+    wait_for("the popup catalog", Duration::from_secs(10), || {
+        let r = popup(&server);
+        r.status == 200 && String::from_utf8_lossy(&r.body).contains("\"id\":1")
+    });
+    assert!(server.signal("-TERM").success());
+    assert_eq!(db_completed(&db), stored);
+    assert!(journal_files(&db.dir.join("data")).is_empty());
+}
+
+#[test]
+fn postgres_restart_during_an_outage() {
+    a_restart_during_an_outage_answers_and_catches_up(Dialect::Postgres);
+}
+
+#[test]
+fn mysql_restart_during_an_outage() {
+    a_restart_during_an_outage_answers_and_catches_up(Dialect::Mysql);
+}
+
 #[test]
 fn postgres_outage_loses_nothing() {
     database_outage_loses_nothing(Dialect::Postgres);

@@ -158,6 +158,9 @@ pub struct Shared {
     /// Held while the catalog is read from or written to the database and published, so a
     /// poll never publishes what an admin write has just replaced.
     catalog_lock: Mutex<()>,
+    /// The catalog and today's shows have been read from the database (not yet after a start
+    /// without it).
+    catalog_read: AtomicBool,
     wakes: Mutex<HashMap<usize, Wake>>,
     live_workers: AtomicUsize,
     counters: Counters,
@@ -224,20 +227,33 @@ impl Popups {
     /// The service on an opened store: popups and today's shows read from the database.
     pub fn new(cfg: &PopupsConfig, data_dir: &str, store: Arc<Store>) -> Result<Popups, String> {
         let signer = Signer::new(&secret(cfg, data_dir)?);
-        let rows = store
-            .with_backend(|b| b.popups())
-            .map_err(|e| format!("popups: {e}"))?;
-        let popups = parse_all(&rows, &mut HashSet::new());
         let unix_base = hotpath_store::unix_now() - i64::from(process_secs());
         let today = unix_day(hotpath_store::unix_now() as u64);
-        let shows = store
-            .popup_daily(today)
-            .map_err(|e| format!("popups: today's shows: {e}"))?;
-        log::info!(
-            "popups: {} popups, {} shown today so far",
-            popups.len(),
-            shows.values().sum::<u64>()
-        );
+        // Started without the database: no popup is shown until the poller has read the
+        // catalog and today's shows (a daily cap needs them).
+        let (popups, shows) = if store.online() {
+            let rows = store
+                .read(|b| b.popups())
+                .map_err(|e| format!("popups: {e}"))?;
+            let shows = store
+                .popup_daily(today)
+                .map_err(|e| format!("popups: today's shows: {e}"))?;
+            let popups = parse_all(&rows, &mut HashSet::new());
+            log::info!(
+                "popups: {} popups, {} shown today so far",
+                popups.len(),
+                shows.values().sum::<u64>()
+            );
+            (popups, shows)
+        } else {
+            log::warn!(
+                "popups: no popups until {} answers (the catalog and today's shows are read \
+                 from it)",
+                store.name
+            );
+            (Vec::new(), std::collections::HashMap::new())
+        };
+        let catalog_read = AtomicBool::new(store.online());
         let (loads, loads_rx) = mpsc::sync_channel(cfg.max_loading);
         let (admin, admin_rx) = mpsc::sync_channel(64);
         let shared = Arc::new(Shared {
@@ -263,6 +279,7 @@ impl Popups {
             admin_busy: Mutex::new(HashSet::new()),
             admin_done: Mutex::new(HashMap::new()),
             catalog_lock: Mutex::new(()),
+            catalog_read,
             wakes: Mutex::new(HashMap::new()),
             live_workers: AtomicUsize::new(0),
             counters: Counters::default(),
@@ -386,12 +403,12 @@ impl Shared {
     fn run_known_scan(&self, stop: &AtomicBool) {
         loop {
             let started = Instant::now();
-            for user in self.store.pending_popup_users() {
-                self.users.add_known(&user);
-            }
             let mut n = 0u64;
-            let scanned = self.store.connect().and_then(|mut b| {
-                b.popup_user_ids(&mut |user| {
+            let scanned = self.store.pending_popup_users().and_then(|queued| {
+                for user in queued {
+                    self.users.add_known(&user);
+                }
+                self.store.connect()?.popup_user_ids(&mut |user| {
                     self.users.add_known(user);
                     n += 1;
                 })
@@ -462,10 +479,43 @@ impl Shared {
 
     fn poll_catalog(&self, reported: &mut HashSet<(u32, String)>) -> Result<(), String> {
         let _held = self.catalog_lock.lock();
-        let rows = self
-            .store
-            .with_backend(|b| b.popups())
-            .map_err(|e| e.to_string())?;
+        let rows = self.store.read(|b| b.popups()).map_err(|e| e.to_string())?;
+        if !self.catalog_read.load(Ordering::Acquire) {
+            // The first read after a start without the database: today's shows first, so
+            // no daily cap is passed once the popups are live.
+            let today = unix_day(hotpath_store::unix_now() as u64);
+            let shows = self
+                .store
+                .popup_daily(today)
+                .map_err(|e| format!("today's shows: {e}"))?;
+            {
+                let mut daily = self.daily.write();
+                daily.day = today;
+                for (id, n) in shows {
+                    daily
+                        .counts
+                        .entry(id)
+                        .or_insert_with(|| AtomicU64::new(0))
+                        .fetch_add(n, Ordering::Relaxed);
+                }
+            }
+            let popups = parse_all(&rows, reported);
+            log::info!(
+                "popups: {} reached; {} popups, {} shown today so far",
+                self.store.name,
+                popups.len(),
+                self.daily
+                    .read()
+                    .counts
+                    .values()
+                    .map(|c| c.load(Ordering::Relaxed))
+                    .sum::<u64>()
+            );
+            self.publish(popups);
+            self.catalog_read.store(true, Ordering::Release);
+            self.counters.reloads.add(1);
+            return Ok(());
+        }
         let live = self.live.read().clone();
         let same = rows.len() == live.by_id.len()
             && rows
@@ -513,9 +563,17 @@ impl Shared {
     fn save(&self, popup: Popup, status: u16) -> Answer {
         let text = serde_json::to_string(&popup).expect("a popup serializes");
         let _held = self.catalog_lock.lock();
-        let saved = self
-            .store
-            .with_backend(|b| b.save_popup(popup.id, &text, hotpath_store::unix_now()));
+        let saved = if self.catalog_read.load(Ordering::Acquire) {
+            self.store
+                .read(|b| b.save_popup(popup.id, &text, hotpath_store::unix_now()))
+                .map_err(|e| e.to_string())
+        } else {
+            // Published now, it would replace a catalog not read yet.
+            Err(format!(
+                "the popup catalog has not been read from {} since start",
+                self.store.name
+            ))
+        };
         match saved {
             Ok(()) => {
                 self.counters.admin_writes.add(1);

@@ -11,6 +11,7 @@
 //! Files are `w<worker>-<first sequence>.log` in the journal directory. Owns: the file format,
 //! the per-worker [`JournalWriter`], and [`scan`] for replay. Must not: talk to a database.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -141,6 +142,68 @@ pub fn scan_bytes(data: &[u8], each: &mut dyn FnMut(u64, &[u8])) -> ScanEnd {
         end.records += 1;
     }
     end
+}
+
+/// The floor file in the journal directory: per journal, the last sequence of every segment
+/// deleted so far, written (through a temporary file, synced and renamed) before the
+/// deletion. A start that cannot ask the database for its positions numbers past it, so no
+/// record it writes can fall at or below a position the database already holds.
+pub const FLOOR_FILE: &str = "floor";
+/// Largest floor file read (a few bytes per journal; more is not ours).
+const MAX_FLOOR_BYTES: u64 = 64 << 10;
+
+/// Reads the floor file of `dir` (empty when there is none); a damaged one is an error, for
+/// the caller to report.
+pub fn read_floor(dir: &Path) -> io::Result<HashMap<u32, u64>> {
+    let file = match File::open(dir.join(FLOOR_FILE)) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(HashMap::new()),
+        Err(e) => return Err(e),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_FLOOR_BYTES + 1).read_to_end(&mut bytes)?;
+    parse_floor(&bytes).map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))
+}
+
+/// Parses a floor file: lines `w<journal> <sequence>`, at most 64 KiB, sequences within a
+/// signed 64-bit integer (as databases keep positions).
+pub fn parse_floor(bytes: &[u8]) -> Result<HashMap<u32, u64>, String> {
+    if bytes.len() as u64 > MAX_FLOOR_BYTES {
+        return Err("longer than 64 KiB".into());
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_string())?;
+    let mut floor = HashMap::new();
+    for line in text.lines() {
+        let bad = || format!("bad line {line:?}");
+        let (w, seq) = line
+            .strip_prefix('w')
+            .and_then(|l| l.split_once(' '))
+            .ok_or_else(bad)?;
+        let w: u32 = w.parse().map_err(|_| bad())?;
+        let seq: u64 = seq.parse().map_err(|_| bad())?;
+        if seq > i64::MAX as u64 {
+            return Err(bad());
+        }
+        floor.insert(w, seq);
+    }
+    Ok(floor)
+}
+
+/// Replaces the floor file of `dir` with `floor`, durably (the caller deletes segments only
+/// after this returns).
+pub fn write_floor(dir: &Path, floor: &HashMap<u32, u64>) -> io::Result<()> {
+    let mut entries: Vec<_> = floor.iter().collect();
+    entries.sort_unstable();
+    let mut text = String::new();
+    for (w, seq) in entries {
+        text.push_str(&format!("w{w} {seq}\n"));
+    }
+    let tmp = dir.join(format!("{FLOOR_FILE}.tmp"));
+    let mut f = File::create(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_data()?;
+    std::fs::rename(&tmp, dir.join(FLOOR_FILE))?;
+    File::open(dir)?.sync_all()
 }
 
 /// Why a change was not taken.
@@ -501,6 +564,23 @@ mod tests {
         let mut got = Vec::new();
         let end = scan(path, &mut |s, p| got.push((s, p.to_vec()))).unwrap();
         (got, end)
+    }
+
+    #[test]
+    fn the_floor_round_trips_and_a_damaged_one_is_an_error() {
+        let dir = tempdir();
+        assert!(read_floor(&dir).unwrap().is_empty());
+        let floor = [(0u32, 17u64), (3, 1_800_000_000_000_000)]
+            .into_iter()
+            .collect();
+        write_floor(&dir, &floor).unwrap();
+        assert_eq!(read_floor(&dir).unwrap(), floor);
+        for bad in ["w0 x\n", "0 5\n", "w0 18446744073709551615\n", "w0\n"] {
+            std::fs::write(dir.join(FLOOR_FILE), bad).unwrap();
+            assert!(read_floor(&dir).is_err(), "{bad:?}");
+        }
+        std::fs::write(dir.join(FLOOR_FILE), vec![b'w'; 100 << 10]).unwrap();
+        assert!(read_floor(&dir).is_err());
     }
 
     #[test]

@@ -96,6 +96,15 @@ pub enum StoreError {
     /// The database schema does not fit this build.
     #[error("schema: {0}")]
     Schema(String),
+    /// The store started without its database and has not reached it yet: reads wait until
+    /// it has, and the journal's records it lacks are replayed (see [`Store::open`]).
+    #[error("{name} not reached since start (the journal keeps every change meanwhile): {why}")]
+    Offline {
+        /// The database, for the message.
+        name: String,
+        /// The last attempt's error.
+        why: String,
+    },
 }
 
 impl StoreError {
@@ -103,7 +112,7 @@ impl StoreError {
     pub fn retryable(&self) -> bool {
         match self {
             StoreError::Db { fault, .. } => *fault == Fault::Transient,
-            StoreError::Journal { .. } => true,
+            StoreError::Journal { .. } | StoreError::Offline { .. } => true,
             StoreError::Url { .. } | StoreError::Schema(_) => false,
         }
     }
@@ -343,13 +352,42 @@ pub struct Store {
     backend: Mutex<Box<dyn Backend>>,
     /// Per journal, the last sequence the database holds.
     confirmed: Mutex<HashMap<u32, u64>>,
-    /// Per journal, the last sequence found on disk or in the database at start.
+    /// Per journal, the last sequence found on disk, in the floor file or in the database at
+    /// start.
     last_seq: HashMap<u32, u64>,
+    /// The least sequence any writer numbers past: 0 after a start with the database, the
+    /// clock in microseconds after one without it (see [`Store::open`]).
+    seq_floor: u64,
+    /// Per journal, the floor file's sequences ([`journal::FLOOR_FILE`]).
+    floor: Mutex<HashMap<u32, u64>>,
+    /// The database holds the writer lock, its schema is current and the journal's records it
+    /// lacked are in the queue. Until then (a start without it) reads are refused.
+    online: AtomicBool,
+    /// What a start without the database left to do once it is reached.
+    late: Mutex<Option<Late>>,
+    /// Why the database has not been reached yet (for refused reads).
+    offline_why: Mutex<String>,
     /// The database, for logs.
     pub name: String,
     /// `store.url` and `store.data_dir`, for [`Store::connect`].
     url: String,
     data_dir: PathBuf,
+}
+
+/// Runs once a store that opened without its database reaches it, on the flusher's thread,
+/// with what [`Store::open`] would have returned had the database been up.
+pub type ConnectHook = Box<dyn FnOnce(&Restored) + Send>;
+
+/// A start without the database: what the flusher does once it reaches it.
+struct Late {
+    /// `store.migrate`.
+    migrate: bool,
+    /// The journal's segments at start, and per journal the last sequence they hold: the
+    /// records among them the database lacks are replayed once it is reached (later records
+    /// are this run's, in the queue already).
+    segments: Vec<(u32, PathBuf)>,
+    upto: HashMap<u32, u64>,
+    hooks: Vec<ConnectHook>,
 }
 
 /// What [`Store::open`] found.
@@ -361,9 +399,138 @@ pub struct Restored {
     pub replayed: u64,
 }
 
+/// What a scan of the journal's segments found.
+struct Scanned {
+    /// The records chosen for replay, merged.
+    pending: Pending,
+    segments: Vec<Segment>,
+    /// Per journal, the last valid sequence.
+    last_seq: HashMap<u32, u64>,
+    bytes: u64,
+    /// Valid records read, and those replayed.
+    records: u64,
+    replayed: u64,
+    torn: u64,
+}
+
+/// Reads the segment files `list`, merging into the queue the records `replay(journal,
+/// sequence)` chooses (none without it). With `warn`, damaged tails and records this build
+/// cannot read are logged.
+fn scan_journal(
+    list: &[(u32, PathBuf)],
+    replay: Option<&dyn Fn(u32, u64) -> bool>,
+    warn: bool,
+) -> Result<Scanned, StoreError> {
+    let mut out = Scanned {
+        pending: Pending::default(),
+        segments: Vec::new(),
+        last_seq: HashMap::new(),
+        bytes: 0,
+        records: 0,
+        replayed: 0,
+        torn: 0,
+    };
+    for (w, path) in list {
+        let w = *w;
+        let mut undecodable = 0u64;
+        let pending = &mut out.pending;
+        let mut replayed = 0;
+        let end = journal::scan(path, &mut |seq, payload| {
+            if replay.is_some_and(|r| r(w, seq)) {
+                if Change::decode_all(payload, &mut |c| pending.apply(c)).is_none() {
+                    undecodable += 1;
+                }
+                pending.covered(w, seq);
+                replayed += 1;
+            }
+        })
+        .map_err(|e| journal_error(path, e))?;
+        out.replayed += replayed;
+        out.records += end.records;
+        if end.torn() {
+            out.torn += 1;
+            if warn {
+                log::warn!(
+                    "journal {}: {} bytes after byte {} are an incomplete or damaged record \
+                     (never acknowledged); skipped",
+                    path.display(),
+                    end.file_bytes - end.valid_bytes,
+                    end.valid_bytes
+                );
+            }
+        }
+        if undecodable > 0 && warn {
+            log::error!(
+                "journal {}: {undecodable} records hold changes this build cannot read",
+                path.display()
+            );
+        }
+        let last = out.last_seq.entry(w).or_insert(0);
+        *last = (*last).max(end.last_seq);
+        out.bytes += end.file_bytes;
+        out.segments.push(Segment {
+            worker: w,
+            path: path.clone(),
+            last_seq: end.last_seq,
+            bytes: end.file_bytes,
+            open: false,
+            unsynced: false,
+        });
+    }
+    Ok(out)
+}
+
+/// Takes the database's writer lock, migrates it (or checks its schema) and reads the
+/// journal positions it holds.
+fn attach(backend: &mut dyn Backend, migrate: bool) -> Result<HashMap<u32, u64>, StoreError> {
+    backend.claim_writer()?;
+    if migrate {
+        migrations::migrate(backend)?;
+    } else {
+        migrations::require_current(backend)?;
+    }
+    Ok(backend.journal_positions()?.into_iter().collect())
+}
+
+/// The completed counts per torrent: the database's plus the queue's.
+fn completed_counts(
+    backend: &mut dyn Backend,
+    pending: &Pending,
+) -> Result<Vec<(Key, u64)>, StoreError> {
+    let mut completed: HashMap<Key, u64> = HashMap::new();
+    backend.torrents(&mut |k, t| {
+        if t.completed > 0 {
+            completed.insert(k, t.completed);
+        }
+    })?;
+    for (k, n) in pending.completed_rows() {
+        *completed.entry(k).or_insert(0) += n;
+    }
+    Ok(completed.into_iter().collect())
+}
+
+/// Microseconds since the epoch: a start without the database numbers its records from
+/// here. Every record ever numbered got a sequence below the clock's microseconds of its
+/// time (a journal starts at or below them and writes far fewer than a million records a
+/// second), so no record of this start can fall at or below a position the database holds,
+/// even one written through another data_dir. The floor file covers a clock set back.
+fn clock_floor() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
 impl Store {
     /// Connects, migrates (or checks the schema), replays the journal records the database
     /// lacks into the queue, and reads back the completed counts.
+    ///
+    /// When a server database (PostgreSQL, MySQL) cannot be reached for a reason that may
+    /// pass (refused, reset, timed out), and `store.require_db_at_start` is off, the store
+    /// opens without it: writers journal as always (numbering past every sequence the
+    /// database can hold, see [`clock_floor`]), reads are refused with
+    /// [`StoreError::Offline`], and the flusher keeps trying; once it connects it migrates,
+    /// replays what the database lacks and runs the [`ConnectHook`]s. SQLite, a local file,
+    /// has no outage to wait out: a failure to open it stops the start.
     pub fn open(cfg: &StoreConfig) -> Result<(Store, Restored), StoreError> {
         let backend = backend::connect(&cfg.url, Path::new(&cfg.data_dir))?;
         Store::open_with(cfg, backend)
@@ -389,95 +556,90 @@ impl Store {
             return Err(journal_error(&lock_path, why));
         }
         let name = backend::display_name(&cfg.url, &cfg.data_dir);
-        backend.claim_writer()?;
-        if cfg.migrate {
-            migrations::migrate(&mut *backend)?;
-        } else {
-            migrations::require_current(&mut *backend)?;
-        }
-        let confirmed: HashMap<u32, u64> = backend.journal_positions()?.into_iter().collect();
-
-        let mut pending = Pending::default();
-        let mut segments = Vec::new();
-        let mut last_seq = confirmed.clone();
-        let (mut bytes, mut replayed, mut torn) = (0u64, 0u64, 0u64);
-        let list = journal::list_segments(&dir).map_err(|e| journal_error(&dir, e))?;
-        for (w, _, path) in list {
-            let done = confirmed.get(&w).copied().unwrap_or(0);
-            let mut undecodable = 0u64;
-            let end = journal::scan(&path, &mut |seq, payload| {
-                if seq > done {
-                    if Change::decode_all(payload, &mut |c| pending.apply(c)).is_none() {
-                        undecodable += 1;
-                    }
-                    pending.covered(w, seq);
-                    replayed += 1;
-                }
-            })
-            .map_err(|e| journal_error(&path, e))?;
-            if end.torn() {
-                torn += 1;
-                log::warn!(
-                    "journal {}: {} bytes after byte {} are an incomplete or damaged record \
-                     (never acknowledged); skipped",
-                    path.display(),
-                    end.file_bytes - end.valid_bytes,
-                    end.valid_bytes
-                );
-            }
-            if undecodable > 0 {
-                log::error!(
-                    "journal {}: {undecodable} records hold changes this build cannot read",
-                    path.display()
-                );
-            }
-            let last = last_seq.entry(w).or_insert(0);
-            *last = (*last).max(end.last_seq);
-            bytes += end.file_bytes;
-            segments.push(Segment {
-                worker: w,
-                path,
-                last_seq: end.last_seq,
-                bytes: end.file_bytes,
-                open: false,
-                unsynced: false,
-            });
-        }
-        if replayed > 0 {
-            log::info!(
-                "journal: {replayed} records the database lacks were replayed ({} rows queued)",
-                pending.rows()
+        let floor = journal::read_floor(&dir).unwrap_or_else(|e| {
+            log::warn!(
+                "journal {}: {e}; ignored (a start without the database numbers from the clock)",
+                dir.join(journal::FLOOR_FILE).display()
             );
-        }
+            HashMap::new()
+        });
+        let list: Vec<(u32, PathBuf)> = journal::list_segments(&dir)
+            .map_err(|e| journal_error(&dir, e))?
+            .into_iter()
+            .map(|(w, _, path)| (w, path))
+            .collect();
 
-        let mut completed: HashMap<Key, u64> = HashMap::new();
-        backend.torrents(&mut |k, t| {
-            if t.completed > 0 {
-                completed.insert(k, t.completed);
+        let attached = attach(&mut *backend, cfg.migrate);
+        let (scan, confirmed, late, completed, seq_floor) = match attached {
+            Ok(confirmed) => {
+                let replay = |w: u32, seq: u64| seq > confirmed.get(&w).copied().unwrap_or(0);
+                let scan = scan_journal(&list, Some(&replay), true)?;
+                if scan.replayed > 0 {
+                    log::info!(
+                        "journal: {} records the database lacks were replayed ({} rows queued)",
+                        scan.replayed,
+                        scan.pending.rows()
+                    );
+                }
+                let completed = completed_counts(&mut *backend, &scan.pending)?;
+                (scan, confirmed, None, completed, 0)
             }
-        })?;
-        for (k, n) in pending.completed_rows() {
-            *completed.entry(k).or_insert(0) += n;
-        }
+            Err(e)
+                if !cfg.require_db_at_start
+                    && e.retryable()
+                    && backend.dialect() != Dialect::Sqlite =>
+            {
+                let scan = scan_journal(&list, None, true)?;
+                log::warn!(
+                    "{name}: cannot be reached ({e}); starting without it (store.require_db_at_start \
+                     = false): changes are journaled, reads that need it are refused, and of the \
+                     {} journal records on disk those it lacks are replayed once it answers",
+                    scan.records
+                );
+                let late = Late {
+                    migrate: cfg.migrate,
+                    segments: list,
+                    upto: scan.last_seq.clone(),
+                    hooks: Vec::new(),
+                };
+                (
+                    scan,
+                    HashMap::new(),
+                    Some((late, e)),
+                    Vec::new(),
+                    clock_floor(),
+                )
+            }
+            Err(e) => return Err(e),
+        };
 
+        let mut last_seq = confirmed.clone();
+        for (w, seq) in scan.last_seq.iter().chain(floor.iter()) {
+            let last = last_seq.entry(*w).or_insert(0);
+            *last = (*last).max(*seq);
+        }
         let metrics = Metrics::default();
-        metrics.replayed.set(replayed);
-        metrics.torn.set(torn);
-        let pending_since = (pending.rows() > 0).then(Instant::now);
-        let pending_rows = pending.rows();
+        metrics.replayed.set(scan.replayed);
+        metrics.torn.set(scan.torn);
+        let pending_since = (scan.pending.rows() > 0).then(Instant::now);
+        let pending_rows = scan.pending.rows();
+        let (late, offline_why) = match late {
+            Some((late, e)) => (Some(late), e.to_string()),
+            None => (None, String::new()),
+        };
         let store = Store {
             _lock: lock,
             shared: Arc::new(Shared {
                 settings,
                 inner: Mutex::new(Inner {
-                    pending,
-                    segments,
+                    pending: scan.pending,
+                    segments: scan.segments,
                     pending_since,
                     held: Vec::new(),
                     gate: None,
                 }),
                 wake: Condvar::new(),
-                journal_bytes: AtomicU64::new(bytes),
+                journal_bytes: AtomicU64::new(scan.bytes),
                 queue_rows: AtomicUsize::new(pending_rows),
                 in_flight: AtomicUsize::new(0),
                 writers: AtomicUsize::new(0),
@@ -488,25 +650,109 @@ impl Store {
             backend: Mutex::new(backend),
             confirmed: Mutex::new(confirmed),
             last_seq,
+            seq_floor,
+            floor: Mutex::new(floor),
+            online: AtomicBool::new(late.is_none()),
+            late: Mutex::new(late),
+            offline_why: Mutex::new(offline_why),
             name,
             url: cfg.url.clone(),
             data_dir: PathBuf::from(&cfg.data_dir),
         };
         store.prune();
+        let replayed = scan.replayed;
         Ok((
             store,
             Restored {
-                completed: completed.into_iter().collect(),
+                completed,
                 replayed,
             },
         ))
     }
 
+    /// Whether the database has been reached since start (always, unless the store opened
+    /// without it and has not connected yet).
+    pub fn online(&self) -> bool {
+        self.online.load(Ordering::Acquire)
+    }
+
+    /// Runs `hook` once a store that opened without its database reaches it (see
+    /// [`ConnectHook`]); never when it opened with it. Register before the flusher starts.
+    pub fn on_connect(&self, hook: ConnectHook) {
+        if let Some(late) = self.late.lock().as_mut() {
+            late.hooks.push(hook);
+        }
+    }
+
+    /// `Err(StoreError::Offline)` until the database has been reached since start.
+    fn require_online(&self) -> Result<(), StoreError> {
+        if self.online() {
+            return Ok(());
+        }
+        Err(StoreError::Offline {
+            name: self.name.clone(),
+            why: self.offline_why.lock().clone(),
+        })
+    }
+
+    /// After a start without the database: connects, takes the writer lock, migrates, merges
+    /// the journal's records the database lacks into the queue (under what this run queued
+    /// since: they are older), and runs the hooks. Only the flusher calls it (through
+    /// [`Store::flush`]), so no batch is written before the replay.
+    fn reach_database(&self) -> Result<(), StoreError> {
+        let mut late_slot = self.late.lock();
+        let Some(late) = late_slot.as_ref() else {
+            return Ok(());
+        };
+        let mut backend = self.backend.lock();
+        let confirmed = match attach(&mut **backend, late.migrate) {
+            Ok(c) => c,
+            Err(e) => {
+                *self.offline_why.lock() = e.to_string();
+                return Err(e);
+            }
+        };
+        let replay = |w: u32, seq: u64| {
+            seq > confirmed.get(&w).copied().unwrap_or(0)
+                && seq <= late.upto.get(&w).copied().unwrap_or(0)
+        };
+        let scan = scan_journal(&late.segments, Some(&replay), false)?;
+        let completed = completed_counts(&mut **backend, &scan.pending)?;
+        let rows = scan.pending.rows();
+        {
+            let mut inner = self.shared.inner.lock();
+            inner.pending.restore(scan.pending.into_batch());
+            self.shared.queued(inner.pending.rows());
+            if rows > 0 {
+                inner.pending_since.get_or_insert_with(Instant::now);
+            }
+        }
+        *self.confirmed.lock() = confirmed;
+        self.shared.metrics.replayed.set(scan.replayed);
+        self.online.store(true, Ordering::Release);
+        let late = late_slot.take().expect("checked above");
+        drop(backend);
+        drop(late_slot);
+        log::info!(
+            "{}: reached; {} journal records it lacked were replayed ({rows} rows queued)",
+            self.name,
+            scan.replayed
+        );
+        let restored = Restored {
+            completed,
+            replayed: scan.replayed,
+        };
+        for hook in late.hooks {
+            hook(&restored);
+        }
+        Ok(())
+    }
+
     /// The journal writer of worker `worker` (one per worker; its records continue the
     /// numbering of the same worker's earlier runs).
     pub fn writer(&self, worker: u32) -> JournalWriter {
-        let next = self.last_seq.get(&worker).copied().unwrap_or(0) + 1;
-        JournalWriter::new(self.shared.clone(), worker, next)
+        let last = self.last_seq.get(&worker).copied().unwrap_or(0);
+        JournalWriter::new(self.shared.clone(), worker, last.max(self.seq_floor) + 1)
     }
 
     /// Queues changes that need no journal (snapshots a crash may lose).
@@ -537,14 +783,27 @@ impl Store {
         self.shared.journal_bytes.load(Ordering::Relaxed)
     }
 
-    /// Runs `f` on the backend (start-up reads, the access list); waits for a flush in progress.
+    /// Runs `f` on the backend, whether or not the database has been reached (tests and
+    /// tools); waits for a flush in progress. Services read through [`Store::read`].
     pub fn with_backend<T>(&self, f: impl FnOnce(&mut dyn Backend) -> T) -> T {
         f(&mut **self.backend.lock())
     }
 
+    /// Runs a read on the backend (the popup catalog, the access list); waits for a flush in
+    /// progress. Refused with [`StoreError::Offline`] until the database has been reached
+    /// since start: before the journal's replay, the database alone may be behind.
+    pub fn read<T>(
+        &self,
+        f: impl FnOnce(&mut dyn Backend) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.require_online()?;
+        f(&mut **self.backend.lock())
+    }
+
     /// A connection of its own to the store's database, for long reads (a scan at start)
-    /// that must not hold up flushes.
+    /// that must not hold up flushes; refused as [`Store::read`] is.
     pub fn connect(&self) -> Result<Box<dyn Backend>, StoreError> {
+        self.require_online()?;
         backend::connect(&self.url, &self.data_dir)
     }
 
@@ -553,15 +812,18 @@ impl Store {
     /// lock, see `flush`): a scan of the database started after this call then finds every
     /// user this list lacks. Without it, a batch taken from the queue before the call and
     /// committed after the scan's snapshot was in neither, and its users looked new.
-    pub fn pending_popup_users(&self) -> Vec<String> {
+    /// Refused as [`Store::read`] is.
+    pub fn pending_popup_users(&self) -> Result<Vec<String>, StoreError> {
+        self.require_online()?;
         let _no_batch_in_flight = self.backend.lock();
-        self.shared
+        Ok(self
+            .shared
             .inner
             .lock()
             .pending
             .popup_user_names()
             .map(String::from)
-            .collect()
+            .collect())
     }
 
     /// The users' popup state, per user: the database's rows with the queue's newer ones laid
@@ -570,6 +832,7 @@ impl Store {
         &self,
         users: &[&str],
     ) -> Result<HashMap<String, Vec<(u32, PopupUserRow)>>, StoreError> {
+        self.require_online()?;
         let mut backend = self.backend.lock();
         let mut out: HashMap<String, Vec<(u32, PopupUserRow)>> = HashMap::new();
         for (user, popup, row) in backend.popup_users(users)? {
@@ -590,6 +853,7 @@ impl Store {
 
     /// Shows per popup on UTC day `day`: the database's and the queue's.
     pub fn popup_daily(&self, day: u32) -> Result<HashMap<u32, u64>, StoreError> {
+        self.require_online()?;
         let mut backend = self.backend.lock();
         let mut out: HashMap<u32, u64> = backend.popup_daily(day)?.into_iter().collect();
         for (popup, n) in self.shared.inner.lock().pending.popup_daily(day) {
@@ -600,6 +864,7 @@ impl Store {
 
     /// Events per `(popup, action)` over the whole log: the database's and the queue's.
     pub fn popup_event_counts(&self) -> Result<HashMap<(u32, u8), u64>, StoreError> {
+        self.require_online()?;
         let mut backend = self.backend.lock();
         let mut out: HashMap<(u32, u8), u64> = backend
             .popup_event_counts()?
@@ -615,6 +880,12 @@ impl Store {
     /// Writes what is queued now, in one transaction. `Ok(rows)` when written (0 when there
     /// was nothing); on an error the batch is back in the queue.
     pub fn flush(&self) -> Result<usize, StoreError> {
+        if !self.online() {
+            if let Err(e) = self.reach_database() {
+                self.shared.metrics.failures.add(1);
+                return Err(e);
+            }
+        }
         // The backend first, then the queue: whoever holds the backend (a reader of user state
         // under `with_backend`) sees every change either in the database or in the queue,
         // never in a batch on its way between them.
@@ -706,6 +977,29 @@ impl Store {
             inner.segments = kept;
             gone
         };
+        if doomed.is_empty() {
+            return;
+        }
+        // The floor first: once a segment is gone, a start without the database learns its
+        // last sequence only from there.
+        let mut floor = self.floor.lock();
+        let mut raised = floor.clone();
+        for s in doomed.iter().filter(|s| s.last_seq > 0) {
+            let f = raised.entry(s.worker).or_insert(0);
+            *f = (*f).max(s.last_seq);
+        }
+        if raised != *floor {
+            if let Err(e) = journal::write_floor(&self.shared.settings.journal_dir, &raised) {
+                log::error!(
+                    "journal {}: cannot write the floor file, so confirmed segments are kept: {e}",
+                    self.shared.settings.journal_dir.display()
+                );
+                self.shared.inner.lock().segments.extend(doomed);
+                return;
+            }
+            *floor = raised;
+        }
+        drop(floor);
         for s in doomed {
             match std::fs::remove_file(&s.path) {
                 Ok(()) => {
@@ -814,11 +1108,20 @@ impl Store {
                     failures += 1;
                     let pause = backoff(failures, s.settings.retry_max);
                     if failures == 1 || failures.is_multiple_of(10) {
-                        log::warn!(
-                            "{}: write failed ({failures} in a row; kept, retry in {} ms): {e}",
-                            self.name,
-                            pause.as_millis()
-                        );
+                        if self.online() {
+                            log::warn!(
+                                "{}: write failed ({failures} in a row; kept, retry in {} ms): {e}",
+                                self.name,
+                                pause.as_millis()
+                            );
+                        } else {
+                            log::warn!(
+                                "{}: not reached yet ({failures} attempts; the journal keeps \
+                                 every change; retry in {} ms): {e}",
+                                self.name,
+                                pause.as_millis()
+                            );
+                        }
                     }
                     due = Instant::now() + pause;
                 }
@@ -911,7 +1214,13 @@ impl Store {
             .pending_since
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
         let held = self.shared.inner.lock().held.len();
-        let gauges: [(&str, &str, f64); 9] = [
+        let gauges: [(&str, &str, f64); 10] = [
+            (
+                "hotpath_store_database_reached",
+                "1 once the database has been reached since start; 0 while a server started \
+                 without it runs on its journal alone (reads that need it are refused).",
+                f64::from(u8::from(self.online())),
+            ),
             (
                 "hotpath_store_journal_held_changes",
                 "Changes whose journal write failed, in memory and waiting for the next journal \
@@ -970,7 +1279,7 @@ impl Store {
             ),
             (
                 "hotpath_store_flush_failures_total",
-                "Batch writes that failed (kept and retried).",
+                "Batch writes that failed, kept and retried (after a start without the database, also the attempts to reach it).",
                 &m.failures,
             ),
             (

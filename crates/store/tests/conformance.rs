@@ -266,6 +266,8 @@ fn the_flusher_writes_on_time_and_drains_at_stop(d: Dialect) {
 struct Flaky {
     inner: Box<dyn Backend>,
     fail: u32,
+    /// Writer-lock claims to fail like an unreachable server.
+    unreachable: u32,
 }
 
 impl Backend for Flaky {
@@ -317,6 +319,14 @@ impl Backend for Flaky {
         self.inner.popup_event_counts()
     }
     fn claim_writer(&mut self) -> Result<(), StoreError> {
+        if self.unreachable > 0 {
+            self.unreachable -= 1;
+            return Err(StoreError::Db {
+                backend: "flaky",
+                what: "connection refused".into(),
+                fault: Fault::Transient,
+            });
+        }
         self.inner.claim_writer()
     }
     fn lua_counter(&mut self, t: &str, k: &str, c: &str) -> Result<Option<i64>, StoreError> {
@@ -336,7 +346,12 @@ fn failed_batches_are_merged_back_and_retried(d: Dialect) {
     cfg.flush_interval_ms = 20;
     cfg.retry_max_ms = 200;
     let inner = backend::connect(&db.url, &db.dir).unwrap();
-    let opened = Store::open_with(&cfg, Box::new(Flaky { inner, fail: 4 })).unwrap();
+    let flaky = Flaky {
+        inner,
+        fail: 4,
+        unreachable: 0,
+    };
+    let opened = Store::open_with(&cfg, Box::new(flaky)).unwrap();
     let (store, stop, flusher) = with_flusher(opened.0);
     let mut w = store.writer(0);
     for i in 0..50u32 {
@@ -725,6 +740,101 @@ fn a_refused_row_is_set_aside_and_the_rest_written(d: Dialect) {
     assert_eq!(events.get(&(1, SHOWN)), Some(&(4 - again as u64)));
 }
 
+/// A server database down at start: the store opens on its journal, numbers past anything the
+/// database may hold, refuses reads, and once the database answers replays the records it
+/// lacked (only those: this run's are queued already), hands the hooks what a normal open
+/// would have, and writes everything exactly once. A second start while it is down again
+/// numbers past both runs' records.
+fn a_store_opened_without_its_database_catches_up_once_it_answers(d: Dialect) {
+    if d == Dialect::Sqlite {
+        return; // A local file has no outage: a failure to open it stops the start.
+    }
+    let db = test_db(d, "offline");
+    let mut cfg = config(&db);
+    cfg.flush_interval_ms = 20;
+    cfg.retry_max_ms = 100;
+    let unreachable = |cfg: &StoreConfig, times: u32| {
+        let flaky = Flaky {
+            inner: backend::connect(&db.url, &db.dir).unwrap(),
+            fail: 0,
+            unreachable: times,
+        };
+        Store::open_with(cfg, Box::new(flaky))
+    };
+    // Acknowledged, but the database never got it: 3 completions of key 1.
+    {
+        let (store, _) = Store::open(&cfg).unwrap();
+        let mut w = store.writer(0);
+        for at in 0..3 {
+            w.append(done(key(1), at)).unwrap();
+            w.commit().unwrap();
+        }
+        std::mem::forget(w);
+    }
+    // Down at start (and the old behaviour on request).
+    let mut strict = cfg.clone();
+    strict.require_db_at_start = true;
+    let e = unreachable(&strict, 1)
+        .err()
+        .expect("refused with require_db_at_start");
+    assert!(e.to_string().contains("connection refused"), "{e}");
+    let (store, restored) = unreachable(&cfg, 1).unwrap();
+    assert!(!store.online());
+    assert!(restored.completed.is_empty());
+    let e = store.read(|b| b.access_list()).unwrap_err();
+    assert!(e.to_string().contains("not reached since start"), "{e}");
+    assert!(store.popup_users(&["u"]).is_err() && store.connect().is_err());
+    let mut w = store.writer(0);
+    for at in 0..2 {
+        w.append(done(key(1), 10 + at)).unwrap();
+        w.append(done(key(2), 10 + at)).unwrap();
+        w.commit().unwrap();
+    }
+    // Killed again before the database came back: its records join the journal.
+    std::mem::forget(w);
+    drop(store);
+    // A clock set back below the last deleted segment: the floor file still numbers past it.
+    let journal = hotpath_store::journal_dir(&cfg.data_dir);
+    let ahead = 5_000_000_000_000_000u64;
+    hotpath_store::journal::write_floor(&journal, &[(0, ahead)].into_iter().collect()).unwrap();
+    let (store, _) = unreachable(&cfg, 3).unwrap();
+    let got = Arc::new(std::sync::Mutex::new(None));
+    let hook_got = got.clone();
+    store.on_connect(Box::new(move |r| {
+        let mut c = r.completed.clone();
+        c.sort();
+        *hook_got.lock().unwrap() = Some((c, r.replayed));
+    }));
+    let mut w = store.writer(0);
+    w.append(done(key(2), 20)).unwrap();
+    w.commit().unwrap();
+    let (store, stop, flusher) = with_flusher(store);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while store.metrics().changes.get() < 8 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(store.online());
+    // What the database and the earlier runs' journal held: not this run's completion.
+    let hooked = got.lock().unwrap().take();
+    assert_eq!(hooked, Some((vec![(key(1), 5), (key(2), 2)], 5)));
+    stop.store(true, Ordering::Release);
+    drop(w);
+    flusher.join().unwrap();
+    let rows = store.with_backend(|b| stored(b));
+    let counts: Vec<u64> = rows.iter().map(|r| r.1.completed).collect();
+    assert_eq!(counts, vec![5, 3]);
+    assert_eq!(store.journal_bytes(), 0);
+    drop(store);
+    // Nothing is replayed twice, and the numbering goes on past the clock's.
+    let (store, restored) = Store::open(&cfg).unwrap();
+    assert_eq!(restored.replayed, 0);
+    let positions = store.with_backend(|b| b.journal_positions()).unwrap();
+    assert_eq!(positions, vec![(0, ahead + 1)]);
+    // The last segment's deletion raised the floor to it.
+    let floor = hotpath_store::journal::read_floor(&journal).unwrap();
+    assert_eq!(floor.get(&0), Some(&(ahead + 1)));
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod sqlite { use super::*; $( #[test] fn $name() { super::$name(Dialect::Sqlite) } )* }
@@ -747,6 +857,7 @@ suite!(
     script_rows_and_counters_are_written_and_read_back,
     a_second_writer_waits_for_the_first,
     a_refused_row_is_set_aside_and_the_rest_written,
+    a_store_opened_without_its_database_catches_up_once_it_answers,
 );
 
 #[test]

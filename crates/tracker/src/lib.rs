@@ -95,24 +95,8 @@ impl Tracker {
             Box::new(Table::<0>::new(cfg.shards, caps))
         };
         let access = AccessList::load(config.access_list.mode, &config.access_list.path)?;
-        let persist = persist.map(|(db, mut restored)| {
-            if restored.completed.len() > cfg.max_idle_torrents {
-                // Keep the counts scrapes are likeliest to ask for.
-                restored
-                    .completed
-                    .sort_unstable_by_key(|c| std::cmp::Reverse(c.1));
-                restored.completed.truncate(cfg.max_idle_torrents);
-            }
-            for (hash, n) in &restored.completed {
-                store.restore_completed(hash, u32::try_from(*n).unwrap_or(u32::MAX));
-            }
-            if !restored.completed.is_empty() {
-                log::info!(
-                    "{} torrents' completed counts restored from {}",
-                    restored.completed.len(),
-                    db.name
-                );
-            }
+        let persist = persist.map(|(db, restored)| {
+            add_completed(&*store, cfg.max_idle_torrents, &restored, &db.name);
             db
         });
         let swarms_dir = (persist.is_some() && cfg.persist_swarms)
@@ -136,9 +120,40 @@ impl Tracker {
                 access_db_reload,
             }),
         };
-        if access_db_reload.is_some() {
-            let n = persist::reload_access_from_db(&tracker.shared)?;
-            log::info!("access list: {n} info hashes (file and database)");
+        match &tracker.shared.persist {
+            Some(db) if !db.online() => {
+                if access_db_reload.is_some() {
+                    log::warn!(
+                        "access list: only the file's entries until {} answers",
+                        db.name
+                    );
+                }
+                // Started without the database: what it holds is added once it answers.
+                let shared = Arc::downgrade(&tracker.shared);
+                db.on_connect(Box::new(move |restored| {
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
+                    let db = shared.persist.as_ref().expect("a store");
+                    add_completed(
+                        &*shared.store,
+                        shared.cfg.max_idle_torrents,
+                        restored,
+                        &db.name,
+                    );
+                    if shared.access_db_reload.is_some() {
+                        match persist::reload_access_from_db(&shared) {
+                            Ok(n) => log::info!("access list: {n} info hashes (file and database)"),
+                            Err(e) => log::warn!("{e}; the list in force stays"),
+                        }
+                    }
+                }));
+            }
+            _ if access_db_reload.is_some() => {
+                let n = persist::reload_access_from_db(&tracker.shared)?;
+                log::info!("access list: {n} info hashes (file and database)");
+            }
+            _ => {}
         }
         if let Some(dir) = &tracker.shared.swarms_dir {
             match persist::load_swarms(&tracker.shared, dir) {
@@ -168,6 +183,25 @@ impl Tracker {
     /// The shared state (for tests and benchmarks that drive the swarm API directly).
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+}
+
+/// Adds the completed counts the database holds (and the journal's replay) to the swarm
+/// table; past `max_idle` torrents, keeps the counts scrapes are likeliest to ask for.
+fn add_completed(store: &dyn Store, max_idle: usize, restored: &hotpath_store::Restored, db: &str) {
+    let mut completed: Vec<_> = restored.completed.iter().collect();
+    if completed.len() > max_idle {
+        completed.sort_unstable_by_key(|c| std::cmp::Reverse(c.1));
+        completed.truncate(max_idle);
+    }
+    for (hash, n) in &completed {
+        store.add_completed(hash, u32::try_from(*n).unwrap_or(u32::MAX));
+    }
+    if !completed.is_empty() {
+        log::info!(
+            "{} torrents' completed counts restored from {db}",
+            completed.len()
+        );
     }
 }
 

@@ -61,7 +61,7 @@ pub fn reload_access_from_db(shared: &Shared) -> Result<usize, String> {
         .as_ref()
         .ok_or("access_list.database needs the store")?;
     let rows = db
-        .with_backend(|b| b.access_list())
+        .read(|b| b.access_list())
         .map_err(|e| format!("access list from {}: {e}", db.name))?;
     Ok(shared.access.set_database(rows))
 }

@@ -136,9 +136,10 @@ pub trait Store: Send + Sync {
         sel: &mut Selection,
     ) -> Result<(Counts, bool), &'static str>;
 
-    /// Sets a torrent's completed count (loaded from the database at start); kept as an idle
-    /// torrent's count until a peer comes, within `max_idle_torrents`.
-    fn restore_completed(&self, info_hash: &Id20, completed: u32);
+    /// Adds to a torrent's completed count (what the database held, read at start or once
+    /// it is reached); kept as an idle torrent's count until a peer comes, within
+    /// `max_idle_torrents`.
+    fn add_completed(&self, info_hash: &Id20, completed: u32);
 
     /// How often each cap was met.
     fn cap_hits(&self) -> &CapHits;
@@ -441,12 +442,15 @@ impl<const I: usize> Store for Table<I> {
         }
     }
 
-    fn restore_completed(&self, info_hash: &Id20, completed: u32) {
+    fn add_completed(&self, info_hash: &Id20, completed: u32) {
         let mut guard = self.swarms.shard(info_hash).lock();
         let shard = &mut *guard;
         match shard.torrents.get_mut(info_hash) {
-            Some(t) => t.completed = completed,
-            None => self.keep_idle(shard, *info_hash, completed),
+            Some(t) => t.completed = t.completed.saturating_add(completed),
+            None => {
+                let before = shard.idle.get(info_hash).copied().unwrap_or(0);
+                self.keep_idle(shard, *info_hash, before.saturating_add(completed));
+            }
         }
     }
 
@@ -753,7 +757,7 @@ mod tests {
     #[test]
     fn announces_say_when_they_snatch_and_restored_counts_continue() {
         let mut f = Fixture::new(table::<0>(2, 0), false);
-        f.table.restore_completed(&[1; 20], 41);
+        f.table.add_completed(&[1; 20], 41);
         assert_eq!(f.table.totals().idle, 1);
         assert_eq!(f.table.scrape(&[1; 20]).completed, 41);
         let mut a = announce(1, false, Event::Started);
@@ -771,6 +775,26 @@ mod tests {
             f.table.sweep(i, 5000, 100);
         }
         assert_eq!(f.table.scrape(&[1; 20]).completed, 42);
+    }
+
+    /// The database's count, read once it answers after a start without it, adds to what
+    /// this run counted, on a live torrent and on an idle one, saturating.
+    #[test]
+    fn stored_counts_add_to_this_runs() {
+        let mut f = Fixture::new(table::<0>(2, 0), false);
+        let mut a = announce(1, false, Event::Started);
+        f.table.announce(&a, 0, &mut f.rng, &mut f.sel).unwrap();
+        a.complete = true;
+        a.event = Event::Completed;
+        let (c, _) = f.table.announce(&a, 1, &mut f.rng, &mut f.sel).unwrap();
+        assert_eq!(c.completed, 1);
+        f.table.add_completed(&[1; 20], 100);
+        assert_eq!(f.table.scrape(&[1; 20]).completed, 101);
+        f.table.add_completed(&[7; 20], 2);
+        f.table.add_completed(&[7; 20], 3);
+        assert_eq!(f.table.scrape(&[7; 20]).completed, 5);
+        f.table.add_completed(&[1; 20], u32::MAX);
+        assert_eq!(f.table.scrape(&[1; 20]).completed, u32::MAX);
     }
 
     #[test]
@@ -854,7 +878,7 @@ mod tests {
         assert_eq!(h.peers.load(Ordering::Relaxed), 2);
         // Idle counts: at most 2 kept, the rest dropped and counted.
         for n in 10..15u8 {
-            f.table.restore_completed(&[n; 20], 5);
+            f.table.add_completed(&[n; 20], 5);
         }
         assert_eq!(f.table.totals().idle, 2);
         assert_eq!(h.idle_evicted.load(Ordering::Relaxed), 3);
