@@ -294,6 +294,11 @@ section! {
         /// Seconds a graceful shutdown waits for the database to take what is pending; what
         /// remains stays in the journal and is replayed at the next start.
         pub shutdown_drain_secs: u64 = 30,
+        /// Bytes data_dir/refused.jsonl (rows the database refuses for their values, set
+        /// aside so the rest are written) may reach. Rows refused beyond it are dropped,
+        /// logged and counted (hotpath_store_refused_dropped_rows_total);
+        /// `hotpath db refused --replay` empties the file once the cause is fixed.
+        pub refused_max_bytes: u64 = 256 << 20,
     }
 }
 

@@ -257,6 +257,8 @@ pub struct Metrics {
     pub torn: Counter,
     /// Rows the database refused, set aside in `data_dir/refused.jsonl`.
     pub refused_rows: Counter,
+    /// Rows the database refused while that file was at `store.refused_max_bytes`: dropped.
+    pub refused_dropped: Counter,
 }
 
 /// The store's settings, from `[store]`.
@@ -280,6 +282,8 @@ pub struct Settings {
     pub drain: Duration,
     /// `store.max_queue_rows`.
     pub max_queue_rows: usize,
+    /// `store.refused_max_bytes`.
+    pub refused_max_bytes: u64,
 }
 
 impl Settings {
@@ -294,6 +298,7 @@ impl Settings {
             retry_max: Duration::from_millis(cfg.retry_max_ms),
             drain: Duration::from_secs(cfg.shutdown_drain_secs),
             max_queue_rows: cfg.max_queue_rows,
+            refused_max_bytes: cfg.refused_max_bytes,
         }
     }
 }
@@ -910,9 +915,11 @@ impl Store {
         let started = Instant::now();
         let file = refused::path(&self.data_dir);
         let mut batch = batch;
-        match refused::write(&mut **backend, &file, &self.name, &mut batch) {
-            Ok((w, refused)) => {
-                m.refused_rows.add(refused as u64);
+        let bound = self.shared.settings.refused_max_bytes;
+        match refused::write(&mut **backend, &file, &self.name, &mut batch, bound) {
+            Ok((w, set_aside)) => {
+                m.refused_rows.add(set_aside.kept as u64);
+                m.refused_dropped.add(set_aside.dropped as u64);
                 self.shared.in_flight.store(0, Ordering::Relaxed);
                 self.shared.queued(self.shared.inner.lock().pending.rows());
                 drop(backend);
@@ -1337,6 +1344,12 @@ impl Store {
                 "hotpath_store_refused_rows_total",
                 "Rows the database refused for their values, set aside in data_dir/refused.jsonl.",
                 &m.refused_rows,
+            ),
+            (
+                "hotpath_store_refused_dropped_rows_total",
+                "Rows the database refused while data_dir/refused.jsonl was at \
+                 store.refused_max_bytes: dropped, and logged.",
+                &m.refused_dropped,
             ),
         ];
         for (name, help, c) in counters {

@@ -271,14 +271,19 @@ pub fn find_refused(
 /// and writes it with the journal positions. Returns what the database reported and how many
 /// rows were set aside. On an error, `batch` is what is still to write (without any rows
 /// already set aside, so they are never set aside twice).
+///
+/// The file holds at most `max_bytes` (`store.refused_max_bytes`): refused rows that would
+/// take it past that are dropped instead, logged and counted in [`SetAside::dropped`], so an
+/// attacker who finds a value the database refuses cannot fill the disk with it.
 pub fn write(
     backend: &mut dyn Backend,
     file: &Path,
     database: &str,
     batch: &mut Batch,
-) -> Result<(Written, usize), StoreError> {
+    max_bytes: u64,
+) -> Result<(Written, SetAside), StoreError> {
     let first = match backend.write(batch) {
-        Ok(written) => return Ok((written, 0)),
+        Ok(written) => return Ok((written, SetAside::default())),
         Err(e) if e.fault() == Some(Fault::Refused) => e,
         Err(e) => return Err(e),
     };
@@ -290,19 +295,57 @@ pub fn write(
             fault: Fault::Setup,
         });
     }
-    append(file, database, batch, &refused).map_err(|e| crate::journal_error(file, e))?;
+    let kept = append(file, database, batch, &refused, max_bytes)
+        .map_err(|e| crate::journal_error(file, e))?;
     let (table, row) = batch.row_json(refused[0].0);
-    log::error!(
-        "{database}: refused {} of {} rows for their values; set aside in {} (`hotpath db \
-         refused` lists them), the rest are written. The first: {table} {row}: {}",
-        refused.len(),
-        batch.rows(),
-        file.display(),
-        refused[0].1
-    );
+    if kept {
+        log::error!(
+            "{database}: refused {} of {} rows for their values; set aside in {} (`hotpath db \
+             refused` lists them), the rest are written. The first: {table} {row}: {}",
+            refused.len(),
+            batch.rows(),
+            file.display(),
+            refused[0].1
+        );
+    } else {
+        log::error!(
+            "{database}: refused {} of {} rows for their values; {} is at \
+             store.refused_max_bytes ({max_bytes}), so they are DROPPED (`hotpath db refused \
+             --replay` empties it once the cause is fixed); the rest are written. The first: \
+             {table} {row}: {}",
+            refused.len(),
+            batch.rows(),
+            file.display(),
+            refused[0].1
+        );
+    }
     let gone: Vec<usize> = refused.iter().map(|r| r.0).collect();
     *batch = batch.without(&gone);
-    Ok((backend.write(batch)?, refused.len()))
+    let written = backend.write(batch)?;
+    let n = refused.len();
+    Ok((
+        written,
+        if kept {
+            SetAside {
+                kept: n,
+                dropped: 0,
+            }
+        } else {
+            SetAside {
+                kept: 0,
+                dropped: n,
+            }
+        },
+    ))
+}
+
+/// What [`write`] did with the rows the database refused.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SetAside {
+    /// Rows appended to the file.
+    pub kept: usize,
+    /// Rows dropped: the file was at its bound.
+    pub dropped: usize,
 }
 
 /// Opens `file` for appending under an exclusive lock, making sure the lock is on the file
@@ -324,13 +367,15 @@ fn open_locked(file: &Path) -> std::io::Result<std::fs::File> {
     }
 }
 
-/// Appends the refused rows of `batch` to `file` and fsyncs it.
+/// Appends the refused rows of `batch` to `file` and fsyncs it; `Ok(false)`, writing
+/// nothing, when that would take the file past `max_bytes`.
 pub fn append(
     file: &Path,
     database: &str,
     batch: &Batch,
     refused: &[(usize, String)],
-) -> std::io::Result<()> {
+    max_bytes: u64,
+) -> std::io::Result<bool> {
     let mut text = String::new();
     let now = crate::unix_now();
     for (i, error) in refused {
@@ -347,8 +392,12 @@ pub fn append(
         text.push('\n');
     }
     let mut f = open_locked(file)?;
+    if f.metadata()?.len().saturating_add(text.len() as u64) > max_bytes {
+        return Ok(false);
+    }
     f.write_all(text.as_bytes())?;
-    f.sync_data()
+    f.sync_data()?;
+    Ok(true)
 }
 
 /// What [`replay`] did.
@@ -442,9 +491,10 @@ pub fn replay(
     }
     pending.covered(REPLAY_JOURNAL, done + 1);
     let mut batch = pending.take();
-    let (_, refused) = write(backend, &file, database, &mut batch)?;
+    // Rows refused again go back whole: the file was just emptied of them.
+    let (_, set_aside) = write(backend, &file, database, &mut batch, u64::MAX)?;
     out.written = batch.rows();
-    out.refused = refused;
+    out.refused = set_aside.kept;
     let _ = std::fs::remove_file(&next);
     Ok(out)
 }
@@ -610,7 +660,14 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = path(&dir);
         let b = mixed();
-        append(&file, "postgres://x", &b, &[(1, "NUL \u{0} here".into())]).unwrap();
+        assert!(append(
+            &file,
+            "postgres://x",
+            &b,
+            &[(1, "NUL \u{0} here".into())],
+            1 << 20
+        )
+        .unwrap());
         std::fs::OpenOptions::new()
             .append(true)
             .open(&file)
@@ -624,6 +681,26 @@ mod tests {
         assert_eq!(bad.len(), 1);
         let back = Batch::from_row_json(&entries[0].table, &entries[0].row).unwrap();
         assert_eq!(back, b.select(1..2));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The file stops at its bound: what would pass it is not written (the caller drops
+    /// and counts it), what fits still is.
+    #[test]
+    fn the_file_stops_at_its_bound() {
+        let dir = std::env::temp_dir().join(format!("hp-refused-bound-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = path(&dir);
+        let b = mixed();
+        let row = [(1, "refused".to_string())];
+        assert!(append(&file, "db", &b, &row, 1 << 20).unwrap());
+        let one = std::fs::metadata(&file).unwrap().len();
+        assert!(append(&file, "db", &b, &row, 2 * one + 10).unwrap());
+        assert!(!append(&file, "db", &b, &row, 2 * one + 10).unwrap());
+        assert_eq!(std::fs::metadata(&file).unwrap().len(), 2 * one);
+        assert!(!append(&file, "db", &b, &row, 0).unwrap());
+        assert_eq!(read(&file).unwrap().0.len(), 2);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
