@@ -177,28 +177,36 @@ fn kill9_loses_nothing_acknowledged(d: Dialect) {
         server.log_text()
     );
     assert_eq!(server.metric("hotpath_store_torn_records_total"), 1.0);
-    wait_for(
-        "the replay to reach the database",
-        Duration::from_secs(30),
-        || db_completed(&db) >= acked,
-    );
-    let stored = db_completed(&db);
-    // Every acknowledged completion is there; at most the requests in flight at the kill
-    // (journaled, their answers lost with the process) are there too.
-    assert!(
-        acked <= stored && stored <= sent,
-        "acked {acked}, stored {stored}, sent {sent}"
-    );
-    // The restarted tracker reports the stored counts.
-    let mut c = Client::connect(server.http);
-    let reported: u64 = (1..=4u8)
-        .map(|t| scrape_downloaded(&c.get(&common::scrape_target(&[[t; 20]])).body))
-        .sum();
-    assert_eq!(reported, stored);
+    let stored = caught_up(&db, &server, 4, (sent, acked));
     // A graceful stop drains and leaves an empty journal.
     assert!(server.signal("-TERM").success());
     assert!(journal_files(&db.dir.join("data")).is_empty());
     assert_eq!(db_completed(&db), stored);
+}
+
+/// Waits until the database holds every acknowledged completion: at most the requests in
+/// flight at a kill (journaled, their answers lost with the process) are there too. The
+/// tracker's scrapes of torrents 1..=`torrents` report what the database holds.
+fn caught_up(db: &TestDb, server: &Proc, torrents: u8, (sent, acked): (u64, u64)) -> u64 {
+    wait_for(
+        "the journal to reach the database",
+        Duration::from_secs(30),
+        || db_completed(db) >= acked,
+    );
+    let stored = db_completed(db);
+    assert!(
+        acked <= stored && stored <= sent,
+        "acked {acked}, stored {stored}, sent {sent}"
+    );
+    let mut c = Client::connect(server.http);
+    let reported: u64 = (1..=torrents)
+        .map(|t| scrape_downloaded(&c.get(&common::scrape_target(&[[t; 20]])).body))
+        .sum();
+    assert_eq!(
+        reported, stored,
+        "the scrapes count every run's completions"
+    );
+    stored
 }
 
 /// The `downloaded` of the only entry of a scrape answer (0 when the torrent is unknown).
@@ -505,26 +513,7 @@ fn a_restart_during_an_outage_answers_and_catches_up(d: Dialect) {
         || server.metric("hotpath_store_database_reached") == 1.0,
     );
     let (s, a) = load.finish();
-    (sent, acked) = (sent + s, acked + a);
-    wait_for(
-        "the journal to reach the database",
-        Duration::from_secs(30),
-        || db_completed(&db) >= acked,
-    );
-    let stored = db_completed(&db);
-    // The requests in flight at each kill were journaled, their answers lost: at most those.
-    assert!(
-        acked <= stored && stored <= sent,
-        "acked {acked}, stored {stored}, sent {sent}"
-    );
-    let mut c = Client::connect(server.http);
-    let reported: u64 = (1..=2u8)
-        .map(|t| scrape_downloaded(&c.get(&common::scrape_target(&[[t; 20]])).body))
-        .sum();
-    assert_eq!(
-        reported, stored,
-        "the scrape counts every run's completions"
-    );
+    let stored = caught_up(&db, &server, 2, (sent + s, acked + a));
     wait_for("the popup catalog", Duration::from_secs(10), || {
         let r = popup(&server);
         r.status == 200 && String::from_utf8_lossy(&r.body).contains("\"id\":1")
