@@ -604,9 +604,6 @@ fn script_rows_and_counters_are_written_and_read_back(d: Dialect) {
 /// journal positions only once the first one's connection (and whatever it was committing)
 /// is gone.
 fn a_second_writer_waits_for_the_first(d: Dialect) {
-    if d == Dialect::Sqlite {
-        return; // One file, one process: the data_dir's lock and SQLite's own locks.
-    }
     let db = test_db(d, "writer");
     let cfg = config(&db);
     let (first, _) = Store::open(&cfg).unwrap();

@@ -20,11 +20,26 @@ const D: Dialect = Dialect::Sqlite;
 pub(crate) struct Sqlite {
     path: PathBuf,
     conn: Option<Connection>,
+    /// `<file>-hotpath-writer`, locked while this backend lives once it claims the writer
+    /// (see [`Backend::claim_writer`]): two stores with their own data_dir on one SQLite file
+    /// would number their journals over each other's positions.
+    writer: Option<std::fs::File>,
 }
 
 impl Sqlite {
     pub(crate) fn new(path: PathBuf) -> Sqlite {
-        Sqlite { path, conn: None }
+        Sqlite {
+            path,
+            conn: None,
+            writer: None,
+        }
+    }
+
+    /// The writer lock's file beside the database file.
+    fn writer_path(&self) -> PathBuf {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push("-hotpath-writer");
+        PathBuf::from(name)
     }
 
     fn conn(&mut self) -> Result<&mut Connection, StoreError> {
@@ -103,6 +118,26 @@ fn put<T>(
 }
 
 impl Backend for Sqlite {
+    fn claim_writer(&mut self) -> Result<(), StoreError> {
+        if self.writer.is_some() {
+            return Ok(());
+        }
+        self.conn()?;
+        let path = self.writer_path();
+        let io = |e: std::io::Error| db_error(D, format!("{}: {e}", path.display()), Fault::Setup);
+        let file = std::fs::File::create(&path).map_err(io)?;
+        let held = super::wait_for_writer_lock(D, || match file.try_lock() {
+            Ok(()) => Ok(true),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+            Err(std::fs::TryLockError::Error(e)) => Err(io(e)),
+        })?;
+        if !held {
+            return Err(db_error(D, super::WRITER_LOCK_HELD, Fault::Setup));
+        }
+        self.writer = Some(file);
+        Ok(())
+    }
+
     fn dialect(&self) -> Dialect {
         D
     }
