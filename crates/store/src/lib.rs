@@ -18,17 +18,19 @@
 //! (0 makes every batch wait for fsync). Snapshots (seeders, leechers) are not journaled: a
 //! crash loses at most the last interval of them.
 //!
-//! # Schema (version 3)
+//! # Schema (version 4)
 //! | table | columns | what |
 //! |---|---|---|
 //! | `hp_schema` | `version` PK, `name`, `applied_at` (unix s) | applied migrations |
 //! | `hp_torrents` | `info_hash` (20 bytes) PK, `completed`, `seeders`, `leechers`, `first_seen`, `last_active` (unix s) | per torrent: downloads completed (added to, never overwritten), the last seeders/leechers snapshot, first and last activity |
-//! | `hp_journal` | `worker` PK, `seq` | per journal, the last record the database holds (written in the same transaction as the rows) |
+//! | `hp_journal` | `worker` PK, `seq` | per journal, the last record the database holds (written in the same transaction as the rows): tracker workers count from 0, popup workers from 65536, Lua workers from 131072, and `hotpath db refused --replay` records itself under 2147483647 |
 //! | `hp_access_list` | `info_hash` (20 bytes) PK, `note`, `added_at` | info hashes for the tracker's access list when its source is the database |
 //! | `hp_popups` | `id` PK, `definition` (the popup's JSON), `updated_at` | popup configurations |
 //! | `hp_popup_users` | (`user_id`, `popup_id`) PK, `next_eligible` (unix s; `i64::MAX` = never), `shows`, `last_action` (1 shown, 2 click, 3 close), `updated_at` | each user's state per popup, absolute (the newest write wins) |
 //! | `hp_popup_events` | `id` PK (auto), `at`, `user_id`, `popup_id`, `action` | the append-only log of shows, clicks and closes |
 //! | `hp_popup_daily` | (`popup_id`, `day` = unix s / 86400) PK, `shows` | shows per popup per UTC day (added to), for daily caps |
+//! | `hp_lua_rows` | `id` PK (auto), `tbl`, `at` (unix s), `data` (JSON text); index (`tbl`, `at`) | rows scripts append with `hp.store.enqueue` |
+//! | `hp_lua_counters` | (`tbl`, `k`, `col`) PK, `value`, `updated_at` | counters scripts add to with `hp.store.add` (added to, never overwritten) |
 //!
 //! Binary keys are BLOB (SQLite), BYTEA (PostgreSQL), BINARY(20) (MySQL); counts and times
 //! are 64-bit integers.

@@ -230,4 +230,27 @@ mod tests {
             }
         }
     }
+
+    /// The schema table in the crate's documentation names the latest version and every
+    /// table the migrations create (README sends readers there).
+    #[test]
+    fn the_schema_doc_is_current() {
+        let doc = include_str!("lib.rs");
+        assert!(
+            doc.contains(&format!("//! # Schema (version {})", latest())),
+            "update the schema heading in crates/store/src/lib.rs"
+        );
+        for m in MIGRATIONS {
+            for st in m.statements(Dialect::Sqlite) {
+                if let Some(rest) = st.strip_prefix("CREATE TABLE ") {
+                    let table = rest.split_whitespace().next().unwrap();
+                    assert!(
+                        doc.contains(&format!("//! | `{table}` |")),
+                        "{table} (migration {}) is missing from the schema doc",
+                        m.version
+                    );
+                }
+            }
+        }
+    }
 }
