@@ -234,6 +234,8 @@ struct Failed {
 /// Why a commit fails while a record that may be in the journal waits for the database.
 const GATED: &str = "a journal record that failed to write may still be in its file; \
                      answers wait until the database holds its changes";
+/// Why a commit fails while changes a failed write left out are not journaled yet.
+const HELD: &str = "changes a failed journal write left out are not journaled yet";
 
 /// One worker's journal: changes are buffered by [`append`](Self::append) while a batch of
 /// requests is handled and written with one `write` by [`commit`](Self::commit) before any
@@ -251,6 +253,9 @@ pub struct JournalWriter {
     next_seq: u64,
     /// Written since this writer's last fsync.
     dirty: bool,
+    /// Of `changes`, how many were held ones this writer took: still counted as unjournaled
+    /// until its write succeeds, so no other worker answers from them while it is under way.
+    taken: usize,
 }
 
 impl JournalWriter {
@@ -268,6 +273,7 @@ impl JournalWriter {
             changes: Vec::new(),
             next_seq,
             dirty: false,
+            taken: 0,
         }
     }
 
@@ -326,9 +332,15 @@ impl JournalWriter {
     /// a journal write holds them. What is still held when the last writer closes reaches the
     /// database from memory at the drain.
     pub fn commit(&mut self) -> io::Result<()> {
-        if self.shared.unjournaled.load(Ordering::Acquire) > 0 {
+        // One writer at a time writes held changes; the others wait for its write (only
+        // while some are held: a full or failing disk), then find them journaled or held
+        // again, and take their turn.
+        let shared = self.shared.clone();
+        let _held_writer = (shared.unjournaled.load(Ordering::Acquire) > 0).then(|| {
+            let turn = shared.held_writer.lock();
             self.take_held();
-        }
+            turn
+        });
         if self.changes.is_empty() {
             return self.ungated();
         }
@@ -345,6 +357,9 @@ impl JournalWriter {
                     inner.pending.apply(c);
                 }
                 inner.pending.covered(self.worker, seq);
+                self.shared
+                    .unjournaled
+                    .fetch_sub(self.taken, Ordering::AcqRel);
                 if let Some(s) = inner.segments.iter_mut().find(|s| s.path == self.path) {
                     s.last_seq = seq;
                     s.bytes = self.file_bytes;
@@ -352,14 +367,13 @@ impl JournalWriter {
                 }
             }
             Err(Failed { cut: true, .. }) => {
-                // Not in the journal: held for the next commit of any writer.
+                // Not in the journal: held for the next commit of any writer (the taken
+                // ones are counted already).
                 let bytes = (self.record.len() - HEADER) as u64;
+                let own = self.changes.len() - self.taken;
                 inner.held.append(&mut self.changes);
                 self.shared.held_bytes.fetch_add(bytes, Ordering::Relaxed);
-                let gated = usize::from(inner.gate.is_some());
-                self.shared
-                    .unjournaled
-                    .store(inner.held.len() + gated, Ordering::Release);
+                self.shared.unjournaled.fetch_add(own, Ordering::AcqRel);
             }
             Err(Failed { cut: false, .. }) => {
                 // The record may be in the file, whole: the database must hold its changes
@@ -371,6 +385,9 @@ impl JournalWriter {
                 if inner.gate.replace((self.worker, seq)).is_none() {
                     self.shared.unjournaled.fetch_add(1, Ordering::AcqRel);
                 }
+                self.shared
+                    .unjournaled
+                    .fetch_sub(self.taken, Ordering::AcqRel);
             }
         }
         let rows = inner.pending.rows();
@@ -379,6 +396,7 @@ impl JournalWriter {
             self.shared.queued(rows);
         }
         drop(inner);
+        self.taken = 0;
         if queued && rows >= self.shared.settings.batch_rows {
             self.shared.wake.notify_one();
         }
@@ -410,28 +428,26 @@ impl JournalWriter {
         Err(f.error)
     }
 
-    /// Fails while a record that may be in the journal waits for the database (see
+    /// Fails while a record that may be in the journal waits for the database, and while
+    /// changes a failed write left out are not journaled yet, held or in another writer's
+    /// write under way: memory holds them, so no answer may go out (see
     /// [`commit`](Self::commit)).
     fn ungated(&self) -> io::Result<()> {
-        if self.shared.unjournaled.load(Ordering::Acquire) > 0
-            && self.shared.inner.lock().gate.is_some()
-        {
+        if self.shared.unjournaled.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        if self.shared.inner.lock().gate.is_some() {
             Err(io::Error::other(GATED))
         } else {
-            Ok(())
+            Err(io::Error::other(HELD))
         }
     }
 
     /// Takes the changes held after failed writes into this writer's record, before its own.
     fn take_held(&mut self) {
-        let held = {
-            let mut inner = self.shared.inner.lock();
-            let held = std::mem::take(&mut inner.held);
-            let gated = usize::from(inner.gate.is_some());
-            self.shared.unjournaled.store(gated, Ordering::Release);
-            self.shared.held_bytes.store(0, Ordering::Relaxed);
-            held
-        };
+        // `unjournaled` keeps counting them until the write succeeds: another worker must
+        // not answer from them meanwhile.
+        let held = std::mem::take(&mut self.shared.inner.lock().held);
         if held.is_empty() {
             return;
         }
@@ -440,6 +456,9 @@ impl JournalWriter {
         for c in &held {
             c.encode(&mut record);
         }
+        let bytes = (record.len() - HEADER) as u64;
+        self.shared.held_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.taken += held.len();
         record.extend_from_slice(&self.record[HEADER..]);
         self.record = record;
         let own = std::mem::replace(&mut self.changes, held);

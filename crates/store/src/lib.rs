@@ -325,6 +325,8 @@ pub(crate) struct Shared {
     pub(crate) unjournaled: AtomicUsize,
     /// Encoded bytes of `Inner::held` (counted against `store.journal_max_bytes`).
     pub(crate) held_bytes: AtomicU64,
+    /// Taken by the writer that journals held changes, for its whole commit.
+    pub(crate) held_writer: Mutex<()>,
     pub(crate) metrics: Metrics,
 }
 
@@ -652,6 +654,7 @@ impl Store {
                 writers: AtomicUsize::new(0),
                 unjournaled: AtomicUsize::new(0),
                 held_bytes: AtomicU64::new(0),
+                held_writer: Mutex::new(()),
                 metrics,
             }),
             backend: Mutex::new(backend),
@@ -1222,7 +1225,13 @@ impl Store {
             .lock()
             .pending_since
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
-        let held = self.shared.inner.lock().held.len();
+        // Held changes, also those a writer has taken into a write still under way.
+        let gated = usize::from(self.shared.inner.lock().gate.is_some());
+        let held = self
+            .shared
+            .unjournaled
+            .load(Ordering::Acquire)
+            .saturating_sub(gated);
         let gauges: [(&str, &str, f64); 10] = [
             (
                 "hotpath_store_database_reached",
