@@ -149,6 +149,8 @@ pub fn scan_bytes(data: &[u8], each: &mut dyn FnMut(u64, &[u8])) -> ScanEnd {
 /// deletion. A start that cannot ask the database for its positions numbers past it, so no
 /// record it writes can fall at or below a position the database already holds.
 pub const FLOOR_FILE: &str = "floor";
+/// Largest sequence a floor file may hold (half of `i64::MAX`).
+const MAX_FLOOR_SEQ: u64 = i64::MAX as u64 / 2;
 /// Largest floor file read (a few bytes per journal; more is not ours).
 const MAX_FLOOR_BYTES: u64 = 64 << 10;
 
@@ -165,8 +167,8 @@ pub fn read_floor(dir: &Path) -> io::Result<HashMap<u32, u64>> {
     parse_floor(&bytes).map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))
 }
 
-/// Parses a floor file: lines `w<journal> <sequence>`, at most 64 KiB, sequences within a
-/// signed 64-bit integer (as databases keep positions).
+/// Parses a floor file: lines `w<journal> <sequence>`, at most 64 KiB, sequences at most
+/// half of `i64::MAX`.
 pub fn parse_floor(bytes: &[u8]) -> Result<HashMap<u32, u64>, String> {
     if bytes.len() as u64 > MAX_FLOOR_BYTES {
         return Err("longer than 64 KiB".into());
@@ -181,7 +183,9 @@ pub fn parse_floor(bytes: &[u8]) -> Result<HashMap<u32, u64>, String> {
             .ok_or_else(bad)?;
         let w: u32 = w.parse().map_err(|_| bad())?;
         let seq: u64 = seq.parse().map_err(|_| bad())?;
-        if seq > i64::MAX as u64 {
+        // Writers number past it, and databases keep positions as signed 64-bit integers:
+        // far more room than a clock in microseconds needs, none for a crafted near-maximum.
+        if seq > MAX_FLOOR_SEQ {
             return Err(bad());
         }
         floor.insert(w, seq);
@@ -335,12 +339,13 @@ impl JournalWriter {
         // One writer at a time writes held changes; the others wait for its write (only
         // while some are held: a full or failing disk), then find them journaled or held
         // again, and take their turn.
-        let shared = self.shared.clone();
-        let _held_writer = (shared.unjournaled.load(Ordering::Acquire) > 0).then(|| {
-            let turn = shared.held_writer.lock();
+        // (The lock's Arc is cloned only then: nothing is added to a commit otherwise.)
+        let held_writer = (self.shared.unjournaled.load(Ordering::Acquire) > 0)
+            .then(|| self.shared.held_writer.clone());
+        let _turn = held_writer.as_ref().map(|w| w.lock());
+        if _turn.is_some() {
             self.take_held();
-            turn
-        });
+        }
         if self.changes.is_empty() {
             return self.ungated();
         }
@@ -594,7 +599,13 @@ mod tests {
             .collect();
         write_floor(&dir, &floor).unwrap();
         assert_eq!(read_floor(&dir).unwrap(), floor);
-        for bad in ["w0 x\n", "0 5\n", "w0 18446744073709551615\n", "w0\n"] {
+        for bad in [
+            "w0 x\n",
+            "0 5\n",
+            "w0 18446744073709551615\n",
+            "w0 9223372036854775807\n",
+            "w0\n",
+        ] {
             std::fs::write(dir.join(FLOOR_FILE), bad).unwrap();
             assert!(read_floor(&dir).is_err(), "{bad:?}");
         }

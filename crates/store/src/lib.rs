@@ -326,7 +326,7 @@ pub(crate) struct Shared {
     /// Encoded bytes of `Inner::held` (counted against `store.journal_max_bytes`).
     pub(crate) held_bytes: AtomicU64,
     /// Taken by the writer that journals held changes, for its whole commit.
-    pub(crate) held_writer: Mutex<()>,
+    pub(crate) held_writer: Arc<Mutex<()>>,
     pub(crate) metrics: Metrics,
 }
 
@@ -654,7 +654,7 @@ impl Store {
                 writers: AtomicUsize::new(0),
                 unjournaled: AtomicUsize::new(0),
                 held_bytes: AtomicU64::new(0),
-                held_writer: Mutex::new(()),
+                held_writer: Arc::new(Mutex::new(())),
                 metrics,
             }),
             backend: Mutex::new(backend),

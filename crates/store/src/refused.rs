@@ -653,12 +653,18 @@ mod tests {
         assert!(Batch::from_row_json("nope", &json!({})).is_err());
     }
 
-    #[test]
-    fn the_file_keeps_the_rows_and_the_reason_readable() {
-        let dir = std::env::temp_dir().join(format!("hp-refused-{}", std::process::id()));
+    /// An empty directory of the test's own, and the refused-rows file in it.
+    fn scratch(name: &str) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("hp-refused-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let file = path(&dir);
+        (dir, file)
+    }
+
+    #[test]
+    fn the_file_keeps_the_rows_and_the_reason_readable() {
+        let (dir, file) = scratch("file");
         let b = mixed();
         assert!(append(
             &file,
@@ -688,10 +694,7 @@ mod tests {
     /// and counts it), what fits still is.
     #[test]
     fn the_file_stops_at_its_bound() {
-        let dir = std::env::temp_dir().join(format!("hp-refused-bound-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = path(&dir);
+        let (dir, file) = scratch("bound");
         let b = mixed();
         let row = [(1, "refused".to_string())];
         assert!(append(&file, "db", &b, &row, 1 << 20).unwrap());
