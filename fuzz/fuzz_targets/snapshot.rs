@@ -7,7 +7,7 @@
 
 use hotpath_fuzz as _;
 use hotpath_tracker::persist::parse_snapshot;
-use hotpath_tracker::store::{Caps, Counts, Store, Table};
+use hotpath_tracker::table::{Caps, Counts, SwarmTable, Table};
 use libfuzzer_sys::fuzz_target;
 
 const CAPS: Caps = Caps {
@@ -20,7 +20,7 @@ const CAPS: Caps = Caps {
 const NOW: u16 = 40_000;
 const TIMEOUT: u16 = 1_800;
 
-fn table(ids: bool) -> Box<dyn Store> {
+fn table(ids: bool) -> Box<dyn SwarmTable> {
     if ids {
         Box::new(Table::<20>::new(4, CAPS))
     } else {
@@ -28,7 +28,7 @@ fn table(ids: bool) -> Box<dyn Store> {
     }
 }
 
-fn counts(t: &dyn Store) -> Vec<([u8; 20], Counts)> {
+fn counts(t: &dyn SwarmTable) -> Vec<([u8; 20], Counts)> {
     let mut all = Vec::new();
     t.for_each(&mut |h, c| all.push((*h, c)));
     all.sort_unstable_by_key(|e| e.0);

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use hotpath_store::journal::seal;
 use hotpath_store::merge::Change;
-use hotpath_tracker::store::{Caps, PeerAnnounce, Selection, Store, Table};
+use hotpath_tracker::table::{Caps, PeerAnnounce, Selection, SwarmTable, Table};
 use hotpath_wire::bencode::{put_bytes, put_failure, put_int};
 use hotpath_wire::query::{write_announce, Announce, Event};
 use hotpath_wire::udp;

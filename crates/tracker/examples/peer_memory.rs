@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 
-use hotpath_tracker::store::{Caps, PeerAnnounce, Selection, Store, Table};
+use hotpath_tracker::table::{Caps, PeerAnnounce, Selection, SwarmTable, Table};
 use hotpath_wire::query::Event;
 
 fn rss_bytes() -> u64 {
@@ -36,7 +36,7 @@ fn main() {
     let base = rss_bytes();
     // The shard count users get by default.
     let shards = hotpath_config::TrackerConfig::default().shards;
-    let store: Box<dyn Store> = if ids {
+    let store: Box<dyn SwarmTable> = if ids {
         Box::new(Table::<20>::new(shards, caps))
     } else {
         Box::new(Table::<0>::new(shards, caps))
@@ -84,7 +84,7 @@ fn main() {
     store.save(0, &mut snapshot);
     let save_secs = t.elapsed().as_secs_f64();
     drop(store);
-    let fresh: Box<dyn Store> = if ids {
+    let fresh: Box<dyn SwarmTable> = if ids {
         Box::new(Table::<20>::new(shards, caps))
     } else {
         Box::new(Table::<0>::new(shards, caps))

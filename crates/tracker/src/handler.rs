@@ -18,7 +18,7 @@ use hotpath_wire::query::{self, is_global_unicast, Event, Id20};
 use hotpath_wire::udp;
 
 use crate::access::AccessView;
-use crate::store::{Counts, PeerAnnounce, Selection};
+use crate::table::{Counts, PeerAnnounce, Selection};
 use crate::Shared;
 
 /// Bodies at least this large are gzip-coded when the client accepts it.
@@ -144,7 +144,7 @@ impl TrackerWorker {
         }
         let (c, snatched) =
             self.shared
-                .store
+                .swarms
                 .announce(peer, now as u16, &mut self.rng, &mut self.sel)?;
         if let (true, Some(j)) = (snatched, &mut self.journal) {
             j.push(Change::Torrent {
@@ -278,7 +278,7 @@ impl TrackerWorker {
             }
             let shared = self.shared.clone();
             let mut view = shared.access.view();
-            shared.store.for_each(&mut |hash, c| {
+            shared.swarms.for_each(&mut |hash, c| {
                 if shared.access.check(&mut view, hash).is_none() {
                     entry(out, hash, c);
                 }
@@ -292,7 +292,7 @@ impl TrackerWorker {
                 if self.shared.access.check(&mut self.access, &hash).is_some() {
                     continue;
                 }
-                entry(out, &hash, self.shared.store.scrape(&hash));
+                entry(out, &hash, self.shared.swarms.scrape(&hash));
             }
         }
         out.extend_from_slice(b"ee");
@@ -435,7 +435,7 @@ impl ServiceWorker for TrackerWorker {
                     let c = if self.shared.access.check(&mut self.access, &hash).is_some() {
                         Counts::default()
                     } else {
-                        self.shared.store.scrape(&hash)
+                        self.shared.swarms.scrape(&hash)
                     };
                     udp::write_scrape_entry(out, c.seeders, c.completed, c.leechers);
                 }

@@ -1,7 +1,7 @@
 //! hotpath's BitTorrent tracker: open mode, in memory, over HTTP (BEP 3, 7, 23, 48) and UDP
 //! (BEP 15, 41).
 //!
-//! Owns: the swarm table ([`swarm`], [`store`]), peer selection and expiry, the access list
+//! Owns: the swarm table ([`swarm`], [`table`]), peer selection and expiry, the access list
 //! ([`access`]), UDP connection ids ([`connid`]), and the handlers that turn parsed requests
 //! into answers ([`handler`]), and what it hands the write-behind store ([`persist`]): completed
 //! downloads through each worker's journal, seeders/leechers snapshots on an interval. Must
@@ -11,8 +11,8 @@ pub mod access;
 pub mod connid;
 pub mod handler;
 pub mod persist;
-pub mod store;
 pub mod swarm;
+pub mod table;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use hotpath_service::{Background, Service, ServiceWorker};
 
 use access::AccessList;
 use connid::ConnectionIds;
-use store::{Caps, Store, Table};
+use table::{Caps, SwarmTable, Table};
 
 /// Counters of what the tracker refused or expired (the server counts requests).
 #[derive(Debug, Default)]
@@ -47,7 +47,7 @@ pub struct Shared {
     /// The tracker settings.
     pub cfg: hotpath_config::TrackerConfig,
     /// The swarm table.
-    pub store: Box<dyn Store>,
+    pub swarms: Box<dyn SwarmTable>,
     /// The access list.
     pub access: AccessList,
     /// UDP connection ids.
@@ -89,14 +89,14 @@ impl Tracker {
             max_peers_per_ip: cfg.max_peers_per_ip,
             max_idle_torrents: cfg.max_idle_torrents,
         };
-        let store: Box<dyn Store> = if cfg.keep_peer_ids {
+        let swarms: Box<dyn SwarmTable> = if cfg.keep_peer_ids {
             Box::new(Table::<20>::new(cfg.shards, caps))
         } else {
             Box::new(Table::<0>::new(cfg.shards, caps))
         };
         let access = AccessList::load(config.access_list.mode, &config.access_list.path)?;
         let persist = persist.map(|(db, restored)| {
-            add_completed(&*store, cfg.max_idle_torrents, &restored, &db.name);
+            add_completed(&*swarms, cfg.max_idle_torrents, &restored, &db.name);
             db
         });
         let swarms_dir = (persist.is_some() && cfg.persist_swarms)
@@ -110,7 +110,7 @@ impl Tracker {
         let tracker = Tracker {
             shared: Arc::new(Shared {
                 cfg,
-                store,
+                swarms,
                 access,
                 conn_ids: ConnectionIds::random(),
                 counters: TrackerCounters::default(),
@@ -136,7 +136,7 @@ impl Tracker {
                     };
                     let db = shared.persist.as_ref().expect("a store");
                     add_completed(
-                        &*shared.store,
+                        &*shared.swarms,
                         shared.cfg.max_idle_torrents,
                         restored,
                         &db.name,
@@ -188,7 +188,12 @@ impl Tracker {
 
 /// Adds the completed counts the database holds (and the journal's replay) to the swarm
 /// table; past `max_idle` torrents, keeps the counts scrapes are likeliest to ask for.
-fn add_completed(store: &dyn Store, max_idle: usize, restored: &hotpath_store::Restored, db: &str) {
+fn add_completed(
+    store: &dyn SwarmTable,
+    max_idle: usize,
+    restored: &hotpath_store::Restored,
+    db: &str,
+) {
     let mut completed: Vec<_> = restored.completed.iter().collect();
     if completed.len() > max_idle {
         completed.sort_unstable_by_key(|c| std::cmp::Reverse(c.1));
@@ -208,13 +213,13 @@ fn add_completed(store: &dyn Store, max_idle: usize, restored: &hotpath_store::R
 /// Runs the expiry sweeper: one shard at a time, spreading one pass over all shards across
 /// `sweep_interval_secs`, so no request waits for more than one shard's sweep.
 fn sweeper(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
-    let shards = shared.store.shards();
+    let shards = shared.swarms.shards();
     let pause = Duration::from_secs(u64::from(shared.cfg.sweep_interval_secs)) / shards as u32;
     let timeout = shared.cfg.peer_timeout_secs as u16;
     let mut i = 0;
     while !stop.load(Ordering::Relaxed) {
         let now = hotpath_service::process_secs() as u16;
-        let (dropped, freed) = shared.store.sweep(i, now, timeout);
+        let (dropped, freed) = shared.swarms.sweep(i, now, timeout);
         let c = &shared.counters;
         c.peers_expired.fetch_add(dropped as u64, Ordering::Relaxed);
         c.torrents_freed.fetch_add(freed as u64, Ordering::Relaxed);
@@ -234,7 +239,7 @@ impl Service for Tracker {
 
     fn write_metrics(&self, out: &mut String) {
         use std::fmt::Write as _;
-        let t = self.shared.store.totals();
+        let t = self.shared.swarms.totals();
         let c = &self.shared.counters;
         let gauges = [
             ("hotpath_tracker_torrents", "Torrents tracked.", t.torrents),
@@ -302,7 +307,7 @@ impl Service for Tracker {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
             );
         }
-        let h = self.shared.store.cap_hits();
+        let h = self.shared.swarms.cap_hits();
         let _ = writeln!(
             out,
             "# HELP hotpath_tracker_cap_hits_total Times a swarm cap was met, by cap (tracker.max_*).\n# TYPE hotpath_tracker_cap_hits_total counter"
@@ -327,7 +332,7 @@ impl Service for Tracker {
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
-        let t = self.shared.store.totals();
+        let t = self.shared.swarms.totals();
         let c = &self.shared.counters;
         let mut stats = vec![
             ("torrents", t.torrents as u64),

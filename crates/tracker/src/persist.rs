@@ -33,7 +33,7 @@ pub fn snapshotter(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
         due += every;
         let at = (shared.unix_base + i64::from(hotpath_service::process_secs())) as u32;
         let mut changes = Vec::with_capacity(CHUNK);
-        shared.store.for_each(&mut |hash, c| {
+        shared.swarms.for_each(&mut |hash, c| {
             if c.seeders + c.leechers == 0 {
                 return;
             }
@@ -103,8 +103,8 @@ pub fn save_swarms(shared: &Shared, dir: &Path) -> std::io::Result<(usize, usize
     let mut out = Vec::with_capacity(1 << 20);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&hotpath_store::unix_now().to_le_bytes());
-    out.push(shared.store.id_len() as u8);
-    let saved = shared.store.save(now, &mut out);
+    out.push(shared.swarms.id_len() as u8);
+    let saved = shared.swarms.save(now, &mut out);
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     let tmp = dir.join(format!("{SWARMS_FILE}.tmp"));
@@ -144,12 +144,12 @@ pub struct SnapshotHead<'a> {
     pub id_len: usize,
     /// Whether torrents carry a third count, the IPv6 addresses IPv4 peers gave (format 2).
     pub aliases: bool,
-    /// The torrents, for [`crate::store::Store::load`].
+    /// The torrents, for [`crate::table::SwarmTable::load`].
     pub body: &'a [u8],
 }
 
 /// Checks a snapshot file's magic and checksum and splits it into header and body (no I/O: the
-/// decoder the fuzz target drives, with [`crate::store::Store::load`]).
+/// decoder the fuzz target drives, with [`crate::table::SwarmTable::load`]).
 pub fn parse_snapshot(data: &[u8]) -> Result<SnapshotHead<'_>, &'static str> {
     const HEAD: usize = 8 + 8 + 1;
     if data.len() < HEAD + 4 || (&data[..8] != MAGIC && &data[..8] != MAGIC_V1) {
@@ -172,8 +172,9 @@ fn parse_and_load(shared: &Shared, data: &[u8]) -> Result<(usize, usize, u32), &
     let downtime = (hotpath_store::unix_now() - head.saved_at).clamp(0, i64::from(u32::MAX)) as u32;
     let now = hotpath_service::process_secs() as u16;
     let timeout = shared.cfg.peer_timeout_secs as u16;
-    let (t, p) = shared
-        .store
-        .load(head.body, head.id_len, head.aliases, now, downtime, timeout)?;
+    let (t, p) =
+        shared
+            .swarms
+            .load(head.body, head.id_len, head.aliases, now, downtime, timeout)?;
     Ok((t, p, downtime))
 }

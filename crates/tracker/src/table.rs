@@ -125,7 +125,7 @@ pub struct Totals {
 }
 
 /// The swarm table, whatever its record layout.
-pub trait Store: Send + Sync {
+pub trait SwarmTable: Send + Sync {
     /// Applies an announce and fills `sel`; returns the torrent's counts and whether this
     /// announce completed a download (a snatch). The error is a failure reason.
     fn announce(
@@ -325,7 +325,7 @@ fn counts<const I: usize>(t: &Torrent<I>) -> Counts {
     }
 }
 
-impl<const I: usize> Store for Table<I> {
+impl<const I: usize> SwarmTable for Table<I> {
     fn announce(
         &self,
         a: &PeerAnnounce,
