@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use clap::{Parser, Subcommand};
 
 use hotpath_config::Config;
 use hotpath_lua::LuaService;
@@ -13,46 +14,70 @@ use hotpath_server::RunningServer;
 use hotpath_service::{Composite, Service};
 use hotpath_tracker::Tracker;
 
+/// The command line: the one definition both the binary and the tests parse.
+#[derive(Parser, Debug)]
+#[command(name = "hotpath", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
 /// What the binary was asked to do.
+#[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run the server.
+    /// Run the server: the BitTorrent tracker (HTTP and UDP), popups and Lua routes as the
+    /// config enables them, the admin endpoints, and the write-behind store.
     Serve {
-        /// The config file, if any.
+        /// A TOML config file; without it every setting takes its default.
+        #[arg(long, short, value_name = "FILE")]
         config: Option<PathBuf>,
     },
-    /// Print the defaults, or check a file.
+    /// Print the full default configuration as commented TOML, or check a file.
     Config {
-        /// The file to check.
+        /// Check this file instead: parse and validate it, print errors naming the key.
+        #[arg(long, value_name = "FILE")]
         check: Option<PathBuf>,
     },
-    /// Run the load generator.
+    /// Load-test a server: HTTP/1.1 or the BEP 15 UDP tracker mix, closed loop or a fixed
+    /// rate, with latency percentiles, errors by class and objectives (exit status 2 when
+    /// one is missed).
     Bench(Box<hotpath_bench::Args>),
-    /// Check the host against the configuration.
+    /// Check this host's kernel and process limits against the configuration (exit status 1
+    /// when one would break a configured limit).
     Doctor {
-        /// The config file, if any.
+        /// The config file to check against; the defaults without it.
+        #[arg(long, short, value_name = "FILE")]
         config: Option<PathBuf>,
-        /// Print JSON.
+        /// Print the findings as JSON.
+        #[arg(long)]
         json: bool,
     },
-    /// Database schema commands.
+    /// Database commands: `migrate` applies pending schema migrations; `status` lists them
+    /// (exit status 1 when some are pending) and shows the journal; `refused` lists or
+    /// replays the rows the database refused.
     Db {
-        /// The config file, if any.
-        config: Option<PathBuf>,
         /// What to do.
+        #[command(subcommand)]
         action: DbAction,
+        /// The config file whose [store] to use; the defaults (data/hotpath.db) without it.
+        #[arg(long, short, global = true, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
 }
 
 /// `hotpath db …`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DbAction {
-    /// Apply pending migrations.
+    /// Apply pending schema migrations.
     Migrate,
-    /// Show the schema version, pending migrations, the journal and refused rows.
+    /// Show applied and pending migrations, the journal and refused rows; only reads.
     Status,
-    /// List the refused rows, or write them again.
+    /// List the rows the database refused (kept in data_dir/refused.jsonl), or write them
+    /// again once their cause is fixed.
     Refused {
-        /// Write them again.
+        /// Write them again: rows still refused go back to the file.
+        #[arg(long)]
         replay: bool,
     },
 }
@@ -289,4 +314,35 @@ fn refused(
         println!("  line {n}: unreadable: {why}");
     }
     Ok(u8::from(!entries.is_empty()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn the_command_line_is_well_formed_and_parses_what_the_readme_shows() {
+        Cli::command().debug_assert();
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.command);
+        assert!(matches!(
+            parse(&["hotpath", "serve", "-c", "x.toml"]),
+            Ok(Command::Serve { config: Some(_) })
+        ));
+        assert!(matches!(
+            parse(&["hotpath", "config", "--check", "x.toml"]),
+            Ok(Command::Config { check: Some(_) })
+        ));
+        assert!(matches!(
+            parse(&["hotpath", "db", "refused", "--replay", "--config", "x.toml"]),
+            Ok(Command::Db {
+                action: DbAction::Refused { replay: true },
+                config: Some(_)
+            })
+        ));
+        let e = parse(&["hotpath", "serve", "--bogus"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--bogus"), "{e}");
+    }
 }
