@@ -44,6 +44,7 @@ pub mod journal;
 pub mod merge;
 pub mod migrations;
 pub mod refused;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 use std::collections::HashMap;
