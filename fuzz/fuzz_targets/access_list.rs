@@ -12,6 +12,6 @@ fuzz_target!(|data: &[u8]| {
     };
     match parse_list(text) {
         Ok(set) => assert!(set.len() * 40 <= text.len()),
-        Err(e) => assert!(e.starts_with("line ")),
+        Err(e) => assert!(e.line >= 1 && e.got.len() <= 80 && e.to_string().starts_with("line ")),
     }
 });

@@ -165,17 +165,17 @@ fn services(config: &Config) -> anyhow::Result<(Arc<Tracker>, Arc<dyn Service>)>
         None
     };
     let store = persist.as_ref().map(|(s, _)| s.clone());
-    let tracker = Arc::new(Tracker::with_store(config, persist).map_err(anyhow::Error::msg)?);
+    let tracker = Arc::new(Tracker::with_store(config, persist).context("tracker")?);
     // The tracker first (it answers UDP), then the popup service, then the Lua routes: a
     // path the tracker or the popups serve is theirs.
     let mut all: Vec<Arc<dyn Service>> = vec![tracker.clone()];
     if let (Some(store), true) = (store.clone(), config.popups.enabled) {
-        let popups = Popups::new(&config.popups, &config.store.data_dir, store)
-            .map_err(anyhow::Error::msg)?;
+        let popups =
+            Popups::new(&config.popups, &config.store.data_dir, store).context("popups")?;
         all.push(Arc::new(popups));
     }
     if !config.lua.routes.is_empty() {
-        let lua = LuaService::new(&config.lua, store).map_err(anyhow::Error::msg)?;
+        let lua = LuaService::new(&config.lua, store).context("lua")?;
         log::info!("lua: {} routes", config.lua.routes.len());
         all.push(Arc::new(lua));
     }

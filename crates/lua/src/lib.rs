@@ -11,6 +11,7 @@
 //! Lua 5.4 rather than LuaJIT: LuaJIT does not run instruction hooks inside compiled traces
 //! and cannot cap a VM's memory, so neither the budget nor the cap would hold there.
 
+mod error;
 pub mod pattern;
 mod req;
 pub mod shared;
@@ -29,7 +30,7 @@ use std::time::Duration;
 
 use hotpath_config::LuaConfig;
 use hotpath_service::{
-    Context, Handled, HttpResponse, Kind, Outcome, Request, Service, ServiceWorker,
+    Context, Handled, HttpResponse, Kind, Outcome, ReloadError, Request, Service, ServiceWorker,
 };
 use parking_lot::{Mutex, RwLock};
 
@@ -40,6 +41,7 @@ use crate::tcp::{PoolSettings, TcpCounters, TcpHandle};
 use crate::udp::{UdpCounters, UdpPool};
 use crate::vm::{Env, Failure, Limits, Parked, Script, Step, Vm};
 
+pub use crate::error::LuaError;
 pub use crate::vm::json_decode;
 
 /// Journal numbers of the Lua workers (the tracker's are 0.., the popup service's 65536..).
@@ -180,10 +182,13 @@ impl Inner {
 
     /// Reads every script and loads them into a VM of their own (which is then dropped):
     /// what a worker would meet, found before any worker meets it.
-    fn read_and_check(&self) -> Result<Vec<Script>, String> {
+    fn read_and_check(&self) -> Result<Vec<Script>, LuaError> {
         let mut scripts = Vec::with_capacity(self.files.len());
         for f in &self.files {
-            let source = std::fs::read(f).map_err(|e| format!("{f}: cannot read: {e}"))?;
+            let source = std::fs::read(f).map_err(|source| LuaError::Read {
+                path: f.clone(),
+                source,
+            })?;
             scripts.push(Script {
                 name: f.clone(),
                 source,
@@ -208,7 +213,7 @@ pub struct LuaService {
 impl LuaService {
     /// Reads and checks every script of `cfg`'s routes; an error names the script. With a
     /// store, `hp.store` writes behind to it.
-    pub fn new(cfg: &LuaConfig, store: Option<Arc<Store>>) -> Result<LuaService, String> {
+    pub fn new(cfg: &LuaConfig, store: Option<Arc<Store>>) -> Result<LuaService, LuaError> {
         let mb = |m: u64| usize::try_from(m << 20).unwrap_or(usize::MAX);
         let inner = Inner {
             router: Router::new(cfg),
@@ -416,7 +421,7 @@ impl Service for LuaService {
         }
     }
 
-    fn reload(&self) -> Result<String, String> {
+    fn reload(&self) -> Result<String, ReloadError> {
         let inner = &self.inner;
         match inner.read_and_check() {
             Ok(scripts) => {
@@ -431,7 +436,7 @@ impl Service for LuaService {
                     .counters
                     .reload_failures
                     .fetch_add(1, Ordering::Relaxed);
-                Err(format!("lua: {e}; the scripts before keep serving"))
+                Err(e.into())
             }
         }
     }

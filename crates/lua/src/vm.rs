@@ -20,7 +20,7 @@ use hotpath_store::{Change, JournalWriter, MAX_NAME_LEN, MAX_ROW_LEN, MAX_USER_L
 use crate::shared::{SharedDict, Val};
 use crate::tcp::{TcpHandle, Until};
 use crate::udp::{UdpCounters, UdpPool};
-use crate::Counters;
+use crate::{Counters, LuaError};
 
 /// The budget is checked every this many VM instructions.
 const CHECK_EVERY: u32 = 1000;
@@ -249,8 +249,11 @@ fn sandbox(lua: &Lua, module_dir: &std::path::Path) -> mlua::Result<()> {
     Ok(())
 }
 
-fn lua_error(e: mlua::Error) -> String {
-    e.to_string()
+fn script_error(s: &Script, message: String) -> LuaError {
+    LuaError::Script {
+        script: s.name.clone(),
+        message,
+    }
 }
 
 impl Vm {
@@ -262,15 +265,15 @@ impl Vm {
         pool: Rc<RefCell<UdpPool>>,
         journal: Option<Rc<RefCell<JournalWriter>>>,
         tcp: Option<Rc<RefCell<TcpHandle>>>,
-    ) -> Result<Vm, String> {
+    ) -> Result<Vm, LuaError> {
         let lua = if env.unsafe_stdlib {
-            Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default()).map_err(lua_error)?
+            Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())?
         } else {
-            let lua = Lua::new_with(sandbox_libs(), LuaOptions::default()).map_err(lua_error)?;
-            sandbox(&lua, &env.module_dir).map_err(lua_error)?;
+            let lua = Lua::new_with(sandbox_libs(), LuaOptions::default())?;
+            sandbox(&lua, &env.module_dir)?;
             lua
         };
-        lua.set_memory_limit(env.limits.memory).map_err(lua_error)?;
+        lua.set_memory_limit(env.limits.memory)?;
         let budget = Rc::new(Budget {
             active: Cell::new(false),
             used: Cell::new(0),
@@ -285,17 +288,17 @@ impl Vm {
         );
         let b = budget.clone();
         let charge: crate::strlib::Charge = Rc::new(move |n| b.charge(n));
-        crate::strlib::install(&lua, charge.clone(), env.limits.memory).map_err(lua_error)?;
-        install_api(&lua, env, pool.clone(), charge).map_err(lua_error)?;
-        let mark = install_tcp(&lua, pool, tcp, budget.clone()).map_err(lua_error)?;
-        install_store(&lua, journal, budget.clone()).map_err(lua_error)?;
+        crate::strlib::install(&lua, charge.clone(), env.limits.memory)?;
+        install_api(&lua, env, pool.clone(), charge)?;
+        let mark = install_tcp(&lua, pool, tcp, budget.clone())?;
+        install_store(&lua, journal, budget.clone())?;
         let globals = lua.globals();
         let mut handlers = Vec::with_capacity(scripts.len());
         let mut in_coroutine = Vec::with_capacity(scripts.len());
         for s in scripts {
-            let scope = lua.create_table().map_err(lua_error)?;
-            let meta = lua.create_table().map_err(lua_error)?;
-            meta.raw_set("__index", &globals).map_err(lua_error)?;
+            let scope = lua.create_table()?;
+            let meta = lua.create_table()?;
+            meta.raw_set("__index", &globals)?;
             scope.set_metatable(Some(meta));
             budget.start();
             let mut chunk = lua.load(&s.source[..]);
@@ -306,18 +309,18 @@ impl Vm {
                 .set_name(format!("@{}", s.name))
                 .set_environment(scope.clone())
                 .into_function()
-                .map_err(|e| format!("{}: {e}", s.name))?;
+                .map_err(|e| script_error(s, e.to_string()))?;
             env.counters.compiles.fetch_add(1, Ordering::Relaxed);
             chunk
                 .call::<()>(())
-                .map_err(|e| format!("{}: {e}", s.name))?;
+                .map_err(|e| script_error(s, e.to_string()))?;
             in_coroutine.push(s.source.windows(6).any(|w| w == b"hp.tcp"));
-            match scope.raw_get::<Value>("handle").map_err(lua_error)? {
+            match scope.raw_get::<Value>("handle")? {
                 Value::Function(f) => handlers.push(f),
-                _ => return Err(format!("{}: defines no function handle(req)", s.name)),
+                _ => return Err(script_error(s, "defines no function handle(req)".into())),
             }
         }
-        let req = lua.create_userdata(Req::default()).map_err(lua_error)?;
+        let req = lua.create_userdata(Req::default())?;
         Ok(Vm {
             lua,
             handlers,

@@ -15,6 +15,7 @@
 
 pub mod api;
 pub mod decide;
+mod error;
 pub mod model;
 pub mod service;
 pub mod spent;
@@ -24,5 +25,6 @@ pub mod users;
 pub use hotpath_wire::popup_token as token;
 
 pub use decide::{Action, Catalog, Seen, Viewer};
+pub use error::PopupsError;
 pub use model::{Frequency, Popup, Targeting, Version, Wait};
 pub use service::Popups;

@@ -27,6 +27,7 @@ use crate::model::Popup;
 use crate::spent::Spend;
 use crate::token::Signer;
 use crate::users::{Found, UserState, Users};
+use crate::PopupsError;
 
 /// Journal numbers of the popup workers start here (the tracker's workers use 0..).
 pub const JOURNAL_BASE: u32 = 1 << 16;
@@ -177,25 +178,25 @@ fn unix_day(unix: u64) -> u32 {
 
 /// The signing secret: the configured one, else the one kept in `data_dir/popups.secret`
 /// (made on first start), so tokens stay valid across restarts.
-fn secret(cfg: &PopupsConfig, data_dir: &str) -> Result<Vec<u8>, String> {
+fn secret(cfg: &PopupsConfig, data_dir: &str) -> Result<Vec<u8>, PopupsError> {
     if !cfg.token_secret.is_empty() {
         return Ok(cfg.token_secret.as_bytes().to_vec());
     }
     let path = Path::new(data_dir).join("popups.secret");
     match std::fs::read(&path) {
         Ok(s) if s.len() >= 16 => Ok(s),
-        Ok(_) => Err(format!("{}: shorter than 16 bytes", path.display())),
+        Ok(_) => Err(PopupsError::SecretTooShort { path }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut raw = [0u8; 32];
-            getrandom::getrandom(&mut raw).map_err(|e| format!("random secret: {e}"))?;
+            getrandom::getrandom(&mut raw).map_err(PopupsError::Random)?;
             let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
             let tmp = path.with_extension("tmp");
-            std::fs::write(&tmp, &hex)
-                .and_then(|()| std::fs::rename(&tmp, &path))
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            Ok(hex.into_bytes())
+            match std::fs::write(&tmp, &hex).and_then(|()| std::fs::rename(&tmp, &path)) {
+                Ok(()) => Ok(hex.into_bytes()),
+                Err(source) => Err(PopupsError::Secret { path, source }),
+            }
         }
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Err(source) => Err(PopupsError::Secret { path, source }),
     }
 }
 
@@ -225,7 +226,11 @@ fn parse_all(rows: &[(u32, String)], reported: &mut HashSet<(u32, String)>) -> V
 
 impl Popups {
     /// The service on an opened store: popups and today's shows read from the database.
-    pub fn new(cfg: &PopupsConfig, data_dir: &str, store: Arc<Store>) -> Result<Popups, String> {
+    pub fn new(
+        cfg: &PopupsConfig,
+        data_dir: &str,
+        store: Arc<Store>,
+    ) -> Result<Popups, PopupsError> {
         let signer = Signer::new(&secret(cfg, data_dir)?);
         let unix_base = hotpath_store::unix_now() - i64::from(process_secs());
         let today = unix_day(hotpath_store::unix_now() as u64);
@@ -234,10 +239,10 @@ impl Popups {
         let (popups, shows) = if store.online() {
             let rows = store
                 .read(|b| b.popups())
-                .map_err(|e| format!("popups: {e}"))?;
+                .map_err(PopupsError::store("the catalog"))?;
             let shows = store
                 .popup_daily(today)
-                .map_err(|e| format!("popups: today's shows: {e}"))?;
+                .map_err(PopupsError::store("today's shows"))?;
             let popups = parse_all(&rows, &mut HashSet::new());
             log::info!(
                 "popups: {} popups, {} shown today so far",
@@ -477,9 +482,12 @@ impl Shared {
         }
     }
 
-    fn poll_catalog(&self, reported: &mut HashSet<(u32, String)>) -> Result<(), String> {
+    fn poll_catalog(&self, reported: &mut HashSet<(u32, String)>) -> Result<(), PopupsError> {
         let _held = self.catalog_lock.lock();
-        let rows = self.store.read(|b| b.popups()).map_err(|e| e.to_string())?;
+        let rows = self
+            .store
+            .read(|b| b.popups())
+            .map_err(PopupsError::store("the catalog"))?;
         if !self.catalog_read.load(Ordering::Acquire) {
             // The first read after a start without the database: today's shows first, so
             // no daily cap is passed once the popups are live.
@@ -487,7 +495,7 @@ impl Shared {
             let shows = self
                 .store
                 .popup_daily(today)
-                .map_err(|e| format!("today's shows: {e}"))?;
+                .map_err(PopupsError::store("today's shows"))?;
             {
                 let mut daily = self.daily.write();
                 daily.day = today;

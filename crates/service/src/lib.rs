@@ -1,5 +1,5 @@
-//! The contract between the network server and the services it runs (the tracker today; the
-//! popup service and Lua routes later). The server owns sockets, framing, timers and metrics of
+//! The contract between the network server and the services it runs (the tracker, popups and
+//! Lua routes). The server owns sockets, framing, timers and metrics of
 //! requests; a service owns its rules and state and sees only parsed requests and reused output
 //! buffers.
 //!
@@ -159,6 +159,9 @@ impl From<(Kind, Outcome)> for Handled {
     }
 }
 
+/// Why a reload left a service as it was: each service's own error type, boxed.
+pub type ReloadError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Wakes one worker's event loop from another thread, so it asks again about the requests
 /// its service parked.
 pub type Wake = Arc<dyn Fn() + Send + Sync>;
@@ -251,7 +254,7 @@ pub trait Service: Send + Sync + 'static {
     }
 
     /// Reloads what can be reloaded without a restart (SIGHUP); the text says what happened.
-    fn reload(&self) -> Result<String, String> {
+    fn reload(&self) -> Result<String, ReloadError> {
         Ok("nothing to reload".into())
     }
 
@@ -334,12 +337,21 @@ impl Service for Composite {
             .collect()
     }
 
-    fn reload(&self) -> Result<String, String> {
-        let mut said = Vec::new();
+    /// Reloads every service, even after one fails: a bad access list file does not keep a
+    /// script from reloading. Fails with every failure when one did.
+    fn reload(&self) -> Result<String, ReloadError> {
+        let (mut said, mut failed) = (Vec::new(), Vec::new());
         for s in &self.services {
-            said.push(s.reload()?);
+            match s.reload() {
+                Ok(text) => said.push(text),
+                Err(e) => failed.push(format!("{}: {e}", s.name())),
+            }
         }
-        Ok(said.join("; "))
+        if failed.is_empty() {
+            Ok(said.join("; "))
+        } else {
+            Err(failed.join("; ").into())
+        }
     }
 
     fn background(&self) -> Vec<Background> {
@@ -355,4 +367,45 @@ pub fn process_secs() -> u32 {
         .get_or_init(std::time::Instant::now)
         .elapsed()
         .as_secs() as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Reloads(&'static str, bool, AtomicBool);
+
+    impl Service for Reloads {
+        fn worker(&self, _index: usize) -> Box<dyn ServiceWorker> {
+            unreachable!("not served")
+        }
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn reload(&self) -> Result<String, ReloadError> {
+            self.2.store(true, std::sync::atomic::Ordering::SeqCst);
+            if self.1 {
+                Ok(format!("{} reloaded", self.0))
+            } else {
+                Err("bad file".into())
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_reload_does_not_keep_the_others_from_reloading() {
+        let (a, b, c) = (
+            Arc::new(Reloads("a", true, AtomicBool::new(false))),
+            Arc::new(Reloads("b", false, AtomicBool::new(false))),
+            Arc::new(Reloads("c", true, AtomicBool::new(false))),
+        );
+        let all = Composite::new(vec![a.clone(), b.clone(), c.clone()]);
+        let e = all.reload().unwrap_err().to_string();
+        assert_eq!(e, "b: bad file");
+        for s in [&a, &b, &c] {
+            assert!(s.2.load(std::sync::atomic::Ordering::SeqCst), "{}", s.0);
+        }
+        let ok = Composite::new(vec![a, c]);
+        assert_eq!(ok.reload().unwrap(), "a reloaded; c reloaded");
+    }
 }

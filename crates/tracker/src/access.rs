@@ -12,6 +12,8 @@ use parking_lot::Mutex;
 use hotpath_config::AccessListMode;
 use hotpath_wire::query::Id20;
 
+use crate::{BadLine, TrackerError};
+
 /// The shared, reloadable list.
 #[derive(Debug)]
 pub struct AccessList {
@@ -37,7 +39,7 @@ pub struct AccessView {
 }
 
 /// Parses a list: one 40-character hex hash per line; blank lines and `#` comments allowed.
-pub fn parse_list(text: &str) -> Result<HashSet<Id20>, String> {
+pub fn parse_list(text: &str) -> Result<HashSet<Id20>, BadLine> {
     let mut set = HashSet::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -60,10 +62,15 @@ pub fn parse_list(text: &str) -> Result<HashSet<Id20>, String> {
                 set.insert(id);
             }
             None => {
-                return Err(format!(
-                    "line {}: expected a 40-character hex info hash, got {line:?}",
-                    n + 1
-                ))
+                let mut got = line.to_string();
+                if got.len() > 80 {
+                    let mut cut = 80;
+                    while !got.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    got.truncate(cut);
+                }
+                return Err(BadLine { line: n + 1, got });
             }
         }
     }
@@ -72,7 +79,7 @@ pub fn parse_list(text: &str) -> Result<HashSet<Id20>, String> {
 
 impl AccessList {
     /// Loads the list named by the config (nothing when the mode is off).
-    pub fn load(mode: AccessListMode, path: &str) -> Result<AccessList, String> {
+    pub fn load(mode: AccessListMode, path: &str) -> Result<AccessList, TrackerError> {
         let list = AccessList {
             mode,
             path: path.to_string(),
@@ -86,15 +93,25 @@ impl AccessList {
         Ok(list)
     }
 
+    /// Whether and how the list applies (`access_list.mode`).
+    pub fn mode(&self) -> AccessListMode {
+        self.mode
+    }
+
     /// Re-reads the file (if one is configured); on error the old list stays in force.
     /// Returns the size of the whole list.
-    pub fn reload(&self) -> Result<usize, String> {
+    pub fn reload(&self) -> Result<usize, TrackerError> {
         if self.mode == AccessListMode::Off || self.path.is_empty() {
             return Ok(self.len());
         }
-        let text = std::fs::read_to_string(&self.path)
-            .map_err(|e| format!("access list {}: {e}", self.path))?;
-        let set = parse_list(&text).map_err(|e| format!("access list {}: {e}", self.path))?;
+        let path = || self.path.clone();
+        let text =
+            std::fs::read_to_string(&self.path).map_err(|source| TrackerError::AccessRead {
+                path: path(),
+                source,
+            })?;
+        let set =
+            parse_list(&text).map_err(|bad| TrackerError::AccessLine { path: path(), bad })?;
         Ok(self.swap(|s| s.file = set))
     }
 
@@ -183,8 +200,11 @@ mod tests {
         let good = "# comment\n\n0123456789abcdef0123456789ABCDEF01234567  # trailing\n";
         assert_eq!(parse_list(good).unwrap().len(), 1);
         let err = parse_list("0123\n").unwrap_err();
-        assert!(err.starts_with("line 1:"), "{err}");
+        assert_eq!((err.line, err.got.as_str()), (1, "0123"));
         let err = parse_list(&format!("{}\nzz{}\n", "a".repeat(40), "0".repeat(38))).unwrap_err();
-        assert!(err.starts_with("line 2:"), "{err}");
+        assert_eq!(err.line, 2);
+        assert!(err.to_string().starts_with("line 2: expected"), "{err}");
+        let long = "é".repeat(100);
+        assert!(parse_list(&long).unwrap_err().got.len() <= 80);
     }
 }

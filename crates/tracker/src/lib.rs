@@ -9,6 +9,7 @@
 
 pub mod access;
 pub mod connid;
+mod error;
 pub mod handler;
 pub mod persist;
 pub mod swarm;
@@ -19,10 +20,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hotpath_config::Config;
-use hotpath_service::{Background, Service, ServiceWorker};
+use hotpath_service::{Background, ReloadError, Service, ServiceWorker};
 
 use access::AccessList;
 use connid::ConnectionIds;
+pub use error::{BadLine, TrackerError};
 use table::{Caps, SwarmTable, Table};
 
 /// Counters of what the tracker refused or expired (the server counts requests).
@@ -71,7 +73,7 @@ pub struct Tracker {
 
 impl Tracker {
     /// Builds the tracker without persistence; fails when the access list cannot be read.
-    pub fn new(config: &Config) -> Result<Tracker, String> {
+    pub fn new(config: &Config) -> Result<Tracker, TrackerError> {
         Tracker::with_store(config, None)
     }
 
@@ -80,7 +82,7 @@ impl Tracker {
     pub fn with_store(
         config: &Config,
         persist: Option<(Arc<hotpath_store::Store>, hotpath_store::Restored)>,
-    ) -> Result<Tracker, String> {
+    ) -> Result<Tracker, TrackerError> {
         let cfg = config.tracker.clone();
         let caps = Caps {
             max_torrents: cfg.max_torrents,
@@ -105,7 +107,7 @@ impl Tracker {
         let access_db_reload = (al.database && al.mode != hotpath_config::AccessListMode::Off)
             .then_some(al.reload_secs);
         if let (Some(_), None) = (access_db_reload, &persist) {
-            return Err("access_list.database needs the store (store.enabled = true)".into());
+            return Err(TrackerError::AccessNeedsStore);
         }
         let tracker = Tracker {
             shared: Arc::new(Shared {
@@ -360,7 +362,10 @@ impl Service for Tracker {
         stats
     }
 
-    fn reload(&self) -> Result<String, String> {
+    fn reload(&self) -> Result<String, ReloadError> {
+        if self.shared.access.mode() == hotpath_config::AccessListMode::Off {
+            return Ok("access list off: nothing to reload".into());
+        }
         let mut n = self.shared.access.reload()?;
         if self.shared.access_db_reload.is_some() {
             n = persist::reload_access_from_db(&self.shared)?;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use hotpath_store::Change;
 
-use crate::Shared;
+use crate::{Shared, TrackerError};
 
 /// Changes handed to the store at a time, so a snapshot of many torrents needs little memory.
 const CHUNK: usize = 4096;
@@ -55,14 +55,17 @@ pub fn snapshotter(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
 
 /// Reads the access list's rows from the database (`hp_access_list`) into the list; returns
 /// the size of the whole list. On an error the list stays as it was.
-pub fn reload_access_from_db(shared: &Shared) -> Result<usize, String> {
+pub fn reload_access_from_db(shared: &Shared) -> Result<usize, TrackerError> {
     let db = shared
         .persist
         .as_ref()
-        .ok_or("access_list.database needs the store")?;
+        .ok_or(TrackerError::AccessNeedsStore)?;
     let rows = db
         .read(|b| b.access_list())
-        .map_err(|e| format!("access list from {}: {e}", db.name))?;
+        .map_err(|source| TrackerError::AccessDb {
+            db: db.name.clone(),
+            source,
+        })?;
     Ok(shared.access.set_database(rows))
 }
 
