@@ -188,7 +188,7 @@ fn secret(cfg: &PopupsConfig, data_dir: &str) -> Result<Vec<u8>, PopupsError> {
         Ok(_) => Err(PopupsError::SecretTooShort { path }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut raw = [0u8; 32];
-            getrandom::getrandom(&mut raw).map_err(PopupsError::Random)?;
+            getrandom::fill(&mut raw).map_err(PopupsError::Random)?;
             let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
             let tmp = path.with_extension("tmp");
             match std::fs::write(&tmp, &hex).and_then(|()| std::fs::rename(&tmp, &path)) {

@@ -35,7 +35,7 @@ pub fn tcp_listener(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpL
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
-    socket.set_nodelay(true)?;
+    socket.set_tcp_nodelay(true)?;
     socket.bind(&addr.into())?;
     socket.listen(backlog.min(i32::MAX as u32) as i32)?;
     Ok(socket.into())

@@ -22,7 +22,7 @@ impl ConnectionIds {
     /// With a key from the OS random source.
     pub fn random() -> Self {
         let mut key = [0u8; 16];
-        getrandom::getrandom(&mut key).expect("the OS random source works");
+        getrandom::fill(&mut key).expect("the OS random source works");
         Self { key }
     }
 
