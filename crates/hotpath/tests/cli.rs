@@ -91,7 +91,8 @@ fn serve_stops_cleanly_on_sigterm() {
             .unwrap(),
     );
     let child = &mut child.0;
-    std::thread::sleep(Duration::from_millis(500));
+    // Stopped once it serves (its log says where), not after a guessed time.
+    let (_addr, reader) = http_address(child);
     let pid = child.id().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])
@@ -107,6 +108,7 @@ fn serve_stops_cleanly_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status:?}");
+    reader.join().unwrap();
     std::fs::remove_file(file).unwrap();
 }
 

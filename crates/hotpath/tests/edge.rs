@@ -316,8 +316,7 @@ fn past_the_buffer_budget_connections_are_held_small_and_still_answered() {
             conns.push((s, writer));
         }
     }
-    // Nobody reads for a while: the buffers fill up to the budget and stop there.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Nobody reads: the buffers fill up to the budget and stop there.
     let mut admin = Client::connect(server.admin_addr().unwrap());
     let metric = |admin: &mut Client, name: &str| -> f64 {
         let text = String::from_utf8(admin.get("/metrics").body).unwrap();
@@ -325,6 +324,11 @@ fn past_the_buffer_budget_connections_are_held_small_and_still_answered() {
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
             .unwrap()
     };
+    wait_until(
+        "the buffer budget to be reached",
+        Duration::from_secs(20),
+        || metric(&mut admin, "hotpath_connection_buffer_held_total") > 0.0,
+    );
     let held_bytes = metric(&mut admin, "hotpath_connection_buffer_bytes");
     // The budget, plus at most one small output buffer and read buffer per connection.
     assert!(

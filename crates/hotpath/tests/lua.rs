@@ -7,7 +7,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{data_dir, start, test_config, Client};
+use common::{data_dir, start, test_config, wait_until, Client};
 use hotpath_config::{Config, LuaRoute};
 
 /// Writes `scripts` (name, source) into a fresh directory; routes them at `/NAME` (a name
@@ -225,8 +225,14 @@ fn the_shared_dictionary_is_one_for_all_workers() {
     // Another connection (on either worker) sees both, then only the one without a TTL.
     let mut other = Client::connect(http);
     assert_eq!(body(&other.get("/get?k=a")), "1");
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(body(&other.get("/get?k=a")), "nil");
+    let set = Instant::now();
+    wait_until("the TTL to pass", Duration::from_secs(10), || {
+        body(&other.get("/get?k=a")) == "nil"
+    });
+    assert!(
+        set.elapsed() >= Duration::from_millis(250),
+        "gone before its TTL"
+    );
     assert_eq!(body(&other.get("/get?k=b")), "2");
     server.shutdown().unwrap();
 }
@@ -525,7 +531,11 @@ fn acknowledged_checkins_survive_kill_9() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Kill it in full flow: once a few hundred rows were acknowledged (or 10 s passed).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while acked.load(Ordering::Relaxed) < 300 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     p.signal("-KILL");
     stop.store(true, Ordering::Relaxed);
     for t in threads {

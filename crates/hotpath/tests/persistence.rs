@@ -8,9 +8,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{announce_target, failure, server_addr, via, Client, Proc, Proxy};
+use common::{announce_target, failure, server_addr, via, wait_until, Client, Proc, Proxy};
 use hotpath_store::backend::{self, Dialect};
 use hotpath_store::testing::{test_db, TestDb};
 use hotpath_wire::query::Event;
@@ -41,14 +41,6 @@ fn db_completed(db: &TestDb) -> u64 {
     let mut sum = 0;
     b.torrents(&mut |_, t| sum += t.completed).unwrap();
     sum
-}
-
-fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Clients that each announce new peers completing downloads, one request at a time on a
@@ -154,7 +146,7 @@ fn kill9_loses_nothing_acknowledged(d: Dialect) {
     let mut server = Proc::spawn(&config, &db.dir);
     let load = Load::start(server.http, 4);
     // Each completion takes three requests (join, complete, leave).
-    wait_for("acknowledged completions", Duration::from_secs(60), || {
+    wait_until("acknowledged completions", Duration::from_secs(60), || {
         load.acked() >= 1000
     });
     let status = server.signal("-KILL");
@@ -188,7 +180,7 @@ fn kill9_loses_nothing_acknowledged(d: Dialect) {
 /// flight at a kill (journaled, their answers lost with the process) are there too. The
 /// tracker's scrapes of torrents 1..=`torrents` report what the database holds.
 fn caught_up(db: &TestDb, server: &Proc, torrents: u8, (sent, acked): (u64, u64)) -> u64 {
-    wait_for(
+    wait_until(
         "the journal to reach the database",
         Duration::from_secs(30),
         || db_completed(db) >= acked,
@@ -228,7 +220,7 @@ fn database_outage_loses_nothing(d: Dialect) {
     let config = write_config(&db, &via(&db.url, proxy.addr), "");
     let mut server = Proc::spawn(&config, &db.dir);
     let load = Load::start(server.http, 2);
-    wait_for("load", Duration::from_secs(30), || load.acked() >= 200);
+    wait_until("load", Duration::from_secs(30), || load.acked() >= 200);
 
     proxy.set_up(false);
     let before = load.acked();
@@ -247,7 +239,7 @@ fn database_outage_loses_nothing(d: Dialect) {
 fn recover(proxy: &Proxy, load: Load, db: &TestDb, server: &mut Proc) {
     proxy.set_up(true);
     let (_, acked) = load.finish();
-    wait_for(
+    wait_until(
         "the backlog to reach the database",
         Duration::from_secs(30),
         || db_completed(db) == acked,
@@ -266,7 +258,7 @@ fn a_full_journal_refuses_completions_and_keeps_answering_the_rest() {
     let mut server = Proc::spawn(&config, &db.dir);
     proxy.set_up(false);
     let load = Load::start(server.http, 2);
-    wait_for("refusals", Duration::from_secs(60), || {
+    wait_until("refusals", Duration::from_secs(60), || {
         !load.refused.lock().unwrap().is_empty()
     });
     let refused = load.refused.lock().unwrap()[0].clone();
@@ -461,7 +453,7 @@ fn a_restart_during_an_outage_answers_and_catches_up(d: Dialect) {
     let (mut sent, mut acked) = (0, 0);
     let run = |server: &Proc, n: u64| {
         let load = Load::start(server.http, 2);
-        wait_for("acknowledged completions", Duration::from_secs(60), || {
+        wait_until("acknowledged completions", Duration::from_secs(60), || {
             load.acked() >= n
         });
         (load, n)
@@ -507,14 +499,14 @@ fn a_restart_during_an_outage_answers_and_catches_up(d: Dialect) {
     let mut server = Proc::spawn(&config, &db.dir);
     let (load, _) = run(&server, 100);
     proxy.set_up(true);
-    wait_for(
+    wait_until(
         "the database to be reached",
         Duration::from_secs(30),
         || server.metric("hotpath_store_database_reached") == 1.0,
     );
     let (s, a) = load.finish();
     let stored = caught_up(&db, &server, 2, (sent + s, acked + a));
-    wait_for("the popup catalog", Duration::from_secs(10), || {
+    wait_until("the popup catalog", Duration::from_secs(10), || {
         let r = popup(&server);
         r.status == 200 && String::from_utf8_lossy(&r.body).contains("\"id\":1")
     });
@@ -562,7 +554,7 @@ fn the_access_list_follows_the_database() {
         "INSERT INTO hp_access_list (info_hash, note) VALUES (X'{hex}', 'added by hand')"
     ))
     .unwrap();
-    wait_for(
+    wait_until(
         "the reloader to pick the row up",
         Duration::from_secs(10),
         || failure(&c.get(&announce_target(&a)).body).is_none(),

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Client, Proc, Resp};
+use common::{wait_until, Client, Proc, Resp};
 use hotpath_store::backend::{self, Dialect};
 use hotpath_store::testing::{test_db, TestDb};
 use hotpath_store::{CLICK, CLOSE, SHOWN};
@@ -83,12 +83,8 @@ fn event(c: &mut Client, user: &str, popup: u64, action: &str, token: &str) -> R
 }
 
 /// Waits until `f` holds (the flusher writes every 100 ms).
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn eventually(what: &str, f: impl FnMut() -> bool) {
+    wait_until(what, Duration::from_secs(15), f);
 }
 
 fn event_count(db: &TestDb, popup: u32, action: u8) -> u64 {
@@ -463,9 +459,10 @@ fn bad_input_gets_a_clear_4xx_and_changes_nothing() {
             .len(),
         1
     );
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until("the show written", Duration::from_secs(10), || {
+        event_count(&db, 1, SHOWN) == 1
+    });
     assert_eq!(event_count(&db, 1, CLICK), 0);
-    assert_eq!(event_count(&db, 1, SHOWN), 1);
     // The token itself still works: once for a close and once for a click, on any worker;
     // a replay gets 409 and counts nothing.
     assert_eq!(event(&mut c, "alice", 1, "close", &token).status, 202);
@@ -616,7 +613,6 @@ fn a_database_outage_answers_what_it_can_and_refuses_the_rest_quickly() {
     );
 
     proxy.set_up(false);
-    std::thread::sleep(Duration::from_millis(200)); // the proxy resets what it carried
     let asked = Instant::now();
     let r = c.get("/v1/popup?user=old");
     assert_eq!(r.status, 503, "{}", text(&r));
@@ -701,7 +697,12 @@ fn kill_9_loses_nothing_acknowledged(dialect: Dialect) {
             }
         }));
     }
-    std::thread::sleep(Duration::from_millis(1500));
+    // Kill it in full flow: once a few hundred clicks were acknowledged (or 10 s passed).
+    let flowing = || acked.lock().unwrap().1 >= 300;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !flowing() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     p.signal("-KILL");
     stop.store(true, Ordering::Relaxed);
     for t in threads {

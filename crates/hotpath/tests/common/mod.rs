@@ -14,6 +14,20 @@ use hotpath_wire::http::parse_response_head;
 use hotpath_wire::query::{percent_encode, write_announce, Announce, Event};
 use hotpath_wire::udp;
 
+/// Polls `done` every 10 ms until it holds; panics naming `what` after `within`. Tests wait
+/// for what they need this way, never for a fixed time: fast when the machine is, and not
+/// flaky when it is slow.
+pub fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited {within:?} for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A fresh directory for one server's data (journal, SQLite file).
 pub fn data_dir() -> std::path::PathBuf {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -390,6 +404,9 @@ impl Drop for Proc {
 pub struct Proxy {
     pub addr: SocketAddr,
     up: Arc<AtomicBool>,
+    /// What the proxy's thread last acted on: `up` once it listens, or is down with every
+    /// carried connection reset.
+    applied: Arc<AtomicBool>,
     done: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -400,7 +417,8 @@ impl Proxy {
         let addr = listener.local_addr().unwrap();
         let up = Arc::new(AtomicBool::new(true));
         let done = Arc::new(AtomicBool::new(false));
-        let (u, d) = (up.clone(), done.clone());
+        let applied = Arc::new(AtomicBool::new(true));
+        let (u, d, a) = (up.clone(), done.clone(), applied.clone());
         let thread = std::thread::spawn(move || {
             let mut listener = Some(listener);
             let mut pipes: Vec<TcpStream> = Vec::new();
@@ -411,10 +429,12 @@ impl Proxy {
                     for p in pipes.drain(..) {
                         let _ = p.shutdown(std::net::Shutdown::Both);
                     }
+                    a.store(false, Ordering::Release);
                     std::thread::sleep(Duration::from_millis(10));
                     continue;
                 }
                 let l = listener.get_or_insert_with(|| TcpListener::bind(addr).unwrap());
+                a.store(true, Ordering::Release);
                 l.set_nonblocking(true).unwrap();
                 match l.accept() {
                     Ok((client, _)) => {
@@ -444,13 +464,19 @@ impl Proxy {
         Proxy {
             addr,
             up,
+            applied,
             done,
             thread: Some(thread),
         }
     }
 
+    /// Takes the database down (connects refused, carried connections reset) or up again;
+    /// returns once the proxy has done it.
     pub fn set_up(&self, up: bool) {
         self.up.store(up, Ordering::Relaxed);
+        wait_until("the proxy to switch", Duration::from_secs(10), || {
+            self.applied.load(Ordering::Acquire) == up
+        });
     }
 }
 
