@@ -12,6 +12,8 @@ use std::path::Path;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+mod validate;
+
 /// A configuration error. Every variant names the key it is about.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -470,311 +472,18 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks values that parse but make no sense.
+    /// Checks values that parse but make no sense; the first problem (see
+    /// [`Config::problems`] for all of them).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let s = &self.server;
-        let t = &self.tracker;
-        if s.workers > 1024 {
-            return bad("server.workers", "at most 1024 (0 = one per CPU)");
+        match self.problems().into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        if s.backlog == 0 || s.backlog > 1 << 20 {
-            return bad("server.backlog", "must be between 1 and 1048576");
-        }
-        if s.max_connections_per_worker == 0 {
-            return bad("server.max_connections_per_worker", "must be at least 1");
-        }
-        if s.max_connections_per_ip == 0 {
-            return bad("server.max_connections_per_ip", "must be at least 1");
-        }
-        if s.max_buffer_mb == 0 || s.max_buffer_mb > 1 << 20 {
-            return bad("server.max_buffer_mb", "must be between 1 and 1048576");
-        }
-        if s.idle_timeout_secs == 0 {
-            return bad("server.idle_timeout_secs", "must be at least 1");
-        }
-        if s.header_timeout_secs == 0 {
-            return bad("server.header_timeout_secs", "must be at least 1");
-        }
-        if !(256..=1 << 20).contains(&s.max_header_bytes) {
-            return bad("server.max_header_bytes", "must be between 256 and 1048576");
-        }
-        if !(4..=256).contains(&s.max_headers) {
-            return bad("server.max_headers", "must be between 4 and 256");
-        }
-        if s.max_url_bytes < 64 || s.max_url_bytes > s.max_header_bytes {
-            return bad(
-                "server.max_url_bytes",
-                "must be at least 64 and at most server.max_header_bytes",
-            );
-        }
-        if s.background_nice > 19 {
-            return bad("server.background_nice", "must be between 0 and 19");
-        }
-        if s.max_body_bytes > 64 << 20 {
-            return bad("server.max_body_bytes", "at most 67108864");
-        }
-        if s.max_output_bytes < 4096 {
-            return bad("server.max_output_bytes", "must be at least 4096");
-        }
-        if !(1..=1024).contains(&s.udp_batch) {
-            return bad("server.udp_batch", "must be between 1 and 1024");
-        }
-        if t.interval_secs == 0 {
-            return bad("tracker.interval_secs", "must be at least 1");
-        }
-        if t.min_interval_secs > t.interval_secs {
-            return bad(
-                "tracker.min_interval_secs",
-                "must not exceed tracker.interval_secs",
-            );
-        }
-        if t.interval_jitter_percent > 50 {
-            return bad("tracker.interval_jitter_percent", "at most 50");
-        }
-        for (key, v) in [
-            ("tracker.max_torrents", t.max_torrents),
-            ("tracker.max_peers", t.max_peers),
-            ("tracker.max_peers_per_torrent", t.max_peers_per_torrent),
-            ("tracker.max_peers_per_ip", t.max_peers_per_ip),
-            ("tracker.max_idle_torrents", t.max_idle_torrents),
-        ] {
-            if v == 0 {
-                return bad(key, "must be at least 1 (every cap is finite)");
-            }
-        }
-        if t.numwant_max > 10_000 {
-            return bad("tracker.numwant_max", "at most 10000");
-        }
-        if t.numwant_default > t.numwant_max {
-            return bad(
-                "tracker.numwant_default",
-                "must not exceed tracker.numwant_max",
-            );
-        }
-        // Peer ages are kept as 16-bit seconds; a timeout of 12 h leaves room for wrap-around.
-        if t.peer_timeout_secs <= t.interval_secs || t.peer_timeout_secs > 43_200 {
-            return bad(
-                "tracker.peer_timeout_secs",
-                "must exceed tracker.interval_secs and be at most 43200 (12 h)",
-            );
-        }
-        if t.sweep_interval_secs == 0 || t.sweep_interval_secs > 3600 {
-            return bad("tracker.sweep_interval_secs", "must be between 1 and 3600");
-        }
-        if !t.shards.is_power_of_two() || t.shards > 65536 {
-            return bad("tracker.shards", "must be a power of two, at most 65536");
-        }
-        if t.max_scrape_hashes == 0 || t.max_scrape_hashes > 10_000 {
-            return bad("tracker.max_scrape_hashes", "must be between 1 and 10000");
-        }
-        if !t.real_ip_header.is_empty() {
-            let valid = t
-                .real_ip_header
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-            if !valid {
-                return bad(
-                    "tracker.real_ip_header",
-                    "must be a header name like X-Forwarded-For",
-                );
-            }
-            if t.trusted_proxies.is_empty() {
-                return bad(
-                    "tracker.trusted_proxies",
-                    "must name the proxy networks when tracker.real_ip_header is set",
-                );
-            }
-        }
-        let al = &self.access_list;
-        if al.mode != AccessListMode::Off && al.path.is_empty() && !al.database {
-            return bad(
-                "access_list.path",
-                "must name a file when access_list.mode is not off (or set access_list.database)",
-            );
-        }
-        if al.database && !self.store.enabled {
-            return bad(
-                "access_list.database",
-                "needs the store (store.enabled = true)",
-            );
-        }
-        if al.reload_secs == 0 {
-            return bad("access_list.reload_secs", "must be at least 1");
-        }
-        let st = &self.store;
-        if st.enabled && st.data_dir.is_empty() {
-            return bad(
-                "store.data_dir",
-                "must name a directory when the store is enabled",
-            );
-        }
-        const SCHEMES: [&str; 4] = ["sqlite://", "postgres://", "postgresql://", "mysql://"];
-        if !st.url.is_empty() && !SCHEMES.iter().any(|p| st.url.starts_with(p)) {
-            return bad(
-                "store.url",
-                "must start with sqlite://, postgres://, postgresql:// or mysql:// (or be empty for data_dir/hotpath.db)",
-            );
-        }
-        if !(10..=600_000).contains(&st.flush_interval_ms) {
-            return bad("store.flush_interval_ms", "must be between 10 and 600000");
-        }
-        if !(1..=1_000_000).contains(&st.batch_rows) {
-            return bad("store.batch_rows", "must be between 1 and 1000000");
-        }
-        if st.max_queue_rows < 2 * st.batch_rows {
-            return bad(
-                "store.max_queue_rows",
-                "must be at least twice store.batch_rows",
-            );
-        }
-        if st.journal_segment_bytes < 1 << 16 {
-            return bad("store.journal_segment_bytes", "must be at least 65536");
-        }
-        if st.journal_max_bytes < 2 * st.journal_segment_bytes {
-            return bad(
-                "store.journal_max_bytes",
-                "must be at least twice store.journal_segment_bytes",
-            );
-        }
-        if st.retry_max_ms < 100 {
-            return bad("store.retry_max_ms", "must be at least 100");
-        }
-        let p = &self.popups;
-        if p.enabled && !st.enabled {
-            return bad("popups.enabled", "needs the store (store.enabled = true)");
-        }
-        if p.enabled && self.listen.http.is_empty() {
-            return bad("popups.enabled", "needs an HTTP listener (listen.http)");
-        }
-        if !p.admin_token.is_empty() && p.admin_token.len() < 16 {
-            return bad(
-                "popups.admin_token",
-                "must be at least 16 characters (or empty)",
-            );
-        }
-        if !p.token_secret.is_empty() && p.token_secret.len() < 16 {
-            return bad(
-                "popups.token_secret",
-                "must be at least 16 characters (or empty)",
-            );
-        }
-        if p.token_ttl_secs < 60 {
-            return bad("popups.token_ttl_secs", "must be at least 60");
-        }
-        if !(100..=600_000).contains(&p.reload_ms) {
-            return bad("popups.reload_ms", "must be between 100 and 600000");
-        }
-        if p.max_spent_tokens < 1000 {
-            return bad("popups.max_spent_tokens", "must be at least 1000");
-        }
-        if p.max_users < 1000 {
-            return bad("popups.max_users", "must be at least 1000");
-        }
-        if p.max_loading == 0 {
-            return bad("popups.max_loading", "must be at least 1");
-        }
-        if !(1..=4096).contains(&p.load_batch) {
-            return bad("popups.load_batch", "must be between 1 and 4096");
-        }
-        self.validate_lua()?;
-        let sd = &self.statsd;
-        if sd.enabled {
-            let port = sd
-                .address
-                .rsplit_once(':')
-                .map(|(host, port)| (host, port.parse::<u16>()));
-            if !matches!(port, Some((host, Ok(p))) if !host.is_empty() && p > 0) {
-                return bad("statsd.address", "must be host:port");
-            }
-        }
-        if !(100..=3_600_000).contains(&sd.interval_ms) {
-            return bad("statsd.interval_ms", "must be between 100 and 3600000");
-        }
-        if sd.prefix.is_empty()
-            || !sd
-                .prefix
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
-        {
-            return bad("statsd.prefix", "must be letters, digits, _, . and - only");
-        }
-        if !(512..=65_000).contains(&sd.max_packet_bytes) {
-            return bad("statsd.max_packet_bytes", "must be between 512 and 65000");
-        }
-        if t.snapshot_interval_secs == 0 {
-            return bad("tracker.snapshot_interval_secs", "must be at least 1");
-        }
-        if self.listen.http.is_empty() && self.listen.udp.is_empty() {
-            return bad(
-                "listen",
-                "at least one of listen.http and listen.udp is needed",
-            );
-        }
-        Ok(())
     }
 
-    fn validate_lua(&self) -> Result<(), ConfigError> {
-        let l = &self.lua;
-        if !l.routes.is_empty() && self.listen.http.is_empty() {
-            return bad("lua.routes", "needs an HTTP listener (listen.http)");
-        }
-        let mut seen = std::collections::HashSet::new();
-        for (i, r) in l.routes.iter().enumerate() {
-            let what = |m: &str| format!("route {} ({}): {m}", i + 1, r.path);
-            if !r.path.starts_with('/') || r.path.contains(['?', '#', ' ']) {
-                return bad(
-                    "lua.routes",
-                    what("path must start with / and hold no ?, # or space"),
-                );
-            }
-            if r.script.is_empty() {
-                return bad("lua.routes", what("script is empty"));
-            }
-            if let Some(m) = r
-                .methods
-                .iter()
-                .find(|m| m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()))
-            {
-                return bad(
-                    "lua.routes",
-                    what(&format!("method {m:?} is not an upper-case method name")),
-                );
-            }
-            if !seen.insert((r.path.as_str(), r.prefix)) {
-                return bad("lua.routes", what("the same path is routed twice"));
-            }
-        }
-        if l.max_instructions < 1000 {
-            return bad("lua.max_instructions", "must be at least 1000");
-        }
-        if !(1..=60_000).contains(&l.max_ms) {
-            return bad("lua.max_ms", "must be between 1 and 60000");
-        }
-        if !(1..=65_536).contains(&l.max_memory_mb) {
-            return bad("lua.max_memory_mb", "must be between 1 and 65536");
-        }
-        if l.shared_max_keys == 0 {
-            return bad("lua.shared_max_keys", "must be at least 1");
-        }
-        if !(1..=65_536).contains(&l.shared_max_mb) {
-            return bad("lua.shared_max_mb", "must be between 1 and 65536");
-        }
-        if l.udp_max_sockets > 65_536 {
-            return bad("lua.udp_max_sockets", "must be at most 65536");
-        }
-        if l.udp_idle_secs == 0 {
-            return bad("lua.udp_idle_secs", "must be at least 1");
-        }
-        if !(1..=60_000).contains(&l.tcp_timeout_ms) {
-            return bad("lua.tcp_timeout_ms", "must be between 1 and 60000");
-        }
-        if l.tcp_idle_secs == 0 {
-            return bad("lua.tcp_idle_secs", "must be at least 1");
-        }
-        if l.tcp_max_waiting == 0 {
-            return bad("lua.tcp_max_waiting", "must be at least 1");
-        }
-        Ok(())
+    /// Every value that parses but makes no sense, in the order of the sections.
+    pub fn problems(&self) -> Vec<ConfigError> {
+        validate::all(self)
     }
 
     /// The defaults as a TOML file with every key commented, generated from the types.
@@ -798,14 +507,6 @@ impl Config {
         write_section(&mut out, "statsd", &self.statsd);
         out
     }
-}
-
-/// A value that parses but makes no sense.
-fn bad(key: &'static str, message: impl Into<String>) -> Result<(), ConfigError> {
-    Err(ConfigError::Invalid {
-        key,
-        message: message.into(),
-    })
 }
 
 fn write_comment(out: &mut String, doc: &str) {
@@ -895,6 +596,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("access_list.mode"), "{err}");
+    }
+
+    #[test]
+    fn every_problem_is_reported_not_only_the_first() {
+        let c = Config::parse("").unwrap();
+        assert!(c.problems().is_empty());
+        let mut c = c;
+        c.server.backlog = 0;
+        c.tracker.shards = 100;
+        c.store.batch_rows = 0;
+        c.lua.max_ms = 0;
+        let keys: Vec<String> = c
+            .problems()
+            .iter()
+            .map(|e| match e {
+                ConfigError::Invalid { key, .. } => key.to_string(),
+                other => panic!("{other}"),
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "server.backlog",
+                "tracker.shards",
+                "store.batch_rows",
+                "lua.max_ms"
+            ]
+        );
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "config key `server.backlog`: must be between 1 and 1048576"
+        );
     }
 
     #[test]

@@ -1,0 +1,358 @@
+//! Checks of values that parse but make no sense, one function per section, each reporting
+//! every problem it finds (the key's full name and what is allowed).
+
+use crate::{
+    AccessListMode, Config, ConfigError, ServerConfig, StatsdConfig, StoreConfig, TrackerConfig,
+};
+
+/// The problems found so far.
+#[derive(Default)]
+pub(crate) struct Problems(pub(crate) Vec<ConfigError>);
+
+impl Problems {
+    fn bad(&mut self, key: &'static str, message: impl Into<String>) {
+        self.0.push(ConfigError::Invalid {
+            key,
+            message: message.into(),
+        });
+    }
+}
+
+/// Every problem of `c`, section by section.
+pub(crate) fn all(c: &Config) -> Vec<ConfigError> {
+    let mut p = Problems::default();
+    server(&c.server, &mut p);
+    tracker(&c.tracker, &mut p);
+    access_list(c, &mut p);
+    store(&c.store, &mut p);
+    popups(c, &mut p);
+    lua(c, &mut p);
+    statsd(&c.statsd, &mut p);
+    listen(c, &mut p);
+    p.0
+}
+
+/// `[server]`.
+fn server(s: &ServerConfig, p: &mut Problems) {
+    if s.workers > 1024 {
+        p.bad("server.workers", "at most 1024 (0 = one per CPU)");
+    }
+    if s.backlog == 0 || s.backlog > 1 << 20 {
+        p.bad("server.backlog", "must be between 1 and 1048576");
+    }
+    if s.max_connections_per_worker == 0 {
+        p.bad("server.max_connections_per_worker", "must be at least 1");
+    }
+    if s.max_connections_per_ip == 0 {
+        p.bad("server.max_connections_per_ip", "must be at least 1");
+    }
+    if s.max_buffer_mb == 0 || s.max_buffer_mb > 1 << 20 {
+        p.bad("server.max_buffer_mb", "must be between 1 and 1048576");
+    }
+    if s.idle_timeout_secs == 0 {
+        p.bad("server.idle_timeout_secs", "must be at least 1");
+    }
+    if s.header_timeout_secs == 0 {
+        p.bad("server.header_timeout_secs", "must be at least 1");
+    }
+    if !(256..=1 << 20).contains(&s.max_header_bytes) {
+        p.bad("server.max_header_bytes", "must be between 256 and 1048576");
+    }
+    if !(4..=256).contains(&s.max_headers) {
+        p.bad("server.max_headers", "must be between 4 and 256");
+    }
+    if s.max_url_bytes < 64 || s.max_url_bytes > s.max_header_bytes {
+        p.bad(
+            "server.max_url_bytes",
+            "must be at least 64 and at most server.max_header_bytes",
+        );
+    }
+    if s.background_nice > 19 {
+        p.bad("server.background_nice", "must be between 0 and 19");
+    }
+    if s.max_body_bytes > 64 << 20 {
+        p.bad("server.max_body_bytes", "at most 67108864");
+    }
+    if s.max_output_bytes < 4096 {
+        p.bad("server.max_output_bytes", "must be at least 4096");
+    }
+    if !(1..=1024).contains(&s.udp_batch) {
+        p.bad("server.udp_batch", "must be between 1 and 1024");
+    }
+}
+
+/// `[tracker]`.
+fn tracker(t: &TrackerConfig, p: &mut Problems) {
+    if t.interval_secs == 0 {
+        p.bad("tracker.interval_secs", "must be at least 1");
+    }
+    if t.min_interval_secs > t.interval_secs {
+        p.bad(
+            "tracker.min_interval_secs",
+            "must not exceed tracker.interval_secs",
+        );
+    }
+    if t.interval_jitter_percent > 50 {
+        p.bad("tracker.interval_jitter_percent", "at most 50");
+    }
+    for (key, v) in [
+        ("tracker.max_torrents", t.max_torrents),
+        ("tracker.max_peers", t.max_peers),
+        ("tracker.max_peers_per_torrent", t.max_peers_per_torrent),
+        ("tracker.max_peers_per_ip", t.max_peers_per_ip),
+        ("tracker.max_idle_torrents", t.max_idle_torrents),
+    ] {
+        if v == 0 {
+            p.bad(key, "must be at least 1 (every cap is finite)");
+        }
+    }
+    if t.numwant_max > 10_000 {
+        p.bad("tracker.numwant_max", "at most 10000");
+    }
+    if t.numwant_default > t.numwant_max {
+        p.bad(
+            "tracker.numwant_default",
+            "must not exceed tracker.numwant_max",
+        );
+    }
+    // Peer ages are kept as 16-bit seconds; a timeout of 12 h leaves room for wrap-around.
+    if t.peer_timeout_secs <= t.interval_secs || t.peer_timeout_secs > 43_200 {
+        p.bad(
+            "tracker.peer_timeout_secs",
+            "must exceed tracker.interval_secs and be at most 43200 (12 h)",
+        );
+    }
+    if t.sweep_interval_secs == 0 || t.sweep_interval_secs > 3600 {
+        p.bad("tracker.sweep_interval_secs", "must be between 1 and 3600");
+    }
+    if !t.shards.is_power_of_two() || t.shards > 65536 {
+        p.bad("tracker.shards", "must be a power of two, at most 65536");
+    }
+    if t.max_scrape_hashes == 0 || t.max_scrape_hashes > 10_000 {
+        p.bad("tracker.max_scrape_hashes", "must be between 1 and 10000");
+    }
+    if !t.real_ip_header.is_empty() {
+        let valid = t
+            .real_ip_header
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !valid {
+            p.bad(
+                "tracker.real_ip_header",
+                "must be a header name like X-Forwarded-For",
+            );
+        }
+        if t.trusted_proxies.is_empty() {
+            p.bad(
+                "tracker.trusted_proxies",
+                "must name the proxy networks when tracker.real_ip_header is set",
+            );
+        }
+    }
+    if t.snapshot_interval_secs == 0 {
+        p.bad("tracker.snapshot_interval_secs", "must be at least 1");
+    }
+}
+
+/// `[access_list]`, and the store it may need.
+fn access_list(c: &Config, p: &mut Problems) {
+    let al = &c.access_list;
+    if al.mode != AccessListMode::Off && al.path.is_empty() && !al.database {
+        p.bad(
+            "access_list.path",
+            "must name a file when access_list.mode is not off (or set access_list.database)",
+        );
+    }
+    if al.database && !c.store.enabled {
+        p.bad(
+            "access_list.database",
+            "needs the store (store.enabled = true)",
+        );
+    }
+    if al.reload_secs == 0 {
+        p.bad("access_list.reload_secs", "must be at least 1");
+    }
+}
+
+/// `[store]`.
+fn store(st: &StoreConfig, p: &mut Problems) {
+    if st.enabled && st.data_dir.is_empty() {
+        p.bad(
+            "store.data_dir",
+            "must name a directory when the store is enabled",
+        );
+    }
+    const SCHEMES: [&str; 4] = ["sqlite://", "postgres://", "postgresql://", "mysql://"];
+    if !st.url.is_empty() && !SCHEMES.iter().any(|p| st.url.starts_with(p)) {
+        p.bad(
+            "store.url",
+            "must start with sqlite://, postgres://, postgresql:// or mysql:// (or be empty for data_dir/hotpath.db)",
+        );
+    }
+    if !(10..=600_000).contains(&st.flush_interval_ms) {
+        p.bad("store.flush_interval_ms", "must be between 10 and 600000");
+    }
+    if !(1..=1_000_000).contains(&st.batch_rows) {
+        p.bad("store.batch_rows", "must be between 1 and 1000000");
+    }
+    if st.max_queue_rows < 2 * st.batch_rows {
+        p.bad(
+            "store.max_queue_rows",
+            "must be at least twice store.batch_rows",
+        );
+    }
+    if st.journal_segment_bytes < 1 << 16 {
+        p.bad("store.journal_segment_bytes", "must be at least 65536");
+    }
+    if st.journal_max_bytes < 2 * st.journal_segment_bytes {
+        p.bad(
+            "store.journal_max_bytes",
+            "must be at least twice store.journal_segment_bytes",
+        );
+    }
+    if st.retry_max_ms < 100 {
+        p.bad("store.retry_max_ms", "must be at least 100");
+    }
+}
+
+/// `[popups]`, and the store and listener they need.
+fn popups(c: &Config, p: &mut Problems) {
+    let po = &c.popups;
+    if po.enabled && !c.store.enabled {
+        p.bad("popups.enabled", "needs the store (store.enabled = true)");
+    }
+    if po.enabled && c.listen.http.is_empty() {
+        p.bad("popups.enabled", "needs an HTTP listener (listen.http)");
+    }
+    if !po.admin_token.is_empty() && po.admin_token.len() < 16 {
+        p.bad(
+            "popups.admin_token",
+            "must be at least 16 characters (or empty)",
+        );
+    }
+    if !po.token_secret.is_empty() && po.token_secret.len() < 16 {
+        p.bad(
+            "popups.token_secret",
+            "must be at least 16 characters (or empty)",
+        );
+    }
+    if po.token_ttl_secs < 60 {
+        p.bad("popups.token_ttl_secs", "must be at least 60");
+    }
+    if !(100..=600_000).contains(&po.reload_ms) {
+        p.bad("popups.reload_ms", "must be between 100 and 600000");
+    }
+    if po.max_spent_tokens < 1000 {
+        p.bad("popups.max_spent_tokens", "must be at least 1000");
+    }
+    if po.max_users < 1000 {
+        p.bad("popups.max_users", "must be at least 1000");
+    }
+    if po.max_loading == 0 {
+        p.bad("popups.max_loading", "must be at least 1");
+    }
+    if !(1..=4096).contains(&po.load_batch) {
+        p.bad("popups.load_batch", "must be between 1 and 4096");
+    }
+}
+
+/// `[lua]` and its routes.
+fn lua(c: &Config, p: &mut Problems) {
+    let l = &c.lua;
+    if !l.routes.is_empty() && c.listen.http.is_empty() {
+        p.bad("lua.routes", "needs an HTTP listener (listen.http)");
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, r) in l.routes.iter().enumerate() {
+        let what = |m: &str| format!("route {} ({}): {m}", i + 1, r.path);
+        if !r.path.starts_with('/') || r.path.contains(['?', '#', ' ']) {
+            p.bad(
+                "lua.routes",
+                what("path must start with / and hold no ?, # or space"),
+            );
+        }
+        if r.script.is_empty() {
+            p.bad("lua.routes", what("script is empty"));
+        }
+        if let Some(m) = r
+            .methods
+            .iter()
+            .find(|m| m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()))
+        {
+            p.bad(
+                "lua.routes",
+                what(&format!("method {m:?} is not an upper-case method name")),
+            );
+        }
+        if !seen.insert((r.path.as_str(), r.prefix)) {
+            p.bad("lua.routes", what("the same path is routed twice"));
+        }
+    }
+    if l.max_instructions < 1000 {
+        p.bad("lua.max_instructions", "must be at least 1000");
+    }
+    if !(1..=60_000).contains(&l.max_ms) {
+        p.bad("lua.max_ms", "must be between 1 and 60000");
+    }
+    if !(1..=65_536).contains(&l.max_memory_mb) {
+        p.bad("lua.max_memory_mb", "must be between 1 and 65536");
+    }
+    if l.shared_max_keys == 0 {
+        p.bad("lua.shared_max_keys", "must be at least 1");
+    }
+    if !(1..=65_536).contains(&l.shared_max_mb) {
+        p.bad("lua.shared_max_mb", "must be between 1 and 65536");
+    }
+    if l.udp_max_sockets > 65_536 {
+        p.bad("lua.udp_max_sockets", "must be at most 65536");
+    }
+    if l.udp_idle_secs == 0 {
+        p.bad("lua.udp_idle_secs", "must be at least 1");
+    }
+    if !(1..=60_000).contains(&l.tcp_timeout_ms) {
+        p.bad("lua.tcp_timeout_ms", "must be between 1 and 60000");
+    }
+    if l.tcp_idle_secs == 0 {
+        p.bad("lua.tcp_idle_secs", "must be at least 1");
+    }
+    if l.tcp_max_waiting == 0 {
+        p.bad("lua.tcp_max_waiting", "must be at least 1");
+    }
+}
+
+/// `[statsd]`.
+fn statsd(sd: &StatsdConfig, p: &mut Problems) {
+    if sd.enabled {
+        let port = sd
+            .address
+            .rsplit_once(':')
+            .map(|(host, port)| (host, port.parse::<u16>()));
+        if !matches!(port, Some((host, Ok(p))) if !host.is_empty() && p > 0) {
+            p.bad("statsd.address", "must be host:port");
+        }
+    }
+    if !(100..=3_600_000).contains(&sd.interval_ms) {
+        p.bad("statsd.interval_ms", "must be between 100 and 3600000");
+    }
+    if sd.prefix.is_empty()
+        || !sd
+            .prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+    {
+        p.bad("statsd.prefix", "must be letters, digits, _, . and - only");
+    }
+    if !(512..=65_000).contains(&sd.max_packet_bytes) {
+        p.bad("statsd.max_packet_bytes", "must be between 512 and 65000");
+    }
+}
+
+/// `[listen]`: something to serve on.
+fn listen(c: &Config, p: &mut Problems) {
+    if c.listen.http.is_empty() && c.listen.udp.is_empty() {
+        p.bad(
+            "listen",
+            "at least one of listen.http and listen.udp is needed",
+        );
+    }
+}
