@@ -357,6 +357,10 @@ fn a_failed_journal_write_is_never_answered_from_memory() {
     for n in peers.clone() {
         assert!(one_request(&server, &complete(n)).is_none(), "peer {n}");
     }
+    // The gauge is read after every round: the workers keep trying to journal what is held
+    // on every turn, and one of those tries may succeed in a page another's failed segment
+    // gave back (after which the retries are answered, as they should be).
+    let mut held = server.metric("hotpath_store_journal_held_changes");
     for _ in 0..4 {
         for n in peers.clone() {
             let r = one_request(&server, &complete(n));
@@ -367,9 +371,10 @@ fn a_failed_journal_write_is_never_answered_from_memory() {
             );
         }
         assert!(one_request(&server, &scrape).is_none());
+        held = held.max(server.metric("hotpath_store_journal_held_changes"));
     }
     assert!(server.metric("hotpath_store_journal_errors_total") >= 6.0);
-    assert!(server.metric("hotpath_store_journal_held_changes") >= 6.0);
+    assert!(held >= 6.0, "held changes at most {held}");
     assert!(server
         .log_text()
         .contains("no answer goes out until a journal write holds them"));
