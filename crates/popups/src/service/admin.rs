@@ -9,19 +9,7 @@ impl Shared {
         let Some(rx) = self.admin_rx.lock().take() else {
             return;
         };
-        loop {
-            let job = match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(job) => job,
-                Err(RecvTimeoutError::Timeout) => {
-                    if stop.load(Ordering::Acquire)
-                        && self.live_workers.load(Ordering::Acquire) == 0
-                    {
-                        return;
-                    }
-                    continue;
-                }
-                Err(RecvTimeoutError::Disconnected) => return,
-            };
+        while let Some(job) = self.next_job(&rx, stop) {
             let answer = match job.op {
                 AdminOp::Save { popup, status } => self.save(*popup, status),
                 AdminOp::Stats => self.stats_answer(),
@@ -179,14 +167,7 @@ impl PopupsWorker {
                         &format!("popup {id} exists; PUT /admin/popups/{id} replaces it"),
                     );
                 }
-                self.admin_job(
-                    key,
-                    resp,
-                    AdminOp::Save {
-                        popup: Box::new(popup),
-                        status: 201,
-                    },
-                )
+                self.save_job(key, resp, popup, 201)
             }
             ("PUT", _, Some(id), None) => {
                 let popup = match Popup::from_json(req.body) {
@@ -201,14 +182,7 @@ impl PopupsWorker {
                         &format!("id: the body says {}, the path {id}", popup.id),
                     );
                 }
-                self.admin_job(
-                    key,
-                    resp,
-                    AdminOp::Save {
-                        popup: Box::new(popup),
-                        status: 200,
-                    },
-                )
+                self.save_job(key, resp, popup, 200)
             }
             ("POST", _, Some(id), Some("disable" | "enable")) => {
                 let Some(p) = self.live.catalog.get(id) else {
@@ -216,14 +190,7 @@ impl PopupsWorker {
                 };
                 let mut popup = p.clone();
                 popup.enabled = second == Some("enable");
-                self.admin_job(
-                    key,
-                    resp,
-                    AdminOp::Save {
-                        popup: Box::new(popup),
-                        status: 200,
-                    },
-                )
+                self.save_job(key, resp, popup, 200)
             }
             _ => refuse(
                 resp,
@@ -233,6 +200,18 @@ impl PopupsWorker {
                  POST /admin/popups, POST /admin/popups/ID/disable|enable",
             ),
         }
+    }
+
+    /// Saves `popup` on the admin thread; answers `status` once it is written.
+    fn save_job(
+        &mut self,
+        key: u64,
+        resp: &mut HttpResponse,
+        popup: Popup,
+        status: u16,
+    ) -> Option<Handled> {
+        let popup = Box::new(popup);
+        self.admin_job(key, resp, AdminOp::Save { popup, status })
     }
 
     /// Runs an admin operation on the admin thread: the request parks until its answer is in

@@ -4,6 +4,24 @@
 use super::*;
 
 impl Shared {
+    /// The next job for a background thread; `None` once it is stopped and every worker is
+    /// gone (a worker finishing its last requests may still send one), or nobody can send.
+    pub(super) fn next_job<T>(&self, rx: &Receiver<T>, stop: &AtomicBool) -> Option<T> {
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(job) => return Some(job),
+                Err(RecvTimeoutError::Timeout) => {
+                    if stop.load(Ordering::Acquire)
+                        && self.live_workers.load(Ordering::Acquire) == 0
+                    {
+                        return None;
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+
     /// The loader: takes queued users in batches, reads their state (database plus queue),
     /// and wakes the workers whose requests wait. Runs until stopped and every worker is gone
     /// (a worker finishing its last requests may still need it).
@@ -13,19 +31,8 @@ impl Shared {
         };
         let mut batch: Vec<Box<str>> = Vec::with_capacity(self.cfg.load_batch);
         let mut last_error = None::<Instant>;
-        loop {
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(user) => batch.push(user),
-                Err(RecvTimeoutError::Timeout) => {
-                    if stop.load(Ordering::Acquire)
-                        && self.live_workers.load(Ordering::Acquire) == 0
-                    {
-                        return;
-                    }
-                    continue;
-                }
-                Err(RecvTimeoutError::Disconnected) => return,
-            }
+        while let Some(user) = self.next_job(&rx, stop) {
+            batch.push(user);
             while batch.len() < self.cfg.load_batch {
                 match rx.try_recv() {
                     Ok(user) => batch.push(user),
