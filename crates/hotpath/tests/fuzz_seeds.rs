@@ -260,6 +260,22 @@ fn journal(seeds: &mut Seeds) {
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(hotpath_store::journal::parse_floor(&text), Ok(floor));
     seeds.put("journal", "floor", &text);
+
+    // The refused-rows file, one line per row of those changes (as the flusher writes it).
+    let mut pending = hotpath_store::merge::Pending::default();
+    for c in changes {
+        pending.apply(c);
+    }
+    pending.covered(0, 4);
+    let batch = pending.take();
+    let dir = std::env::temp_dir().join(format!("hotpath-refused-seed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = hotpath_store::refused::path(&dir);
+    let every: Vec<(usize, String)> = (0..batch.rows()).map(|i| (i, "refused".into())).collect();
+    assert!(hotpath_store::refused::append(&file, "db", &batch, &every, 1 << 20).unwrap());
+    let text = std::fs::read(&file).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    seeds.put("refused_file", "every_table", &text);
 }
 
 /// One torrent's snapshot body: six peers (IPv4 and IPv6, seeders and leechers, one IPv4 peer

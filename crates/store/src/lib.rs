@@ -40,10 +40,12 @@
 //! request handler (only [`JournalWriter`] is, and it never touches a database).
 
 pub mod backend;
+pub mod batch;
 pub mod journal;
 pub mod merge;
 pub mod migrations;
 pub mod refused;
+pub mod table;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -359,7 +361,8 @@ pub struct Store {
     /// `data_dir/LOCK`, locked while this store is open: two processes on one journal
     /// would number records over each other.
     _lock: std::fs::File,
-    backend: Mutex<Box<dyn Backend>>,
+    /// The database, and what a failed write left to write again.
+    db: Mutex<Db>,
     /// Per journal, the last sequence the database holds.
     confirmed: Mutex<HashMap<u32, u64>>,
     /// Per journal, the last sequence found on disk, in the floor file or in the database at
@@ -382,6 +385,14 @@ pub struct Store {
     /// `store.url` and `store.data_dir`, for [`Store::connect`].
     url: String,
     data_dir: PathBuf,
+}
+
+/// The database connection and the batch a failed write left: rows older than the queue's,
+/// written under them by the next flush. Behind one lock, so whoever holds it sees every
+/// change in the database, here or in the queue, never in a batch on its way.
+struct Db {
+    backend: Box<dyn Backend>,
+    carry: Batch,
 }
 
 /// Runs once a store that opened without its database reaches it, on the flusher's thread,
@@ -658,7 +669,10 @@ impl Store {
                 held_writer: Arc::new(Mutex::new(())),
                 metrics,
             }),
-            backend: Mutex::new(backend),
+            db: Mutex::new(Db {
+                backend,
+                carry: Batch::default(),
+            }),
             confirmed: Mutex::new(confirmed),
             last_seq,
             seq_floor,
@@ -715,8 +729,8 @@ impl Store {
         let Some(late) = late_slot.as_ref() else {
             return Ok(());
         };
-        let mut backend = self.backend.lock();
-        let confirmed = match attach(&mut **backend, late.migrate) {
+        let mut db = self.db.lock();
+        let confirmed = match attach(&mut *db.backend, late.migrate) {
             Ok(c) => c,
             Err(e) => {
                 *self.offline_why.lock() = e.to_string();
@@ -728,11 +742,15 @@ impl Store {
                 && seq <= late.upto.get(&w).copied().unwrap_or(0)
         };
         let scan = scan_journal(&late.segments, Some(&replay), false)?;
-        let completed = completed_counts(&mut **backend, &scan.pending)?;
+        let completed = completed_counts(&mut *db.backend, &scan.pending)?;
         let rows = scan.pending.rows();
+        let mut older = scan.pending.into_batch();
+        older.merge(std::mem::take(&mut db.carry));
+        let carried = older.rows();
+        db.carry = older;
         {
             let mut inner = self.shared.inner.lock();
-            inner.pending.restore(scan.pending.into_batch());
+            self.shared.in_flight.store(carried, Ordering::Relaxed);
             self.shared.queued(inner.pending.rows());
             if rows > 0 {
                 inner.pending_since.get_or_insert_with(Instant::now);
@@ -742,7 +760,7 @@ impl Store {
         self.shared.metrics.replayed.set(scan.replayed);
         self.online.store(true, Ordering::Release);
         let late = late_slot.take().expect("checked above");
-        drop(backend);
+        drop(db);
         drop(late_slot);
         log::info!(
             "{}: reached; {} journal records it lacked were replayed ({rows} rows queued)",
@@ -784,9 +802,11 @@ impl Store {
         &self.shared.metrics
     }
 
-    /// Distinct rows waiting to be written.
+    /// Distinct rows waiting to be written (queued, kept after a failed write, or being
+    /// written).
     pub fn queued_rows(&self) -> usize {
-        self.shared.inner.lock().pending.rows()
+        let inner = self.shared.inner.lock();
+        inner.pending.rows() + self.shared.in_flight.load(Ordering::Relaxed)
     }
 
     /// Bytes of journal on disk.
@@ -797,7 +817,7 @@ impl Store {
     /// Runs `f` on the backend, whether or not the database has been reached (tests and
     /// tools); waits for a flush in progress. Services read through [`Store::read`].
     pub fn with_backend<T>(&self, f: impl FnOnce(&mut dyn Backend) -> T) -> T {
-        f(&mut **self.backend.lock())
+        f(&mut *self.db.lock().backend)
     }
 
     /// Runs a read on the backend (the popup catalog, the access list); waits for a flush in
@@ -808,7 +828,7 @@ impl Store {
         f: impl FnOnce(&mut dyn Backend) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         self.require_online()?;
-        f(&mut **self.backend.lock())
+        f(&mut *self.db.lock().backend)
     }
 
     /// A connection of its own to the store's database, for long reads (a scan at start)
@@ -826,15 +846,19 @@ impl Store {
     /// Refused as [`Store::read`] is.
     pub fn pending_popup_users(&self) -> Result<Vec<String>, StoreError> {
         self.require_online()?;
-        let _no_batch_in_flight = self.backend.lock();
-        Ok(self
+        let db = self.db.lock();
+        let mut users: Vec<String> = self
             .shared
             .inner
             .lock()
             .pending
             .popup_user_names()
             .map(String::from)
-            .collect())
+            .collect();
+        if let Some(rows) = db.carry.part(&merge::POPUP_USERS) {
+            users.extend(rows.iter().map(|r| r[0].text().to_string()));
+        }
+        Ok(users)
     }
 
     /// The users' popup state, per user: the database's rows with the queue's newer ones laid
@@ -844,14 +868,19 @@ impl Store {
         users: &[&str],
     ) -> Result<HashMap<String, Vec<(u32, PopupUserRow)>>, StoreError> {
         self.require_online()?;
-        let mut backend = self.backend.lock();
+        let mut db = self.db.lock();
         let mut out: HashMap<String, Vec<(u32, PopupUserRow)>> = HashMap::new();
-        for (user, popup, row) in backend.popup_users(users)? {
+        for (user, popup, row) in db.backend.popup_users(users)? {
             out.entry(user).or_default().push((popup, row));
         }
+        let carried: Vec<(&str, u32, PopupUserRow)> = match db.carry.part(&merge::POPUP_USERS) {
+            Some(rows) => rows.iter().map(PopupUserRow::from_row).collect(),
+            None => Vec::new(),
+        };
         let inner = self.shared.inner.lock();
         for user in users {
-            for &(popup, row) in inner.pending.popup_user(user) {
+            let older = carried.iter().filter(|c| c.0 == *user).map(|c| (c.1, c.2));
+            for (popup, row) in older.chain(inner.pending.popup_user(user).iter().copied()) {
                 let rows = out.entry((*user).to_string()).or_default();
                 match rows.iter_mut().find(|(p, _)| *p == popup) {
                     Some((_, r)) => *r = row,
@@ -865,9 +894,18 @@ impl Store {
     /// Shows per popup on UTC day `day`: the database's and the queue's.
     pub fn popup_daily(&self, day: u32) -> Result<HashMap<u32, u64>, StoreError> {
         self.require_online()?;
-        let mut backend = self.backend.lock();
-        let mut out: HashMap<u32, u64> = backend.popup_daily(day)?.into_iter().collect();
-        for (popup, n) in self.shared.inner.lock().pending.popup_daily(day) {
+        let mut db = self.db.lock();
+        let mut out: HashMap<u32, u64> = db.backend.popup_daily(day)?.into_iter().collect();
+        let carried = db
+            .carry
+            .part(&merge::POPUP_DAILY)
+            .into_iter()
+            .flat_map(|r| r.iter());
+        let carried = carried
+            .filter(|r| r[1].int() == i64::from(day))
+            .map(|r| (r[0].int() as u32, r[2].int() as u64));
+        let inner = self.shared.inner.lock();
+        for (popup, n) in carried.chain(inner.pending.popup_daily(day)) {
             *out.entry(popup).or_insert(0) += n;
         }
         Ok(out)
@@ -876,13 +914,21 @@ impl Store {
     /// Events per `(popup, action)` over the whole log: the database's and the queue's.
     pub fn popup_event_counts(&self) -> Result<HashMap<(u32, u8), u64>, StoreError> {
         self.require_online()?;
-        let mut backend = self.backend.lock();
-        let mut out: HashMap<(u32, u8), u64> = backend
+        let mut db = self.db.lock();
+        let mut out: HashMap<(u32, u8), u64> = db
+            .backend
             .popup_event_counts()?
             .into_iter()
             .map(|(p, a, n)| ((p, a), n))
             .collect();
-        for (popup, action) in self.shared.inner.lock().pending.popup_event_keys() {
+        let carried = db
+            .carry
+            .part(&merge::POPUP_EVENTS)
+            .into_iter()
+            .flat_map(|r| r.iter());
+        let carried = carried.map(|e| (e[2].int() as u32, e[3].int() as u8));
+        let inner = self.shared.inner.lock();
+        for (popup, action) in carried.chain(inner.pending.popup_event_keys()) {
             *out.entry((popup, action)).or_insert(0) += 1;
         }
         Ok(out)
@@ -897,15 +943,15 @@ impl Store {
                 return Err(e);
             }
         }
-        // The backend first, then the queue: whoever holds the backend (a reader of user state
-        // under `with_backend`) sees every change either in the database or in the queue,
+        // The database first, then the queue: whoever holds the database (a reader of user
+        // state) sees every change either in the database, in the carry or in the queue,
         // never in a batch on its way between them.
-        let mut backend = self.backend.lock();
+        let mut db = self.db.lock();
         let (pending, since) = {
             let mut inner = self.shared.inner.lock();
             self.shared
                 .in_flight
-                .store(inner.pending.rows(), Ordering::Relaxed);
+                .store(inner.pending.rows() + db.carry.rows(), Ordering::Relaxed);
             self.shared.queued(0);
             let room = Pending::with_room_of(&inner.pending);
             (
@@ -913,22 +959,24 @@ impl Store {
                 inner.pending_since.take(),
             )
         };
-        let batch = pending.into_batch();
+        // What a failed write left is older than the queue: the queue's rows go over it.
+        let mut batch = std::mem::take(&mut db.carry);
+        batch.merge(pending.into_batch());
         if batch.is_empty() {
+            self.shared.in_flight.store(0, Ordering::Relaxed);
             return Ok(0);
         }
         let m = &self.shared.metrics;
         let started = Instant::now();
         let file = refused::path(&self.data_dir);
-        let mut batch = batch;
         let bound = self.shared.settings.refused_max_bytes;
-        match refused::write(&mut **backend, &file, &self.name, &mut batch, bound) {
+        match refused::write(&mut *db.backend, &file, &self.name, &mut batch, bound) {
             Ok((w, set_aside)) => {
                 m.refused_rows.add(set_aside.kept as u64);
                 m.refused_dropped.add(set_aside.dropped as u64);
                 self.shared.in_flight.store(0, Ordering::Relaxed);
                 self.shared.queued(self.shared.inner.lock().pending.rows());
-                drop(backend);
+                drop(db);
                 let rows = batch.rows();
                 m.flushes.add(1);
                 m.rows.add(w.rows);
@@ -963,10 +1011,10 @@ impl Store {
             }
             Err(e) => {
                 m.failures.add(1);
-                // Back in the queue before the backend is free (see above).
+                // Kept before the database is free (see above), for the next flush.
                 let mut inner = self.shared.inner.lock();
-                inner.pending.restore(batch);
-                self.shared.in_flight.store(0, Ordering::Relaxed);
+                self.shared.in_flight.store(batch.rows(), Ordering::Relaxed);
+                db.carry = batch;
                 self.shared.queued(inner.pending.rows());
                 if let Some(since) = since {
                     inner.pending_since = Some(inner.pending_since.map_or(since, |s| s.min(since)));

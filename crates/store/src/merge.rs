@@ -8,6 +8,9 @@
 use hashbrown::HashMap;
 use smallvec::SmallVec;
 
+pub use crate::batch::Batch;
+use crate::table::{col, Merge, Rows, Table, Type, Value};
+
 /// A 20-byte key (an info hash).
 pub type Key = [u8; 20];
 
@@ -300,6 +303,18 @@ pub struct TorrentRow {
 }
 
 impl TorrentRow {
+    /// The row of [`TORRENTS`] for torrent `key`.
+    pub fn row(&self, key: &Key) -> [Value; 6] {
+        [
+            Value::Blob((*key).into()),
+            Value::Int(self.completed as i64),
+            self.seeders.into(),
+            self.leechers.into(),
+            self.first_seen.into(),
+            self.last_active.into(),
+        ]
+    }
+
     /// Folds a newer row into this one: counts add, the newer snapshot wins, times widen.
     pub fn merge_newer(&mut self, newer: &TorrentRow) {
         self.completed += newer.completed;
@@ -324,6 +339,17 @@ pub struct PopupUserRow {
 }
 
 impl PopupUserRow {
+    /// A row of [`POPUP_USERS`]: `(user, popup, state)`.
+    pub fn from_row(row: &[Value]) -> (&str, u32, PopupUserRow) {
+        let state = PopupUserRow {
+            next_eligible: crate::backend::loaded_time(row[2].int()),
+            shows: row[3].int() as u32,
+            last_action: row[4].int() as u8,
+            updated_at: row[5].int() as u32,
+        };
+        (row[0].text(), row[1].int() as u32, state)
+    }
+
     /// The order of a user's states for one popup: later second, then more shows, then an
     /// answer after the show it answers. Several workers (and, replayed, several journals)
     /// may hold changes of one user, and no order among them is kept: this one is.
@@ -370,44 +396,6 @@ pub struct Pending {
     seqs: HashMap<u32, u64>,
     /// Changes merged since the last take (for the metrics).
     changes: u64,
-}
-
-/// A drained [`Pending`]: rows sorted by key, and the journal positions they cover.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Batch {
-    /// Torrent rows, sorted by info hash (so concurrent writers lock rows in one order).
-    pub torrents: Vec<(Key, TorrentRow)>,
-    /// Per-user popup state, sorted by (user, popup).
-    pub popup_users: Vec<((Box<str>, u32), PopupUserRow)>,
-    /// Popup events, oldest first.
-    pub popup_events: Vec<PopupEvent>,
-    /// Shows to add per (popup, UTC day), sorted.
-    pub popup_daily: Vec<((u32, u32), u64)>,
-    /// Rows scripts appended, oldest first.
-    pub lua_rows: Vec<LuaRow>,
-    /// What to add per script counter, with the second of its latest change; sorted.
-    pub lua_counts: Vec<(LuaCounter, (i64, u32))>,
-    /// `(journal, last sequence)` for every journal with records in this batch.
-    pub seqs: Vec<(u32, u64)>,
-    /// Changes merged into this batch.
-    pub changes: u64,
-}
-
-impl Batch {
-    /// Rows to write.
-    pub fn rows(&self) -> usize {
-        self.torrents.len()
-            + self.popup_users.len()
-            + self.popup_events.len()
-            + self.popup_daily.len()
-            + self.lua_rows.len()
-            + self.lua_counts.len()
-    }
-
-    /// Whether there is nothing to write (no rows and no journal position to confirm).
-    pub fn is_empty(&self) -> bool {
-        self.rows() == 0 && self.seqs.is_empty()
-    }
 }
 
 impl Pending {
@@ -465,7 +453,7 @@ impl Pending {
                     last_action: action,
                     updated_at: at,
                 };
-                self.put_popup_user(&user, popup, row, true);
+                self.put_popup_user(&user, popup, row);
                 self.popup_events.push(PopupEvent {
                     at,
                     user,
@@ -494,15 +482,15 @@ impl Pending {
     }
 
     /// Sets a user's state for a popup unless the state held is later (see
-    /// [`PopupUserRow::order`]); of two equal in order, the one merged last wins when `newer`.
-    fn put_popup_user(&mut self, user: &str, popup: u32, row: PopupUserRow, newer: bool) {
+    /// [`PopupUserRow::order`]); of two equal in order, the one merged last wins.
+    fn put_popup_user(&mut self, user: &str, popup: u32, row: PopupUserRow) {
         let rows = match self.popup_users.get_mut(user) {
             Some(rows) => rows,
             None => self.popup_users.entry(user.into()).or_default(),
         };
         match rows.iter_mut().find(|(p, _)| *p == popup) {
             Some((_, r)) => {
-                if row.order() > r.order() || (newer && row.order() == r.order()) {
+                if row.order() >= r.order() {
                     *r = row;
                 }
             }
@@ -570,70 +558,163 @@ impl Pending {
     /// This queue as a batch sorted by key. The flusher swaps the queue out under the lock
     /// (`std::mem::take`, O(1)) and sorts it after letting go, so workers never wait for a sort.
     pub fn into_batch(self) -> Batch {
+        let mut b = Batch {
+            parts: Vec::new(),
+            seqs: self.seqs.into_iter().collect(),
+            changes: self.changes,
+        };
+        b.seqs.sort_unstable();
         let mut torrents: Vec<_> = self.torrents.into_iter().collect();
         torrents.sort_unstable_by_key(|r| r.0);
-        let mut seqs: Vec<_> = self.seqs.into_iter().collect();
-        seqs.sort_unstable();
-        let mut popup_users = Vec::with_capacity(self.popup_user_rows);
-        for (user, rows) in self.popup_users {
-            // The id is copied for all rows but the last, which takes it.
-            let (last, rest) = rows.split_last().expect("a user's rows are never empty");
-            for &(popup, row) in rest {
-                popup_users.push(((user.clone(), popup), row));
-            }
-            popup_users.push(((user, last.0), last.1));
+        let mut rows = Rows::with_capacity(&TORRENTS, torrents.len());
+        for (k, r) in torrents {
+            rows.push(r.row(&k));
         }
-        popup_users.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let mut popup_daily: Vec<_> = self.popup_daily.into_iter().collect();
-        popup_daily.sort_unstable();
-        let mut lua_counts: Vec<_> = self.lua_counts.into_iter().collect();
-        lua_counts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        Batch {
-            torrents,
-            popup_users,
-            popup_events: self.popup_events,
-            popup_daily,
-            lua_rows: self.lua_rows,
-            lua_counts,
-            seqs,
-            changes: self.changes,
-        }
-    }
-
-    /// Puts back a batch that could not be written. It is older than anything merged since,
-    /// so newer snapshots win and counts add.
-    pub fn restore(&mut self, batch: Batch) {
-        for (key, older) in batch.torrents {
-            match self.torrents.get_mut(&key) {
-                Some(newer) => {
-                    let mut merged = older;
-                    merged.merge_newer(newer);
-                    *newer = merged;
-                }
-                None => {
-                    self.torrents.insert(key, older);
-                }
+        b.push(rows);
+        let mut users: Vec<_> = self.popup_users.into_iter().collect();
+        users.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut rows = Rows::with_capacity(&POPUP_USERS, self.popup_user_rows);
+        for (user, mut states) in users {
+            states.sort_unstable_by_key(|s| s.0);
+            for (popup, r) in states {
+                rows.push([
+                    Value::Text(user.clone()),
+                    popup.into(),
+                    Value::Int(crate::backend::stored_time(r.next_eligible)),
+                    r.shows.into(),
+                    u32::from(r.last_action).into(),
+                    r.updated_at.into(),
+                ]);
             }
         }
-        for ((user, popup), older) in batch.popup_users {
-            self.put_popup_user(&user, popup, older, false);
+        b.push(rows);
+        let mut rows = Rows::with_capacity(&POPUP_EVENTS, self.popup_events.len());
+        for e in self.popup_events {
+            rows.push([
+                e.at.into(),
+                Value::Text(e.user),
+                e.popup.into(),
+                u32::from(e.action).into(),
+            ]);
         }
-        let newer = std::mem::replace(&mut self.popup_events, batch.popup_events);
-        self.popup_events.extend(newer);
-        for (key, n) in batch.popup_daily {
-            *self.popup_daily.entry(key).or_insert(0) += n;
+        b.push(rows);
+        let mut daily: Vec<_> = self.popup_daily.into_iter().collect();
+        daily.sort_unstable();
+        let mut rows = Rows::with_capacity(&POPUP_DAILY, daily.len());
+        for ((popup, day), n) in daily {
+            rows.push([popup.into(), day.into(), Value::Int(n as i64)]);
         }
-        let newer = std::mem::replace(&mut self.lua_rows, batch.lua_rows);
-        self.lua_rows.extend(newer);
-        for (counter, (delta, at)) in batch.lua_counts {
-            self.add_lua_count(counter, delta, at);
+        b.push(rows);
+        let mut rows = Rows::with_capacity(&LUA_ROWS, self.lua_rows.len());
+        for r in self.lua_rows {
+            rows.push([Value::Text(r.table), r.at.into(), Value::Text(r.data)]);
         }
-        for (journal, seq) in batch.seqs {
-            self.covered(journal, seq);
+        b.push(rows);
+        let mut counts: Vec<_> = self.lua_counts.into_iter().collect();
+        counts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut rows = Rows::with_capacity(&LUA_COUNTERS, counts.len());
+        for ((t, k, c), (delta, at)) in counts {
+            rows.push([
+                Value::Text(t),
+                Value::Text(k),
+                Value::Text(c),
+                Value::Int(delta),
+                at.into(),
+            ]);
         }
-        self.changes += batch.changes;
+        b.push(rows);
+        b
     }
 }
+
+/// `hp_torrents`.
+pub static TORRENTS: Table = Table {
+    name: "hp_torrents",
+    columns: &[
+        col("info_hash", Type::Blob, Merge::Key),
+        col("completed", Type::Int, Merge::Add),
+        col("seeders", Type::Int, Merge::Replace),
+        col("leechers", Type::Int, Merge::Replace),
+        col("first_seen", Type::Int, Merge::Keep),
+        col("last_active", Type::Int, Merge::Max),
+    ],
+    keeps_older: None,
+};
+
+/// `hp_popup_users`: a user's state per popup; of two, the later in [`PopupUserRow::order`]
+/// stays.
+pub static POPUP_USERS: Table = Table {
+    name: "hp_popup_users",
+    columns: &[
+        col("user_id", Type::Text, Merge::Key),
+        col("popup_id", Type::Int, Merge::Key),
+        col("next_eligible", Type::Int, Merge::Replace),
+        col("shows", Type::Int, Merge::Replace),
+        col("last_action", Type::Int, Merge::Replace),
+        col("updated_at", Type::Int, Merge::Replace),
+    ],
+    keeps_older: Some(|older, newer| {
+        let order = |r: &[Value]| (r[5].int(), r[3].int(), r[4].int() != i64::from(SHOWN));
+        order(older) > order(newer)
+    }),
+};
+
+/// `hp_popup_events`: the event log.
+pub static POPUP_EVENTS: Table = Table {
+    name: "hp_popup_events",
+    columns: &[
+        col("at", Type::Int, Merge::Keep),
+        col("user_id", Type::Text, Merge::Keep),
+        col("popup_id", Type::Int, Merge::Keep),
+        col("action", Type::Int, Merge::Keep),
+    ],
+    keeps_older: None,
+};
+
+/// `hp_popup_daily`: shows per popup per UTC day.
+pub static POPUP_DAILY: Table = Table {
+    name: "hp_popup_daily",
+    columns: &[
+        col("popup_id", Type::Int, Merge::Key),
+        col("day", Type::Int, Merge::Key),
+        col("shows", Type::Int, Merge::Add),
+    ],
+    keeps_older: None,
+};
+
+/// `hp_lua_rows`: rows scripts append.
+pub static LUA_ROWS: Table = Table {
+    name: "hp_lua_rows",
+    columns: &[
+        col("tbl", Type::Text, Merge::Keep),
+        col("at", Type::Int, Merge::Keep),
+        col("data", Type::Text, Merge::Keep),
+    ],
+    keeps_older: None,
+};
+
+/// `hp_lua_counters`: counters scripts add to.
+pub static LUA_COUNTERS: Table = Table {
+    name: "hp_lua_counters",
+    columns: &[
+        col("tbl", Type::Text, Merge::Key),
+        col("k", Type::Text, Merge::Key),
+        col("col", Type::Text, Merge::Key),
+        col("value", Type::Int, Merge::Add),
+        col("updated_at", Type::Int, Merge::Max),
+    ],
+    keeps_older: None,
+};
+
+/// Every table the services write behind.
+pub static TABLES: [&Table; 6] = [
+    &TORRENTS,
+    &POPUP_USERS,
+    &POPUP_EVENTS,
+    &POPUP_DAILY,
+    &LUA_ROWS,
+    &LUA_COUNTERS,
+];
 
 #[cfg(test)]
 mod tests {
@@ -687,10 +768,10 @@ mod tests {
         }
         assert_eq!(p.rows(), 2);
         let b = p.take();
-        assert_eq!(b.lua_rows.len(), 1);
+        assert_eq!(b.part(&LUA_ROWS).unwrap().len(), 1);
         assert_eq!(
-            b.lua_counts[0].1,
-            (7, 6),
+            b.part(&LUA_COUNTERS).unwrap().row(0)[3..],
+            [Value::Int(7), Value::Int(6)],
             "deltas add; the latest second stays"
         );
     }
@@ -785,22 +866,43 @@ mod tests {
             p.apply(c.clone());
         }
         assert_eq!(p.rows(), 1 + 2 + 3 + 2);
-        let failed = p.take();
+        let mut b = p.take();
         p.apply(pop("alice", 7, CLOSE, 5_000, 1, 3 * 86_400));
-        p.restore(failed);
-        let b = p.take();
+        b.merge(p.take());
         // The newest state wins, the log keeps every event in order, shows per day add.
-        let alice = b
-            .popup_users
-            .iter()
-            .find(|r| &*r.0 .0 == "alice")
+        let users = b.part(&POPUP_USERS).unwrap();
+        let alice = users.row(0);
+        assert_eq!(alice[0], Value::from("alice"), "sorted by user");
+        assert_eq!(
+            alice[2..5],
+            [5_000u32.into(), 1u32.into(), u32::from(CLOSE).into()]
+        );
+        let actions: Vec<i64> = b
+            .part(&POPUP_EVENTS)
             .unwrap()
-            .1;
-        assert_eq!((alice.last_action, alice.next_eligible), (CLOSE, 5_000));
-        let actions: Vec<u8> = b.popup_events.iter().map(|e| e.action).collect();
-        assert_eq!(actions, vec![SHOWN, CLICK, SHOWN, CLOSE]);
-        assert_eq!(b.popup_daily, vec![((7, 1), 1), ((7, 2), 1)]);
-        assert_eq!(b.popup_users[0].0 .0.as_ref(), "alice", "sorted by user");
+            .iter()
+            .map(|e| e[3].int())
+            .collect();
+        assert_eq!(actions, [SHOWN, CLICK, SHOWN, CLOSE].map(i64::from));
+        let daily: Vec<_> = b
+            .part(&POPUP_DAILY)
+            .unwrap()
+            .iter()
+            .map(|r| r.to_vec())
+            .collect();
+        assert_eq!(
+            daily,
+            [[7u32, 1, 1], [7, 2, 1]].map(|r| r.map(Value::from).to_vec())
+        );
+
+        // A failed batch put under newer changes keeps a state that orders later.
+        let mut failed = Pending::default();
+        failed.apply(pop("dan", 1, CLICK, 70, 2, 500));
+        let mut failed = failed.take();
+        let mut newer = Pending::default();
+        newer.apply(pop("dan", 1, SHOWN, 60, 1, 400));
+        failed.merge(newer.take());
+        assert_eq!(failed.part(&POPUP_USERS).unwrap().row(0)[2], Value::Int(70));
 
         // Merged out of order (two workers' journals, replayed one after the other), a
         // user's state still ends at the latest: later second, more shows, answer after show.
@@ -814,10 +916,10 @@ mod tests {
             p.apply(c);
         }
         let b = p.take();
-        let carol = b.popup_users[0].1;
+        let carol = b.part(&POPUP_USERS).unwrap().row(0);
         assert_eq!(
-            (carol.shows, carol.last_action, carol.next_eligible),
-            (2, CLICK, 900)
+            carol[2..5],
+            [900u32.into(), 2u32.into(), u32::from(CLICK).into()]
         );
     }
 
@@ -837,17 +939,9 @@ mod tests {
         assert_eq!(b.changes, 4);
         assert_eq!(b.seqs, vec![(0, 9), (2, 1)]);
         // Sorted by key; counts add; the latest snapshot wins; times widen.
-        assert_eq!(b.torrents[0].0, [1; 20]);
-        assert_eq!(
-            b.torrents[1].1,
-            TorrentRow {
-                completed: 2,
-                seeders: 4,
-                leechers: 5,
-                first_seen: 100,
-                last_active: 300
-            }
-        );
+        let t = b.part(&TORRENTS).unwrap();
+        assert_eq!(t.row(0)[0], Value::Blob([1; 20].into()));
+        assert_eq!(t.row(1)[1..], [2u32, 4, 5, 100, 300].map(Value::from));
         assert_eq!(p.rows(), 0);
         assert!(p.take().is_empty());
     }
@@ -858,17 +952,14 @@ mod tests {
         p.apply(t(7, 2, 3, 100));
         p.apply(t(8, 1, 1, 100));
         p.covered(1, 5);
-        let failed = p.take();
+        let mut b = p.take();
         p.apply(t(7, 1, 9, 200));
         p.covered(1, 6);
-        p.restore(failed);
-        let b = p.take();
+        b.merge(p.take());
         assert_eq!(b.seqs, vec![(1, 6)]);
         assert_eq!(b.changes, 3);
-        let row7 = b.torrents.iter().find(|r| r.0 == [7; 20]).unwrap().1;
-        assert_eq!((row7.completed, row7.seeders, row7.first_seen), (3, 9, 100));
-        assert_eq!(row7.last_active, 200);
-        let row8 = b.torrents.iter().find(|r| r.0 == [8; 20]).unwrap().1;
-        assert_eq!(row8.completed, 1);
+        let t = b.part(&TORRENTS).unwrap();
+        assert_eq!(t.row(0)[1..], [3u32, 9, 10, 100, 200].map(Value::from));
+        assert_eq!(t.row(1)[1], Value::Int(1));
     }
 }

@@ -25,7 +25,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use crate::backend::{Backend, Written};
-use crate::merge::{Batch, LuaRow, PopupEvent, PopupUserRow, TorrentRow};
+use crate::merge::{Batch, TABLES};
+use crate::table::{Rows, Table};
 use crate::{Fault, StoreError};
 
 /// The file under `store.data_dir`.
@@ -42,190 +43,56 @@ pub fn path(data_dir: &Path) -> PathBuf {
 }
 
 impl Batch {
-    /// How many rows each table part holds, in the order rows are numbered.
-    fn part_lens(&self) -> [usize; 6] {
-        [
-            self.torrents.len(),
-            self.popup_users.len(),
-            self.popup_events.len(),
-            self.popup_daily.len(),
-            self.lua_rows.len(),
-            self.lua_counts.len(),
-        ]
-    }
-
-    /// The rows numbered `range` (torrents first, then popup users, events, daily counts,
-    /// script rows, script counters), without journal positions.
+    /// The rows numbered `range` (part after part, in order), without journal positions.
     pub fn select(&self, range: Range<usize>) -> Batch {
-        let mut offsets = [0usize; 6];
+        let mut out = Batch::default();
         let mut at = 0;
-        for (o, len) in offsets.iter_mut().zip(self.part_lens()) {
-            *o = at;
-            at += len;
+        for p in &self.parts {
+            let lo = range.start.saturating_sub(at).min(p.len());
+            let hi = range.end.saturating_sub(at).min(p.len());
+            if hi > lo {
+                out.parts.push(p.slice(lo..hi));
+            }
+            at += p.len();
         }
-        fn cut<T: Clone>(v: &[T], offset: usize, r: &Range<usize>) -> Vec<T> {
-            let lo = r.start.saturating_sub(offset).min(v.len());
-            let hi = r.end.saturating_sub(offset).min(v.len());
-            v[lo..hi.max(lo)].to_vec()
-        }
-        Batch {
-            torrents: cut(&self.torrents, offsets[0], &range),
-            popup_users: cut(&self.popup_users, offsets[1], &range),
-            popup_events: cut(&self.popup_events, offsets[2], &range),
-            popup_daily: cut(&self.popup_daily, offsets[3], &range),
-            lua_rows: cut(&self.lua_rows, offsets[4], &range),
-            lua_counts: cut(&self.lua_counts, offsets[5], &range),
-            seqs: Vec::new(),
-            changes: 0,
-        }
+        out
     }
 
     /// This batch without the rows numbered in `gone`, sorted (journal positions kept).
     pub fn without(&self, gone: &[usize]) -> Batch {
         let mut n = 0usize;
-        let mut keep = || {
-            let k = gone.binary_search(&n).is_err();
-            n += 1;
-            k
-        };
-        fn filter<T: Clone>(v: &[T], keep: &mut dyn FnMut() -> bool) -> Vec<T> {
-            v.iter().filter(|_| keep()).cloned().collect()
+        let mut out = self.clone();
+        for p in &mut out.parts {
+            p.retain(|| {
+                let keep = gone.binary_search(&n).is_err();
+                n += 1;
+                keep
+            });
         }
-        Batch {
-            torrents: filter(&self.torrents, &mut keep),
-            popup_users: filter(&self.popup_users, &mut keep),
-            popup_events: filter(&self.popup_events, &mut keep),
-            popup_daily: filter(&self.popup_daily, &mut keep),
-            lua_rows: filter(&self.lua_rows, &mut keep),
-            lua_counts: filter(&self.lua_counts, &mut keep),
-            seqs: self.seqs.clone(),
-            changes: self.changes,
-        }
+        out.parts.retain(|p| !p.is_empty());
+        out
     }
 
     /// Row `i` as `(table, columns)` in JSON.
     pub fn row_json(&self, i: usize) -> (&'static str, Value) {
-        let one = self.select(i..i + 1);
-        if let Some((k, r)) = one.torrents.first() {
-            let hash: String = k.iter().map(|b| format!("{b:02x}")).collect();
-            return (
-                "hp_torrents",
-                json!({"info_hash": hash, "completed": r.completed, "seeders": r.seeders,
-                       "leechers": r.leechers, "first_seen": r.first_seen,
-                       "last_active": r.last_active}),
-            );
+        match self.select(i..i + 1).parts.first() {
+            Some(p) => (p.table.name, p.row_json(0)),
+            None => ("", Value::Null),
         }
-        if let Some(((user, popup), r)) = one.popup_users.first() {
-            return (
-                "hp_popup_users",
-                json!({"user_id": user, "popup_id": popup, "next_eligible": r.next_eligible,
-                       "shows": r.shows, "last_action": r.last_action,
-                       "updated_at": r.updated_at}),
-            );
-        }
-        if let Some(e) = one.popup_events.first() {
-            return (
-                "hp_popup_events",
-                json!({"at": e.at, "user_id": e.user, "popup_id": e.popup, "action": e.action}),
-            );
-        }
-        if let Some(((popup, day), n)) = one.popup_daily.first() {
-            return (
-                "hp_popup_daily",
-                json!({"popup_id": popup, "day": day, "shows": n}),
-            );
-        }
-        if let Some(r) = one.lua_rows.first() {
-            return (
-                "hp_lua_rows",
-                json!({"tbl": r.table, "at": r.at, "data": r.data}),
-            );
-        }
-        if let Some(((t, k, c), (delta, at))) = one.lua_counts.first() {
-            return (
-                "hp_lua_counters",
-                json!({"tbl": t, "k": k, "col": c, "value": delta, "updated_at": at}),
-            );
-        }
-        ("", Value::Null)
     }
 
-    /// A one-row batch from a refused row's table and JSON (see [`Batch::row_json`]).
-    pub fn from_row_json(table: &str, row: &Value) -> Result<Batch, String> {
-        let text = |k: &str| -> Result<Box<str>, String> {
-            row.get(k)
-                .and_then(Value::as_str)
-                .map(Into::into)
-                .ok_or_else(|| format!("{table}: `{k}` is missing or not a string"))
-        };
-        let num = |k: &str| -> Result<u64, String> {
-            row.get(k)
-                .and_then(Value::as_u64)
-                .ok_or_else(|| format!("{table}: `{k}` is missing or not a whole number"))
-        };
-        let small = |k: &str| -> Result<u32, String> {
-            u32::try_from(num(k)?).map_err(|_| format!("{table}: `{k}` is out of range"))
+    /// A one-row batch from a refused row's table and JSON (see [`Batch::row_json`]), the
+    /// table one of `tables`.
+    pub fn from_row_json(
+        tables: &[&'static Table],
+        table: &str,
+        row: &Value,
+    ) -> Result<Batch, String> {
+        let Some(t) = tables.iter().find(|t| t.name == table) else {
+            return Err(format!("unknown table {table:?}"));
         };
         let mut b = Batch::default();
-        match table {
-            "hp_torrents" => {
-                let hex = text("info_hash")?;
-                let mut key = [0u8; 20];
-                if hex.len() != 40 || !hex.is_ascii() {
-                    return Err("hp_torrents: `info_hash` is not 40 hex digits".into());
-                }
-                for (i, k) in key.iter_mut().enumerate() {
-                    *k = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
-                        .map_err(|_| "hp_torrents: `info_hash` is not 40 hex digits")?;
-                }
-                b.torrents.push((
-                    key,
-                    TorrentRow {
-                        completed: num("completed")?,
-                        seeders: small("seeders")?,
-                        leechers: small("leechers")?,
-                        first_seen: small("first_seen")?,
-                        last_active: small("last_active")?,
-                    },
-                ));
-            }
-            "hp_popup_users" => b.popup_users.push((
-                (text("user_id")?, small("popup_id")?),
-                PopupUserRow {
-                    next_eligible: num("next_eligible")?,
-                    shows: small("shows")?,
-                    last_action: u8::try_from(num("last_action")?)
-                        .map_err(|_| "hp_popup_users: `last_action` is out of range")?,
-                    updated_at: small("updated_at")?,
-                },
-            )),
-            "hp_popup_events" => b.popup_events.push(PopupEvent {
-                at: small("at")?,
-                user: text("user_id")?,
-                popup: small("popup_id")?,
-                action: u8::try_from(num("action")?)
-                    .map_err(|_| "hp_popup_events: `action` is out of range")?,
-            }),
-            "hp_popup_daily" => b
-                .popup_daily
-                .push(((small("popup_id")?, small("day")?), num("shows")?)),
-            "hp_lua_rows" => b.lua_rows.push(LuaRow {
-                table: text("tbl")?,
-                at: small("at")?,
-                data: text("data")?,
-            }),
-            "hp_lua_counters" => {
-                let value = row
-                    .get("value")
-                    .and_then(Value::as_i64)
-                    .ok_or("hp_lua_counters: `value` is missing or not a whole number")?;
-                b.lua_counts.push((
-                    (text("tbl")?, text("k")?, text("col")?),
-                    (value, small("updated_at")?),
-                ));
-            }
-            other => return Err(format!("unknown table {other:?}")),
-        }
+        b.push(Rows::from_json(t, row)?);
         Ok(b)
     }
 }
@@ -472,14 +339,17 @@ pub fn replay(
     }
     // Newest last in the file; merged newest first, each older one put under it.
     let mut seen = std::collections::HashSet::new();
-    let mut pending = crate::merge::Pending::default();
+    let mut batch = Batch::default();
     for e in entries.iter().rev() {
         if !seen.insert((e.table.clone(), e.row.to_string(), e.journal.to_string())) {
             out.copies += 1;
             continue;
         }
-        match Batch::from_row_json(&e.table, &e.row) {
-            Ok(b) => pending.restore(b),
+        match Batch::from_row_json(&TABLES, &e.table, &e.row) {
+            Ok(mut older) => {
+                older.merge(batch);
+                batch = older;
+            }
             Err(why) => {
                 return Err(StoreError::Schema(format!(
                     "{} line {}: {why}; fix or remove the line",
@@ -489,8 +359,7 @@ pub fn replay(
             }
         }
     }
-    pending.covered(REPLAY_JOURNAL, done + 1);
-    let mut batch = pending.take();
+    batch.covered(REPLAY_JOURNAL, done + 1);
     // Rows refused again go back whole: the file was just emptied of them.
     let (_, set_aside) = write(backend, &file, database, &mut batch, u64::MAX)?;
     out.written = batch.rows();
@@ -519,11 +388,15 @@ pub type BadLine = (usize, String);
 
 /// Reads a refused-rows file: its entries, and the lines that are not entries (with why).
 pub fn read(file: &Path) -> std::io::Result<(Vec<Entry>, Vec<BadLine>)> {
-    let text = match std::fs::read_to_string(file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e),
-    };
+    match std::fs::read_to_string(file) {
+        Ok(text) => Ok(parse(&text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((Vec::new(), Vec::new())),
+        Err(e) => Err(e),
+    }
+}
+
+/// A refused-rows file's text: its entries, and the lines that are not entries (with why).
+pub fn parse(text: &str) -> (Vec<Entry>, Vec<BadLine>) {
     let (mut entries, mut bad) = (Vec::new(), Vec::new());
     for (n, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -553,7 +426,7 @@ pub fn read(file: &Path) -> std::io::Result<(Vec<Entry>, Vec<BadLine>)> {
             journal: v.get("journal").cloned().unwrap_or(Value::Null),
         });
     }
-    Ok((entries, bad))
+    (entries, bad)
 }
 
 #[cfg(test)]
@@ -592,9 +465,10 @@ mod tests {
     }
 
     fn refuses_bad(b: &Batch) -> Result<(), StoreError> {
-        let bad = b.popup_users.iter().any(|((u, _), _)| &**u == "bad")
-            || b.popup_events.iter().any(|e| &*e.user == "bad")
-            || b.lua_counts.iter().any(|((_, k, _), _)| &**k == "bad");
+        let bad = b
+            .parts
+            .iter()
+            .any(|p| p.values().iter().any(|v| v.text() == "bad"));
         if bad {
             Err(StoreError::Db {
                 backend: "test",
@@ -646,11 +520,11 @@ mod tests {
         let b = mixed();
         for i in 0..b.rows() {
             let (table, row) = b.row_json(i);
-            let back = Batch::from_row_json(table, &row).unwrap();
+            let back = Batch::from_row_json(&TABLES, table, &row).unwrap();
             assert_eq!(back, b.select(i..i + 1), "row {i} of {table}");
         }
-        assert!(Batch::from_row_json("hp_popup_users", &json!({"user_id": 3})).is_err());
-        assert!(Batch::from_row_json("nope", &json!({})).is_err());
+        assert!(Batch::from_row_json(&TABLES, "hp_popup_users", &json!({"user_id": 3})).is_err());
+        assert!(Batch::from_row_json(&TABLES, "nope", &json!({})).is_err());
     }
 
     /// An empty directory of the test's own, and the refused-rows file in it.
@@ -685,7 +559,7 @@ mod tests {
         assert_eq!(entries[0].error, "NUL \u{0} here");
         assert_eq!(entries[0].journal, json!([[0, 12]]));
         assert_eq!(bad.len(), 1);
-        let back = Batch::from_row_json(&entries[0].table, &entries[0].row).unwrap();
+        let back = Batch::from_row_json(&TABLES, &entries[0].table, &entries[0].row).unwrap();
         assert_eq!(back, b.select(1..2));
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hotpath_config::StoreConfig;
-use hotpath_store::backend::{self, Backend, Dialect, StoredTorrent, UserRow, Written};
-use hotpath_store::merge::{PopupUserRow, TorrentRow, CLICK, CLOSE, SHOWN};
+use hotpath_store::backend::{self, Backend, Dialect, StoredTorrent, Written};
+use hotpath_store::merge::{PopupUserRow, TorrentRow, CLICK, CLOSE, SHOWN, TORRENTS};
 use hotpath_store::migrations::{self, Migration};
+use hotpath_store::table::{Rows, Value};
 use hotpath_store::testing::{test_db, TestDb};
 use hotpath_store::{refused, Batch, Change, Fault, Key, Store, StoreError};
 
@@ -27,6 +28,21 @@ fn key(n: u32) -> Key {
     let mut k = [0xab; 20];
     k[..4].copy_from_slice(&n.to_be_bytes());
     k
+}
+
+/// A batch of torrent rows and journal positions.
+fn torrents(rows: Vec<(Key, TorrentRow)>, seqs: Vec<(u32, u64)>, changes: u64) -> Batch {
+    let mut t = Rows::with_capacity(&TORRENTS, rows.len());
+    for (k, r) in &rows {
+        t.push(r.row(k));
+    }
+    let mut b = Batch {
+        seqs,
+        changes,
+        ..Batch::default()
+    };
+    b.push(t);
+    b
 }
 
 fn row(completed: u64, seeders: u32, leechers: u32, first: u32, last: u32) -> TorrentRow {
@@ -82,15 +98,14 @@ fn upserts_add_counts_replace_snapshots_and_keep_first_seen(d: Dialect) {
     let db = test_db(d, "upsert");
     let mut b = backend::connect(&db.url, &db.dir).unwrap();
     migrations::migrate(&mut *b).unwrap();
-    let first = Batch {
-        torrents: vec![
+    let first = torrents(
+        vec![
             (key(1), row(2, 5, 6, 100, 110)),
             (key(2), row(0, 1, 1, 100, 100)),
         ],
-        seqs: vec![(0, 7), (3, 2)],
-        changes: 4,
-        ..Batch::default()
-    };
+        vec![(0, 7), (3, 2)],
+        4,
+    );
     assert_eq!(
         b.write(&first).unwrap(),
         Written {
@@ -98,12 +113,11 @@ fn upserts_add_counts_replace_snapshots_and_keep_first_seen(d: Dialect) {
             rows: 2
         }
     );
-    let second = Batch {
-        torrents: vec![(key(1), row(3, 9, 0, 200, 105))],
-        seqs: vec![(0, 9), (3, 1)],
-        changes: 3,
-        ..Batch::default()
-    };
+    let second = torrents(
+        vec![(key(1), row(3, 9, 0, 200, 105))],
+        vec![(0, 9), (3, 1)],
+        3,
+    );
     b.write(&second).unwrap();
     let rows = stored(&mut *b);
     assert_eq!(rows.len(), 2);
@@ -128,14 +142,13 @@ fn big_batches_split_under_the_parameter_limit(d: Dialect) {
     let mut b = backend::connect(&db.url, &db.dir).unwrap();
     migrations::migrate(&mut *b).unwrap();
     let n = d.rows_per_statement() * 2 + 7;
-    let batch = Batch {
-        torrents: (0..n as u32)
+    let batch = torrents(
+        (0..n as u32)
             .map(|i| (key(i), row(1, 1, 2, 10, 10)))
             .collect(),
-        seqs: vec![(1, 1)],
-        changes: n as u64,
-        ..Batch::default()
-    };
+        vec![(1, 1)],
+        n as u64,
+    );
     let w = b.write(&batch).unwrap();
     // Prepared statements come in repeating sizes; MySQL's text statements are cut evenly.
     let expected = match d {
@@ -153,12 +166,7 @@ fn errors_say_whether_a_retry_can_help(d: Dialect) {
     let db = test_db(d, "errors");
     let mut b = backend::connect(&db.url, &db.dir).unwrap();
     // No schema: a person must act, retrying will not help.
-    let batch = Batch {
-        torrents: vec![(key(1), row(1, 0, 0, 1, 1))],
-        seqs: vec![],
-        changes: 1,
-        ..Batch::default()
-    };
+    let batch = torrents(vec![(key(1), row(1, 0, 0, 1, 1))], vec![], 1);
     let e = b.write(&batch).unwrap_err();
     assert!(!e.retryable(), "{e}");
     // The backend reconnects after an error.
@@ -181,6 +189,56 @@ fn access_list_rows_are_read(d: Dialect) {
     ))
     .unwrap();
     assert_eq!(b.access_list().unwrap(), vec![key(5)]);
+}
+
+/// The one read primitive every service's reads go through: values come back typed, NULLs a
+/// site left are `Null` (not a crash), text with quotes and placeholders' marks in it is a
+/// value, not SQL, and an integer too big for its column is the row's own fault.
+fn queries_return_typed_values_whatever_the_rows_hold(d: Dialect) {
+    let db = test_db(d, "query");
+    let mut b = backend::connect(&db.url, &db.dir).unwrap();
+    migrations::migrate(&mut *b).unwrap();
+    let odd = "{\"x\":\"it's ? $1 \\u0000\"}";
+    b.save_popup(i32::MAX as u32, odd, 7).unwrap();
+    b.save_popup(3, "{}", 8).unwrap();
+    b.save_popup(3, "[]", 9).unwrap();
+    assert_eq!(
+        b.popups().unwrap(),
+        vec![(3, "[]".to_string()), (i32::MAX as u32, odd.to_string())]
+    );
+    b.execute("CREATE TABLE t_query (k INTEGER, t TEXT, n BIGINT)")
+        .unwrap();
+    b.execute_with(
+        "INSERT INTO t_query (k, t, n) VALUES (?, ?, ?)",
+        &[Value::Int(1), Value::from("a'b;--"), Value::Null],
+    )
+    .unwrap();
+    let mut rows = Vec::new();
+    b.query(
+        "SELECT k, t, n FROM t_query WHERE t = ?",
+        &[Value::from("a'b;--")],
+        &mut |r| rows.push(r.to_vec()),
+    )
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![vec![Value::Int(1), Value::from("a'b;--"), Value::Null]]
+    );
+    let e = b
+        .query("SELECT nope FROM t_query", &[], &mut |_| {})
+        .unwrap_err();
+    assert!(!e.retryable(), "{e}");
+    if d != Dialect::Sqlite {
+        // SQLite's columns take any integer.
+        let e = b
+            .execute_with(
+                "INSERT INTO t_query (k, t, n) VALUES (?, 'x', 0)",
+                &[Value::Int(i64::from(u32::MAX))],
+            )
+            .unwrap_err();
+        assert_eq!(e.fault(), Some(Fault::Refused), "{e}");
+    }
+    b.execute("DROP TABLE t_query").unwrap();
 }
 
 fn journaled_changes_survive_a_crash_exactly_once(d: Dialect) {
@@ -291,32 +349,16 @@ impl Backend for Flaky {
         }
         self.inner.write_batch(batch, commit)
     }
-    fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {
-        self.inner.journal_positions()
+    fn query(
+        &mut self,
+        sql: &str,
+        params: &[Value],
+        each: &mut dyn FnMut(&[Value]),
+    ) -> Result<(), StoreError> {
+        self.inner.query(sql, params, each)
     }
-    fn torrents(&mut self, each: &mut dyn FnMut(Key, StoredTorrent)) -> Result<(), StoreError> {
-        self.inner.torrents(each)
-    }
-    fn access_list(&mut self) -> Result<Vec<Key>, StoreError> {
-        self.inner.access_list()
-    }
-    fn popups(&mut self) -> Result<Vec<(u32, String)>, StoreError> {
-        self.inner.popups()
-    }
-    fn popup_users(&mut self, users: &[&str]) -> Result<Vec<UserRow>, StoreError> {
-        self.inner.popup_users(users)
-    }
-    fn popup_user_ids(&mut self, each: &mut dyn FnMut(&str)) -> Result<(), StoreError> {
-        self.inner.popup_user_ids(each)
-    }
-    fn save_popup(&mut self, id: u32, text: &str, at: i64) -> Result<(), StoreError> {
-        self.inner.save_popup(id, text, at)
-    }
-    fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError> {
-        self.inner.popup_daily(day)
-    }
-    fn popup_event_counts(&mut self) -> Result<Vec<(u32, u8, u64)>, StoreError> {
-        self.inner.popup_event_counts()
+    fn execute_with(&mut self, sql: &str, params: &[Value]) -> Result<(), StoreError> {
+        self.inner.execute_with(sql, params)
     }
     fn claim_writer(&mut self) -> Result<(), StoreError> {
         if self.unreachable > 0 {
@@ -328,15 +370,6 @@ impl Backend for Flaky {
             });
         }
         self.inner.claim_writer()
-    }
-    fn lua_counter(&mut self, t: &str, k: &str, c: &str) -> Result<Option<i64>, StoreError> {
-        self.inner.lua_counter(t, k, c)
-    }
-    fn lua_rows(&mut self, table: &str, limit: usize) -> Result<Vec<(u32, String)>, StoreError> {
-        self.inner.lua_rows(table, limit)
-    }
-    fn execute(&mut self, sql: &str) -> Result<(), StoreError> {
-        self.inner.execute(sql)
     }
 }
 
@@ -851,6 +884,7 @@ suite!(
     big_batches_split_under_the_parameter_limit,
     errors_say_whether_a_retry_can_help,
     access_list_rows_are_read,
+    queries_return_typed_values_whatever_the_rows_hold,
     journaled_changes_survive_a_crash_exactly_once,
     the_flusher_writes_on_time_and_drains_at_stop,
     failed_batches_are_merged_back_and_retried,

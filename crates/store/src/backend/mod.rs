@@ -11,8 +11,9 @@ mod sqlite;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::merge::{Batch, Key, PopupUserRow, TorrentRow};
+use crate::merge::{Batch, Key, PopupUserRow};
 use crate::migrations::Migration;
+use crate::table::{Merge, Rows, Table, Type, Value};
 use crate::{Fault, StoreError};
 
 /// An SQL dialect.
@@ -97,239 +98,104 @@ impl Dialect {
         sql
     }
 
-    /// The upsert of `rows` torrent rows: counts add, snapshots replace, `last_active` only
-    /// moves forward, `first_seen` is kept.
-    pub fn upsert_torrents(self, rows: usize) -> String {
-        self.multi_insert(TORRENTS_HEAD, 6, rows, self.torrents_tail())
+    /// `INSERT INTO <table> (<columns>)`.
+    fn insert_head(table: &Table) -> String {
+        let names: Vec<&str> = table.columns.iter().map(|c| c.name).collect();
+        format!("INSERT INTO {} ({})", table.name, names.join(", "))
     }
 
-    /// What an upsert of torrent rows does on a conflict.
-    fn torrents_tail(self) -> &'static str {
+    /// What an insert into `table` does when a row of its key is there already, by its
+    /// columns' rules (see [`Merge`]); nothing for an append-only table.
+    pub fn conflict(self, table: &Table) -> String {
+        let keys = table.keys();
+        if keys == 0 {
+            return String::new();
+        }
+        let t = table.name;
+        let mut set = Vec::new();
+        for c in &table.columns[keys..] {
+            let n = c.name;
+            let expr = match (self, c.merge) {
+                (_, Merge::Key | Merge::Keep) => continue,
+                (Dialect::Mysql, Merge::Replace) => format!("{n} = VALUES({n})"),
+                (Dialect::Mysql, Merge::Add) => format!("{n} = {n} + VALUES({n})"),
+                (Dialect::Mysql, Merge::Max) => format!("{n} = GREATEST({n}, VALUES({n}))"),
+                (_, Merge::Replace) => format!("{n} = excluded.{n}"),
+                (_, Merge::Add) => format!("{n} = {t}.{n} + excluded.{n}"),
+                (Dialect::Sqlite, Merge::Max) => format!("{n} = max({t}.{n}, excluded.{n})"),
+                (_, Merge::Max) => format!("{n} = GREATEST({t}.{n}, excluded.{n})"),
+            };
+            set.push(expr);
+        }
+        let key: Vec<&str> = table.columns[..keys].iter().map(|c| c.name).collect();
         match self {
-            Dialect::Sqlite => {
-                "ON CONFLICT (info_hash) DO UPDATE SET completed = hp_torrents.completed + excluded.completed, \
-                 seeders = excluded.seeders, leechers = excluded.leechers, \
-                 last_active = max(hp_torrents.last_active, excluded.last_active)"
+            Dialect::Mysql if set.is_empty() => {
+                format!("ON DUPLICATE KEY UPDATE {0} = {0}", key[0])
             }
-            Dialect::Postgres => {
-                "ON CONFLICT (info_hash) DO UPDATE SET completed = hp_torrents.completed + excluded.completed, \
-                 seeders = excluded.seeders, leechers = excluded.leechers, \
-                 last_active = GREATEST(hp_torrents.last_active, excluded.last_active)"
-            }
-            Dialect::Mysql => {
-                "ON DUPLICATE KEY UPDATE completed = completed + VALUES(completed), \
-                 seeders = VALUES(seeders), leechers = VALUES(leechers), \
-                 last_active = GREATEST(last_active, VALUES(last_active))"
-            }
+            Dialect::Mysql => format!("ON DUPLICATE KEY UPDATE {}", set.join(", ")),
+            _ if set.is_empty() => format!("ON CONFLICT ({}) DO NOTHING", key.join(", ")),
+            _ => format!(
+                "ON CONFLICT ({}) DO UPDATE SET {}",
+                key.join(", "),
+                set.join(", ")
+            ),
         }
     }
 
-    /// The upsert of `rows` journal positions (they only move forward).
-    pub fn upsert_journal(self, rows: usize) -> String {
-        self.multi_insert(JOURNAL_HEAD, 2, rows, self.journal_tail())
+    /// The insert (an upsert, for a table with a key) of `rows` rows of `table`, with
+    /// placeholders.
+    pub fn insert(self, table: &Table, rows: usize) -> String {
+        let head = Self::insert_head(table);
+        self.multi_insert(&head, table.width(), rows, &self.conflict(table))
     }
 
-    /// The same upserts with the values written into the text (integers and hex byte
-    /// strings only, so nothing needs escaping): for MySQL, whose prepared statements cost a
-    /// round trip and a column definition per placeholder.
-    pub fn upsert_literal(
-        self,
-        batch_rows: &[(Key, TorrentRow)],
-        seqs: &[(u32, u64)],
-    ) -> [String; 2] {
+    /// The inserts of `rows` with the values written into the text (integers, and text and
+    /// bytes as hex strings, so nothing needs escaping), each of at most
+    /// [`rows_per_statement`](Dialect::rows_per_statement) rows and about `max_bytes`:
+    /// `(statement, rows)`. For MySQL, whose prepared statements cost a round trip and a
+    /// column definition per placeholder.
+    pub fn literal_inserts(self, rows: &Rows, max_bytes: usize) -> Vec<(String, usize)> {
         use std::fmt::Write as _;
-        let mut t = String::with_capacity(TORRENTS_HEAD.len() + batch_rows.len() * 80);
-        t.push_str(TORRENTS_HEAD);
-        for (i, (k, r)) in batch_rows.iter().enumerate() {
-            t.push_str(if i == 0 { " VALUES (X'" } else { ", (X'" });
-            for b in k {
-                let _ = write!(t, "{b:02x}");
-            }
-            let _ = write!(
-                t,
-                "',{},{},{},{},{})",
-                r.completed, r.seeders, r.leechers, r.first_seen, r.last_active
-            );
-        }
-        t.push(' ');
-        t.push_str(self.torrents_tail());
-        let mut j = String::from(JOURNAL_HEAD);
-        for (i, (w, s)) in seqs.iter().enumerate() {
-            let _ = write!(j, "{}({w},{s})", if i == 0 { " VALUES " } else { ", " });
-        }
-        j.push(' ');
-        j.push_str(self.journal_tail());
-        [t, j]
-    }
-
-    /// The upsert of `rows` per-user popup states (the newest replaces the stored one).
-    pub fn upsert_popup_users(self, rows: usize) -> String {
-        self.multi_insert(POPUP_USERS_HEAD, 6, rows, self.popup_users_tail())
-    }
-
-    fn popup_users_tail(self) -> &'static str {
-        match self {
-            Dialect::Sqlite | Dialect::Postgres => {
-                "ON CONFLICT (user_id, popup_id) DO UPDATE SET next_eligible = excluded.next_eligible, \
-                 shows = excluded.shows, last_action = excluded.last_action, updated_at = excluded.updated_at"
-            }
-            Dialect::Mysql => {
-                "ON DUPLICATE KEY UPDATE next_eligible = VALUES(next_eligible), shows = VALUES(shows), \
-                 last_action = VALUES(last_action), updated_at = VALUES(updated_at)"
-            }
-        }
-    }
-
-    /// The upsert of `rows` daily show counts (they add).
-    pub fn upsert_popup_daily(self, rows: usize) -> String {
-        self.multi_insert(POPUP_DAILY_HEAD, 3, rows, self.popup_daily_tail())
-    }
-
-    fn popup_daily_tail(self) -> &'static str {
-        match self {
-            Dialect::Sqlite | Dialect::Postgres => {
-                "ON CONFLICT (popup_id, day) DO UPDATE SET shows = hp_popup_daily.shows + excluded.shows"
-            }
-            Dialect::Mysql => "ON DUPLICATE KEY UPDATE shows = shows + VALUES(shows)",
-        }
-    }
-
-    /// The insert of `rows` popup events.
-    pub fn insert_popup_events(self, rows: usize) -> String {
-        self.multi_insert(POPUP_EVENTS_HEAD, 4, rows, "")
-    }
-
-    /// The insert of `rows` rows of script tables.
-    pub fn insert_lua_rows(self, rows: usize) -> String {
-        self.multi_insert(LUA_ROWS_HEAD, 3, rows, "")
-    }
-
-    /// The upsert of `rows` script counters (they add; the latest second stays).
-    pub fn upsert_lua_counters(self, rows: usize) -> String {
-        self.multi_insert(LUA_COUNTERS_HEAD, 5, rows, self.lua_counters_tail())
-    }
-
-    fn lua_counters_tail(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => {
-                "ON CONFLICT (tbl, k, col) DO UPDATE SET value = hp_lua_counters.value + excluded.value, \
-                 updated_at = max(hp_lua_counters.updated_at, excluded.updated_at)"
-            }
-            Dialect::Postgres => {
-                "ON CONFLICT (tbl, k, col) DO UPDATE SET value = hp_lua_counters.value + excluded.value, \
-                 updated_at = GREATEST(hp_lua_counters.updated_at, excluded.updated_at)"
-            }
-            Dialect::Mysql => {
-                "ON DUPLICATE KEY UPDATE value = value + VALUES(value), \
-                 updated_at = GREATEST(updated_at, VALUES(updated_at))"
-            }
-        }
-    }
-
-    /// The script tables' statements of one batch with the values written in (MySQL; text
-    /// as hex strings, so nothing needs escaping), each at most about `max_bytes` long:
-    /// `(statement, rows)`.
-    pub fn lua_literals(self, batch: &Batch, max_bytes: usize) -> Vec<(String, usize)> {
-        use std::fmt::Write as _;
-        let hex = |out: &mut String, s: &str| {
-            out.push_str("X'");
-            for b in s.bytes() {
-                let _ = write!(out, "{b:02x}");
-            }
-            out.push('\'');
-        };
+        let head = Self::insert_head(rows.table);
+        let tail = self.conflict(rows.table);
         let mut out = Vec::new();
-        let mut flush = |sql: &mut String, n: &mut usize, tail: &str| {
-            if *n > 0 {
-                sql.push(' ');
-                sql.push_str(tail);
-                out.push((std::mem::take(sql), *n));
-                *n = 0;
-            }
-        };
         let (mut sql, mut n) = (String::new(), 0);
-        for r in &batch.lua_rows {
-            sql.push_str(if n == 0 { LUA_ROWS_HEAD } else { "," });
+        for row in rows.iter() {
+            sql.push_str(if n == 0 { &head } else { "," });
             sql.push_str(if n == 0 { " VALUES (" } else { "(" });
-            hex(&mut sql, &r.table);
-            let _ = write!(sql, ",{},", r.at);
-            hex(&mut sql, &r.data);
+            for (i, v) in row.iter().enumerate() {
+                if i > 0 {
+                    sql.push(',');
+                }
+                match v {
+                    Value::Null => sql.push_str("NULL"),
+                    Value::Int(i) => {
+                        let _ = write!(sql, "{i}");
+                    }
+                    Value::Text(_) | Value::Blob(_) => {
+                        sql.push_str("X'");
+                        for b in v.bytes() {
+                            let _ = write!(sql, "{b:02x}");
+                        }
+                        sql.push('\'');
+                    }
+                }
+            }
             sql.push(')');
             n += 1;
-            if sql.len() >= max_bytes {
-                flush(&mut sql, &mut n, "");
+            if n == self.rows_per_statement() || sql.len() >= max_bytes {
+                sql.push(' ');
+                sql.push_str(&tail);
+                out.push((std::mem::take(&mut sql), n));
+                n = 0;
             }
         }
-        flush(&mut sql, &mut n, "");
-        let tail = self.lua_counters_tail();
-        for ((table, key, column), (delta, at)) in &batch.lua_counts {
-            sql.push_str(if n == 0 { LUA_COUNTERS_HEAD } else { "," });
-            sql.push_str(if n == 0 { " VALUES (" } else { "(" });
-            hex(&mut sql, table);
-            sql.push(',');
-            hex(&mut sql, key);
-            sql.push(',');
-            hex(&mut sql, column);
-            let _ = write!(sql, ",{delta},{at})");
-            n += 1;
-            if sql.len() >= max_bytes {
-                flush(&mut sql, &mut n, tail);
-            }
+        if n > 0 {
+            sql.push(' ');
+            sql.push_str(&tail);
+            out.push((sql, n));
         }
-        flush(&mut sql, &mut n, tail);
         out
-    }
-
-    /// The popup tables' statements of one batch with the values written in (MySQL; user
-    /// ids as hex strings, so nothing needs escaping): users, daily counts, events; `None`
-    /// for a table with nothing to write.
-    pub fn popup_literals(self, batch: &Batch) -> [Option<String>; 3] {
-        use std::fmt::Write as _;
-        let hex = |s: &str| {
-            s.bytes().fold(String::new(), |mut h, b| {
-                let _ = write!(h, "{b:02x}");
-                h
-            })
-        };
-        let users = batch.popup_users.iter().map(|((user, popup), r)| {
-            format!(
-                "(X'{}',{popup},{},{},{},{})",
-                hex(user),
-                stored_time(r.next_eligible),
-                r.shows,
-                r.last_action,
-                r.updated_at
-            )
-        });
-        let daily = batch
-            .popup_daily
-            .iter()
-            .map(|((popup, day), n)| format!("({popup},{day},{n})"));
-        let events = batch
-            .popup_events
-            .iter()
-            .map(|e| format!("({},X'{}',{},{})", e.at, hex(&e.user), e.popup, e.action));
-        let statement = |head: &str, tuples: Vec<String>, tail: &str| {
-            (!tuples.is_empty()).then(|| format!("{head} VALUES {} {tail}", tuples.join(", ")))
-        };
-        [
-            statement(POPUP_USERS_HEAD, users.collect(), self.popup_users_tail()),
-            statement(POPUP_DAILY_HEAD, daily.collect(), self.popup_daily_tail()),
-            statement(POPUP_EVENTS_HEAD, events.collect(), ""),
-        ]
-    }
-
-    /// What an upsert of journal positions does on a conflict.
-    fn journal_tail(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => {
-                "ON CONFLICT (worker) DO UPDATE SET seq = max(hp_journal.seq, excluded.seq)"
-            }
-            Dialect::Postgres => {
-                "ON CONFLICT (worker) DO UPDATE SET seq = GREATEST(hp_journal.seq, excluded.seq)"
-            }
-            Dialect::Mysql => "ON DUPLICATE KEY UPDATE seq = GREATEST(seq, VALUES(seq))",
-        }
     }
 
     /// The table of applied migrations, created when missing.
@@ -347,13 +213,8 @@ impl Dialect {
     }
 }
 
-const TORRENTS_HEAD: &str =
-    "INSERT INTO hp_torrents (info_hash, completed, seeders, leechers, first_seen, last_active)";
-const JOURNAL_HEAD: &str = "INSERT INTO hp_journal (worker, seq)";
-const POPUP_USERS_HEAD: &str =
-    "INSERT INTO hp_popup_users (user_id, popup_id, next_eligible, shows, last_action, updated_at)";
 /// Every user id with popup state, once each (an index scan: the key starts with it).
-pub const POPUP_USER_IDS: &str = "SELECT DISTINCT user_id FROM hp_popup_users";
+const POPUP_USER_IDS: &str = "SELECT DISTINCT user_id FROM hp_popup_users";
 
 /// A user's state for one popup as read back: `(user, popup, state)`.
 pub type UserRow = (String, u32, PopupUserRow);
@@ -381,43 +242,45 @@ pub fn user_lookups<'a>(users: &[&'a str]) -> Vec<Vec<&'a str>> {
 }
 
 impl Dialect {
-    /// The lookup of `n` users' popup state (`n` placeholders).
-    pub fn select_popup_users(self, n: usize) -> String {
-        let mut sql = String::from(
-            "SELECT user_id, popup_id, next_eligible, shows, last_action, updated_at \
-             FROM hp_popup_users WHERE user_id IN (",
-        );
-        for i in 1..=n {
-            if i > 1 {
-                sql.push(',');
-            }
-            self.placeholder(&mut sql, i);
+    /// `sql` with its `?` placeholders as this dialect numbers them (`$1`, `$2`, ... for
+    /// PostgreSQL). Statements given to [`Backend::query`] use `?` and no `?` in literals.
+    pub fn numbered(self, sql: &str) -> std::borrow::Cow<'_, str> {
+        if self != Dialect::Postgres || !sql.contains('?') {
+            return sql.into();
         }
-        sql.push(')');
-        sql
-    }
-
-    /// The upsert of one popup definition.
-    pub fn save_popup(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => {
-                "INSERT INTO hp_popups (id, definition, updated_at) VALUES (?1, ?2, ?3) \
-                 ON CONFLICT (id) DO UPDATE SET definition = excluded.definition, \
-                 updated_at = excluded.updated_at"
-            }
-            Dialect::Postgres => {
-                "INSERT INTO hp_popups (id, definition, updated_at) VALUES ($1, $2, $3) \
-                 ON CONFLICT (id) DO UPDATE SET definition = excluded.definition, \
-                 updated_at = excluded.updated_at"
-            }
-            Dialect::Mysql => {
-                "INSERT INTO hp_popups (id, definition, updated_at) VALUES (?, ?, ?) \
-                 ON DUPLICATE KEY UPDATE definition = VALUES(definition), \
-                 updated_at = VALUES(updated_at)"
+        let mut out = String::with_capacity(sql.len() + 8);
+        let mut n = 0;
+        for ch in sql.chars() {
+            if ch == '?' {
+                n += 1;
+                self.placeholder(&mut out, n);
+            } else {
+                out.push(ch);
             }
         }
+        out.into()
     }
 }
+
+/// The lookup of `n` users' popup state (`n` placeholders).
+fn select_popup_users(n: usize) -> String {
+    format!(
+        "SELECT user_id, popup_id, next_eligible, shows, last_action, updated_at \
+         FROM hp_popup_users WHERE user_id IN ({})",
+        vec!["?"; n].join(",")
+    )
+}
+
+/// `hp_popups`: popup definitions (the admin API writes them one at a time).
+pub static POPUPS: Table = Table {
+    name: "hp_popups",
+    columns: &[
+        crate::table::col("id", Type::Int, Merge::Key),
+        crate::table::col("definition", Type::Text, Merge::Replace),
+        crate::table::col("updated_at", Type::Int, Merge::Replace),
+    ],
+    keeps_older: None,
+};
 
 /// How long a writing connection waits for the database's writer lock.
 pub const WRITER_WAIT: Duration = Duration::from_secs(30);
@@ -458,13 +321,6 @@ pub fn wait_for_writer_lock<E>(
     }
 }
 
-const POPUP_DAILY_HEAD: &str = "INSERT INTO hp_popup_daily (popup_id, day, shows)";
-const LUA_ROWS_HEAD: &str = "INSERT INTO hp_lua_rows (tbl, at, data)";
-const LUA_COUNTERS_HEAD: &str = "INSERT INTO hp_lua_counters (tbl, k, col, value, updated_at)";
-const POPUP_EVENT_COUNTS: &str = "SELECT popup_id, action, COUNT(*) FROM hp_popup_events \
-     GROUP BY popup_id, action ORDER BY popup_id, action";
-const POPUP_EVENTS_HEAD: &str = "INSERT INTO hp_popup_events (at, user_id, popup_id, action)";
-
 /// A unix time as stored (64-bit signed; "never", `u64::MAX`, becomes `i64::MAX`).
 pub fn stored_time(t: u64) -> i64 {
     i64::try_from(t).unwrap_or(i64::MAX)
@@ -503,7 +359,11 @@ pub struct Written {
     pub rows: u64,
 }
 
-/// One database. Calls block; only the flusher and start-up call them, never a request.
+/// One database. Calls block; only the flusher, start-up and services' loaders call them,
+/// never a request.
+///
+/// A backend implements the primitives (migrations, batches, [`query`](Backend::query),
+/// [`execute_with`](Backend::execute_with)); every read is written once, over them.
 pub trait Backend: Send {
     /// The dialect.
     fn dialect(&self) -> Dialect;
@@ -531,52 +391,24 @@ pub trait Backend: Send {
     /// Writes a batch in one transaction, committed or (`commit` false) rolled back.
     fn write_batch(&mut self, batch: &Batch, commit: bool) -> Result<Written, StoreError>;
 
-    /// `(journal, last sequence written)` of every journal.
-    fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError>;
-
-    /// Calls `each` for every stored torrent.
-    fn torrents(&mut self, each: &mut dyn FnMut(Key, StoredTorrent)) -> Result<(), StoreError>;
-
-    /// The info hashes in `hp_access_list`.
-    fn access_list(&mut self) -> Result<Vec<Key>, StoreError>;
-
-    /// Every popup definition in `hp_popups`: `(id, JSON text)`.
-    fn popups(&mut self) -> Result<Vec<(u32, String)>, StoreError>;
-
-    /// The users' state per popup, from `hp_popup_users`: `(user, popup, state)` rows, in
-    /// as few statements as [`user_lookups`] allows.
-    fn popup_users(&mut self, users: &[&str]) -> Result<Vec<UserRow>, StoreError>;
-
-    /// One user's state per popup.
-    fn popup_user(&mut self, user: &str) -> Result<Vec<(u32, PopupUserRow)>, StoreError> {
-        let rows = self.popup_users(&[user])?;
-        Ok(rows.into_iter().map(|(_, p, r)| (p, r)).collect())
-    }
-
-    /// Calls `each` with every user id that has popup state, streaming (millions of rows
-    /// are not held at once).
-    fn popup_user_ids(&mut self, each: &mut dyn FnMut(&str)) -> Result<(), StoreError>;
-
-    /// Creates or replaces popup `id`'s definition (JSON text), stamped `updated_at`.
-    fn save_popup(&mut self, id: u32, definition: &str, updated_at: i64) -> Result<(), StoreError>;
-
-    /// Shows per popup on UTC day `day` (unix seconds / 86400), from `hp_popup_daily`.
-    fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError>;
-
-    /// `(popup, action, events)` over the whole event log (shows, clicks, closes per popup).
-    fn popup_event_counts(&mut self) -> Result<Vec<(u32, u8, u64)>, StoreError>;
-
-    /// A script counter's stored value (`hp.store.add`), if it has one.
-    fn lua_counter(
+    /// Runs a query whose placeholders are `?` (see [`Dialect::numbered`]) with `params`,
+    /// calling `each` with every row's values as they arrive (millions of rows are not held
+    /// at once). Integer columns come back as [`Value::Int`], text as [`Value::Text`] (bytes
+    /// that are not UTF-8 replaced), binary as [`Value::Blob`], NULL as [`Value::Null`].
+    fn query(
         &mut self,
-        table: &str,
-        key: &str,
-        column: &str,
-    ) -> Result<Option<i64>, StoreError>;
+        sql: &str,
+        params: &[Value],
+        each: &mut dyn FnMut(&[Value]),
+    ) -> Result<(), StoreError>;
 
-    /// A script table's rows (`hp.store.enqueue`), oldest first: `(unix second, JSON text)`,
-    /// at most `limit`.
-    fn lua_rows(&mut self, table: &str, limit: usize) -> Result<Vec<(u32, String)>, StoreError>;
+    /// Runs one statement whose placeholders are `?` with `params`, outside any batch.
+    fn execute_with(&mut self, sql: &str, params: &[Value]) -> Result<(), StoreError>;
+
+    /// Runs one statement outside any batch (tests, tools).
+    fn execute(&mut self, sql: &str) -> Result<(), StoreError> {
+        self.execute_with(sql, &[])
+    }
 
     /// Takes the database's writer lock on this connection before the store reads anything,
     /// waiting up to [`WRITER_WAIT`] for it; held while the connection lasts (a start-up
@@ -589,8 +421,148 @@ pub trait Backend: Send {
         Ok(())
     }
 
-    /// Runs one statement outside any batch (tests, tools).
-    fn execute(&mut self, sql: &str) -> Result<(), StoreError>;
+    /// `(journal, last sequence written)` of every journal.
+    fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {
+        let mut out = Vec::new();
+        self.query("SELECT worker, seq FROM hp_journal", &[], &mut |r| {
+            out.push((r[0].int() as u32, r[1].int() as u64));
+        })?;
+        Ok(out)
+    }
+
+    /// Calls `each` for every stored torrent (rows whose key is not 20 bytes are skipped).
+    fn torrents(&mut self, each: &mut dyn FnMut(Key, StoredTorrent)) -> Result<(), StoreError> {
+        self.query(
+            "SELECT info_hash, completed, seeders, leechers, first_seen, last_active \
+             FROM hp_torrents",
+            &[],
+            &mut |r| {
+                if let Ok(key) = Key::try_from(r[0].bytes()) {
+                    each(
+                        key,
+                        StoredTorrent {
+                            completed: r[1].int() as u64,
+                            seeders: r[2].int() as u32,
+                            leechers: r[3].int() as u32,
+                            first_seen: r[4].int(),
+                            last_active: r[5].int(),
+                        },
+                    );
+                }
+            },
+        )
+    }
+
+    /// The info hashes in `hp_access_list` (rows whose key is not 20 bytes are skipped).
+    fn access_list(&mut self) -> Result<Vec<Key>, StoreError> {
+        let mut out = Vec::new();
+        self.query("SELECT info_hash FROM hp_access_list", &[], &mut |r| {
+            if let Ok(k) = Key::try_from(r[0].bytes()) {
+                out.push(k);
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// Every popup definition in `hp_popups`: `(id, JSON text)`.
+    fn popups(&mut self) -> Result<Vec<(u32, String)>, StoreError> {
+        let mut out = Vec::new();
+        self.query(
+            "SELECT id, definition FROM hp_popups ORDER BY id",
+            &[],
+            &mut |r| out.push((r[0].int() as u32, r[1].text().to_string())),
+        )?;
+        Ok(out)
+    }
+
+    /// The users' state per popup, from `hp_popup_users`: `(user, popup, state)` rows, in
+    /// as few statements as [`user_lookups`] allows.
+    fn popup_users(&mut self, users: &[&str]) -> Result<Vec<UserRow>, StoreError> {
+        let mut out = Vec::new();
+        for lookup in user_lookups(users) {
+            let params: Vec<Value> = lookup.iter().map(|u| Value::from(*u)).collect();
+            self.query(&select_popup_users(lookup.len()), &params, &mut |r| {
+                let (user, popup, state) = PopupUserRow::from_row(r);
+                out.push((user.to_string(), popup, state));
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// One user's state per popup.
+    fn popup_user(&mut self, user: &str) -> Result<Vec<(u32, PopupUserRow)>, StoreError> {
+        let rows = self.popup_users(&[user])?;
+        Ok(rows.into_iter().map(|(_, p, r)| (p, r)).collect())
+    }
+
+    /// Calls `each` with every user id that has popup state, streaming (millions of rows
+    /// are not held at once).
+    fn popup_user_ids(&mut self, each: &mut dyn FnMut(&str)) -> Result<(), StoreError> {
+        self.query(POPUP_USER_IDS, &[], &mut |r| each(r[0].text()))
+    }
+
+    /// Creates or replaces popup `id`'s definition (JSON text), stamped `updated_at`.
+    fn save_popup(&mut self, id: u32, definition: &str, updated_at: i64) -> Result<(), StoreError> {
+        let sql = self.dialect().insert(&POPUPS, 1);
+        self.execute_with(
+            &sql,
+            &[id.into(), definition.into(), Value::Int(updated_at)],
+        )
+    }
+
+    /// Shows per popup on UTC day `day` (unix seconds / 86400), from `hp_popup_daily`.
+    fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError> {
+        let mut out = Vec::new();
+        self.query(
+            "SELECT popup_id, shows FROM hp_popup_daily WHERE day = ?",
+            &[day.into()],
+            &mut |r| out.push((r[0].int() as u32, r[1].int() as u64)),
+        )?;
+        Ok(out)
+    }
+
+    /// `(popup, action, events)` over the whole event log (shows, clicks, closes per popup).
+    fn popup_event_counts(&mut self) -> Result<Vec<(u32, u8, u64)>, StoreError> {
+        let mut out = Vec::new();
+        self.query(
+            "SELECT popup_id, action, COUNT(*) FROM hp_popup_events \
+             GROUP BY popup_id, action ORDER BY popup_id, action",
+            &[],
+            &mut |r| out.push((r[0].int() as u32, r[1].int() as u8, r[2].int() as u64)),
+        )?;
+        Ok(out)
+    }
+
+    /// A script counter's stored value (`hp.store.add`), if it has one.
+    fn lua_counter(
+        &mut self,
+        table: &str,
+        key: &str,
+        column: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        let mut out = None;
+        self.query(
+            "SELECT value FROM hp_lua_counters WHERE tbl = ? AND k = ? AND col = ?",
+            &[table.into(), key.into(), column.into()],
+            &mut |r| out = Some(r[0].int()),
+        )?;
+        Ok(out)
+    }
+
+    /// A script table's rows (`hp.store.enqueue`), oldest first: `(unix second, JSON text)`,
+    /// at most `limit`.
+    fn lua_rows(&mut self, table: &str, limit: usize) -> Result<Vec<(u32, String)>, StoreError> {
+        let mut out = Vec::new();
+        self.query(
+            "SELECT at, data FROM hp_lua_rows WHERE tbl = ? ORDER BY id LIMIT ?",
+            &[
+                table.into(),
+                Value::Int(limit.min(i64::MAX as usize) as i64),
+            ],
+            &mut |r| out.push((r[0].int() as u32, r[1].text().to_string())),
+        )?;
+        Ok(out)
+    }
 }
 
 /// Opens the backend a URL names; `sqlite://` paths are taken as given (relative ones from the
@@ -686,14 +658,26 @@ mod tests {
 
     #[test]
     fn multi_row_statements_number_their_placeholders() {
-        let pg = Dialect::Postgres.upsert_journal(2);
-        assert!(pg.starts_with(
-            "INSERT INTO hp_journal (worker, seq) VALUES ($1,$2), ($3,$4) ON CONFLICT"
-        ));
-        let my = Dialect::Mysql.upsert_torrents(2);
+        use crate::batch::JOURNAL;
+        use crate::merge::TORRENTS;
+        let pg = Dialect::Postgres.insert(&JOURNAL, 2);
+        assert_eq!(
+            pg,
+            "INSERT INTO hp_journal (worker, seq) VALUES ($1,$2), ($3,$4) ON CONFLICT (worker) \
+             DO UPDATE SET seq = GREATEST(hp_journal.seq, excluded.seq)"
+        );
+        let my = Dialect::Mysql.insert(&TORRENTS, 2);
         assert!(my.contains("VALUES (?,?,?,?,?,?), (?,?,?,?,?,?) ON DUPLICATE KEY"));
-        let sq = Dialect::Sqlite.upsert_torrents(1);
+        assert!(my.ends_with(
+            "UPDATE completed = completed + VALUES(completed), seeders = VALUES(seeders), \
+             leechers = VALUES(leechers), last_active = GREATEST(last_active, VALUES(last_active))"
+        ));
+        let sq = Dialect::Sqlite.insert(&TORRENTS, 1);
         assert_eq!(sq.matches('?').count(), 6);
+        assert!(sq.contains("last_active = max(hp_torrents.last_active, excluded.last_active)"));
+        assert!(!sq.contains("first_seen ="), "first_seen is kept");
+        let events = Dialect::Postgres.insert(&crate::merge::POPUP_EVENTS, 1);
+        assert!(events.ends_with("VALUES ($1,$2,$3,$4) "), "{events}");
     }
 
     #[test]
@@ -709,25 +693,33 @@ mod tests {
     }
 
     #[test]
-    fn literal_upserts_carry_hex_keys_and_integers() {
-        let row = TorrentRow {
-            completed: 2,
-            seeders: 3,
-            leechers: 4,
-            first_seen: 5,
-            last_active: 6,
-        };
-        let [t, j] =
-            Dialect::Mysql.upsert_literal(&[([0xab; 20], row), ([1; 20], row)], &[(0, 9), (1, 3)]);
-        let hex = "ab".repeat(20);
+    fn literal_inserts_carry_hex_and_integers_and_split() {
+        use crate::merge::LUA_COUNTERS;
+        let mut rows = Rows::new(&LUA_COUNTERS);
+        for key in ["a'b", "c"] {
+            rows.push([
+                "t".into(),
+                key.into(),
+                "n".into(),
+                Value::Int(-2),
+                Value::Int(9),
+            ]);
+        }
+        let all = Dialect::Mysql.literal_inserts(&rows, 1 << 20);
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].1, 2);
         assert!(
-            t.contains(&format!(
-                "VALUES (X'{hex}',2,3,4,5,6), (X'{}',2,3,4,5,6) ON DUPLICATE",
-                "01".repeat(20)
-            )),
-            "{t}"
+            all[0].0.contains(
+                "VALUES (X'74',X'612762',X'6e',-2,9),(X'74',X'63',X'6e',-2,9) ON DUPLICATE"
+            ),
+            "{}",
+            all[0].0
         );
-        assert!(j.contains("VALUES (0,9), (1,3) ON DUPLICATE KEY"), "{j}");
+        let split = Dialect::Mysql.literal_inserts(&rows, 10);
+        assert_eq!(split.iter().map(|s| s.1).collect::<Vec<_>>(), [1, 1]);
+        assert!(split.iter().all(|s| s
+            .0
+            .contains("ON DUPLICATE KEY UPDATE value = value + VALUES(value)")));
     }
 
     #[test]

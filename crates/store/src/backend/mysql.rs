@@ -1,7 +1,7 @@
 //! MySQL and MariaDB, through the synchronous `mysql` client, with connect, read and write
 //! timeouts so that a dead or stalled server turns into an error and a retry, not a hang.
 //! Batches go over the text protocol with the values in the statement (see
-//! [`Dialect::upsert_literal`]): a prepared statement of thousands of placeholders costs a
+//! [`Dialect::literal_inserts`]): a prepared statement of thousands of placeholders costs a
 //! round trip and a column definition per placeholder, 17 % of the announce rate in the
 //! persistence benchmark.
 
@@ -10,11 +10,10 @@ use std::time::Duration;
 use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder, TxOpts};
 
-use super::{
-    db_error, loaded_time, user_lookups, Backend, Dialect, StoredTorrent, UserRow, Written,
-};
-use crate::merge::{Batch, Key, PopupUserRow};
+use super::{db_error, Backend, Dialect, Written};
+use crate::merge::Batch;
 use crate::migrations::Migration;
+use crate::table::Value;
 use crate::{Fault, StoreError};
 
 const D: Dialect = Dialect::Mysql;
@@ -80,6 +79,33 @@ fn fault(e: &mysql::Error) -> Fault {
     }
 }
 
+/// Parameters as the driver takes them.
+fn to_mysql(params: &[Value]) -> Vec<mysql::Value> {
+    params
+        .iter()
+        .map(|v| match v {
+            Value::Null => mysql::Value::NULL,
+            Value::Int(i) => mysql::Value::Int(*i),
+            Value::Text(_) | Value::Blob(_) => mysql::Value::Bytes(v.bytes().to_vec()),
+        })
+        .collect()
+}
+
+/// A value read back: integers as integers, binary columns (character set 63) as bytes,
+/// other strings as text.
+fn from_mysql(v: Option<&mysql::Value>, col: &mysql::Column) -> Value {
+    match v {
+        None | Some(mysql::Value::NULL) => Value::Null,
+        Some(mysql::Value::Int(i)) => Value::Int(*i),
+        Some(mysql::Value::UInt(u)) => Value::Int(i64::try_from(*u).unwrap_or(i64::MAX)),
+        Some(mysql::Value::Float(f)) => Value::Int(*f as i64),
+        Some(mysql::Value::Double(f)) => Value::Int(*f as i64),
+        Some(mysql::Value::Bytes(b)) if col.character_set() == 63 => Value::Blob(b[..].into()),
+        Some(mysql::Value::Bytes(b)) => Value::Text(String::from_utf8_lossy(b).into()),
+        Some(_) => Value::Null,
+    }
+}
+
 impl Backend for Mysql {
     fn dialect(&self) -> Dialect {
         D
@@ -110,42 +136,54 @@ impl Backend for Mysql {
         })
     }
 
+    fn query(
+        &mut self,
+        sql: &str,
+        params: &[Value],
+        each: &mut dyn FnMut(&[Value]),
+    ) -> Result<(), StoreError> {
+        self.with(|c| {
+            let mut result = c.exec_iter(sql, mysql::Params::Positional(to_mysql(params)))?;
+            let mut vals = Vec::new();
+            while let Some(set) = result.iter() {
+                for row in set {
+                    let row = row?;
+                    vals.clear();
+                    for (i, col) in row.columns_ref().iter().enumerate() {
+                        vals.push(from_mysql(row.as_ref(i), col));
+                    }
+                    each(&vals);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn execute_with(&mut self, sql: &str, params: &[Value]) -> Result<(), StoreError> {
+        self.with(|c| {
+            if params.is_empty() {
+                c.query_drop(sql)
+            } else {
+                c.exec_drop(sql, mysql::Params::Positional(to_mysql(params)))
+            }
+        })
+    }
+
     fn write_batch(&mut self, batch: &Batch, commit: bool) -> Result<Written, StoreError> {
         self.with(|c| {
             let mut tx = c.start_transaction(TxOpts::default())?;
             let mut w = Written::default();
-            let mut seqs = &batch.seqs[..];
-            for chunk in batch.torrents.chunks(D.rows_per_statement()) {
-                let [rows, positions] = D.upsert_literal(chunk, seqs);
-                tx.query_drop(rows)?;
-                if !seqs.is_empty() {
-                    tx.query_drop(positions)?;
-                    seqs = &[];
-                }
-                w.statements += 1;
-                w.rows += chunk.len() as u64;
-            }
-            if !seqs.is_empty() {
-                tx.query_drop(D.upsert_literal(&[], seqs)[1].as_str())?;
-            }
-            let rows = [
-                batch.popup_users.len(),
-                batch.popup_daily.len(),
-                batch.popup_events.len(),
-            ];
-            for (sql, n) in D.popup_literals(batch).into_iter().zip(rows) {
-                if let Some(sql) = sql {
+            // Text may be large (script rows): statements of at most ~4 MiB, well under the
+            // server's max_allowed_packet.
+            for rows in &batch.parts {
+                for (sql, n) in D.literal_inserts(rows, 4 << 20) {
                     tx.query_drop(sql)?;
                     w.statements += 1;
                     w.rows += n as u64;
                 }
             }
-            // Script rows may be large: statements of at most ~4 MiB, well under the
-            // server's max_allowed_packet.
-            for (sql, n) in D.lua_literals(batch, 4 << 20) {
+            for (sql, _) in D.literal_inserts(&batch.journal_rows(), 4 << 20) {
                 tx.query_drop(sql)?;
-                w.statements += 1;
-                w.rows += n as u64;
             }
             if commit {
                 tx.commit()?;
@@ -153,109 +191,6 @@ impl Backend for Mysql {
                 tx.rollback()?;
             }
             Ok(w)
-        })
-    }
-
-    fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {
-        self.with(|c| c.query("SELECT worker, seq FROM hp_journal"))
-    }
-
-    fn torrents(&mut self, each: &mut dyn FnMut(Key, StoredTorrent)) -> Result<(), StoreError> {
-        self.with(|c| {
-            let rows: Vec<(Vec<u8>, i64, i64, i64, i64, i64)> = c.query(
-                "SELECT info_hash, completed, seeders, leechers, first_seen, last_active FROM hp_torrents",
-            )?;
-            for (hash, completed, seeders, leechers, first_seen, last_active) in rows {
-                if let Ok(key) = Key::try_from(hash.as_slice()) {
-                    each(
-                        key,
-                        StoredTorrent {
-                            completed: completed as u64,
-                            seeders: seeders as u32,
-                            leechers: leechers as u32,
-                            first_seen,
-                            last_active,
-                        },
-                    );
-                }
-            }
-            Ok(())
-        })
-    }
-
-    fn access_list(&mut self) -> Result<Vec<Key>, StoreError> {
-        self.with(|c| {
-            let rows: Vec<Vec<u8>> = c.query("SELECT info_hash FROM hp_access_list")?;
-            Ok(rows
-                .iter()
-                .filter_map(|h| Key::try_from(h.as_slice()).ok())
-                .collect())
-        })
-    }
-
-    fn popups(&mut self) -> Result<Vec<(u32, String)>, StoreError> {
-        self.with(|c| c.query("SELECT id, definition FROM hp_popups ORDER BY id"))
-    }
-
-    fn popup_users(&mut self, users: &[&str]) -> Result<Vec<UserRow>, StoreError> {
-        self.with(|c| {
-            let mut out = Vec::new();
-            for lookup in user_lookups(users) {
-                let rows: Vec<(String, u32, i64, i64, i64, i64)> =
-                    c.exec(D.select_popup_users(lookup.len()), lookup)?;
-                out.extend(
-                    rows.into_iter()
-                        .map(|(user, popup, next, shows, action, at)| {
-                            let row = PopupUserRow {
-                                next_eligible: loaded_time(next),
-                                shows: shows as u32,
-                                last_action: action as u8,
-                                updated_at: at as u32,
-                            };
-                            (user, popup, row)
-                        }),
-                );
-            }
-            Ok(out)
-        })
-    }
-
-    fn popup_user_ids(&mut self, each: &mut dyn FnMut(&str)) -> Result<(), StoreError> {
-        self.with(|c| {
-            for row in c.query_iter(super::POPUP_USER_IDS)? {
-                let user: String =
-                    mysql::from_row_opt(row?).map_err(|e| mysql::Error::FromRowError(e.0))?;
-                each(&user);
-            }
-            Ok(())
-        })
-    }
-
-    fn save_popup(&mut self, id: u32, definition: &str, updated_at: i64) -> Result<(), StoreError> {
-        self.with(|c| c.exec_drop(D.save_popup(), (id, definition, updated_at)))
-    }
-
-    fn lua_counter(
-        &mut self,
-        table: &str,
-        key: &str,
-        column: &str,
-    ) -> Result<Option<i64>, StoreError> {
-        self.with(|c| {
-            c.exec_first(
-                "SELECT value FROM hp_lua_counters WHERE tbl = ? AND k = ? AND col = ?",
-                (table, key, column),
-            )
-        })
-    }
-
-    fn lua_rows(&mut self, table: &str, limit: usize) -> Result<Vec<(u32, String)>, StoreError> {
-        self.with(|c| {
-            let rows: Vec<(i64, String)> = c.exec(
-                "SELECT at, data FROM hp_lua_rows WHERE tbl = ? ORDER BY id LIMIT ?",
-                (table, limit as u64),
-            )?;
-            Ok(rows.into_iter().map(|(at, d)| (at as u32, d)).collect())
         })
     }
 
@@ -273,29 +208,5 @@ impl Backend for Mysql {
         } else {
             Err(db_error(D, super::WRITER_LOCK_HELD, Fault::Setup))
         }
-    }
-
-    fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError> {
-        self.with(|c| {
-            let rows: Vec<(u32, i64)> = c.exec(
-                "SELECT popup_id, shows FROM hp_popup_daily WHERE day = ?",
-                (day,),
-            )?;
-            Ok(rows.into_iter().map(|(p, n)| (p, n as u64)).collect())
-        })
-    }
-
-    fn popup_event_counts(&mut self) -> Result<Vec<(u32, u8, u64)>, StoreError> {
-        self.with(|c| {
-            let rows: Vec<(u32, i64, i64)> = c.query(super::POPUP_EVENT_COUNTS)?;
-            Ok(rows
-                .into_iter()
-                .map(|(p, a, n)| (p, a as u8, n as u64))
-                .collect())
-        })
-    }
-
-    fn execute(&mut self, sql: &str) -> Result<(), StoreError> {
-        self.with(|c| c.query_drop(sql))
     }
 }

@@ -6,15 +6,13 @@ use std::time::Duration;
 
 use std::collections::HashMap;
 
-use postgres::types::ToSql;
+use postgres::types::{IsNull, ToSql, Type};
 use postgres::{Client, NoTls, Statement};
 
-use super::{
-    db_error, loaded_time, stored_time, user_lookups, Backend, Dialect, StoredTorrent, UserRow,
-    Written,
-};
-use crate::merge::{Batch, Key, PopupUserRow};
+use super::{db_error, Backend, Dialect, Written};
+use crate::merge::Batch;
 use crate::migrations::Migration;
+use crate::table::Value;
 use crate::{Fault, StoreError};
 
 const D: Dialect = Dialect::Postgres;
@@ -29,9 +27,9 @@ pub(crate) struct Postgres {
 struct Conn {
     client: Client,
     upserts: HashMap<(&'static str, usize), Statement>,
+    /// Reads, by their text (at most 64: services' reads are a handful of fixed texts).
+    reads: HashMap<String, Statement>,
 }
-
-type Param = Box<dyn ToSql + Sync>;
 
 impl Postgres {
     pub(crate) fn new(url: &str) -> Result<Postgres, String> {
@@ -70,6 +68,7 @@ impl Postgres {
             self.client = Some(Conn {
                 client,
                 upserts: HashMap::new(),
+                reads: HashMap::new(),
             });
         }
         let r = f(self.client.as_mut().expect("connected"));
@@ -86,7 +85,13 @@ impl Postgres {
 /// a server shutting down, a timeout) may pass.
 fn fault(e: &postgres::Error) -> Fault {
     let Some(code) = e.code() else {
-        return Fault::Transient;
+        // A value this client cannot bind is the row's own, as the server's 22xxx are.
+        let ours = std::error::Error::source(e).is_some_and(|s| s.is::<OutOfRange>());
+        return if ours {
+            Fault::Refused
+        } else {
+            Fault::Transient
+        };
     };
     match &code.code()[..2] {
         "22" | "23" => Fault::Refused,
@@ -115,6 +120,59 @@ fn describe(e: &postgres::Error) -> String {
     }
     out
 }
+
+/// A value bound to a column of whatever integer width the table has: PostgreSQL checks a
+/// parameter's type against its column's. A value out of the column's range is refused
+/// ([`Fault::Refused`]), as MySQL refuses it.
+impl ToSql for Value {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Value::Null => Ok(IsNull::Yes),
+            Value::Int(v) => match *ty {
+                Type::INT8 => v.to_sql(ty, out),
+                Type::INT4 => i32::try_from(*v)
+                    .map_err(|_| OutOfRange(*v, "INTEGER"))?
+                    .to_sql(ty, out),
+                Type::INT2 => i16::try_from(*v)
+                    .map_err(|_| OutOfRange(*v, "SMALLINT"))?
+                    .to_sql(ty, out),
+                _ => v.to_sql(ty, out),
+            },
+            Value::Text(t) => (&**t).to_sql(ty, out),
+            Value::Blob(b) => (&**b).to_sql(ty, out),
+        }
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <i64 as ToSql>::accepts(ty)
+            || <i32 as ToSql>::accepts(ty)
+            || <i16 as ToSql>::accepts(ty)
+            || <&str as ToSql>::accepts(ty)
+            || <&[u8] as ToSql>::accepts(ty)
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+/// An integer too large for its column.
+#[derive(Debug)]
+struct OutOfRange(i64, &'static str);
+
+impl std::fmt::Display for OutOfRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is out of range for a column of type {}",
+            self.0, self.1
+        )
+    }
+}
+
+impl std::error::Error for OutOfRange {}
 
 impl Backend for Postgres {
     fn dialect(&self) -> Dialect {
@@ -154,133 +212,96 @@ impl Backend for Postgres {
         })
     }
 
+    fn query(
+        &mut self,
+        sql: &str,
+        params: &[Value],
+        each: &mut dyn FnMut(&[Value]),
+    ) -> Result<(), StoreError> {
+        use postgres::fallible_iterator::FallibleIterator as _;
+        let sql = D.numbered(sql);
+        self.with_conn(|c| {
+            let st = match c.reads.get(&*sql) {
+                Some(st) => st.clone(),
+                None => {
+                    let st = c.client.prepare(&sql)?;
+                    if c.reads.len() < 64 {
+                        c.reads.insert(sql.to_string(), st.clone());
+                    }
+                    st
+                }
+            };
+            let refs = params.iter().map(|v| v as &(dyn ToSql + Sync));
+            let mut rows = c.client.query_raw(&st, refs)?;
+            let mut vals = Vec::new();
+            while let Some(row) = rows.next()? {
+                vals.clear();
+                for (i, col) in row.columns().iter().enumerate() {
+                    let ty = col.type_();
+                    let v = if *ty == Type::INT2 {
+                        row.try_get::<_, Option<i16>>(i)?
+                            .map(|v| Value::Int(v.into()))
+                    } else if *ty == Type::INT4 {
+                        row.try_get::<_, Option<i32>>(i)?
+                            .map(|v| Value::Int(v.into()))
+                    } else if *ty == Type::INT8 {
+                        row.try_get::<_, Option<i64>>(i)?.map(Value::Int)
+                    } else if *ty == Type::BYTEA {
+                        row.try_get::<_, Option<Vec<u8>>>(i)?
+                            .map(|v| Value::Blob(v.into()))
+                    } else {
+                        // Text, and any other type read as text.
+                        row.try_get::<_, Option<String>>(i)?
+                            .map(|v| Value::Text(v.into()))
+                    };
+                    vals.push(v.unwrap_or(Value::Null));
+                }
+                each(&vals);
+            }
+            Ok(())
+        })
+    }
+
+    fn execute_with(&mut self, sql: &str, params: &[Value]) -> Result<(), StoreError> {
+        let sql = D.numbered(sql);
+        self.with(|c| {
+            if params.is_empty() {
+                c.batch_execute(&sql)
+            } else {
+                let refs: Vec<&(dyn ToSql + Sync)> =
+                    params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+                c.execute(&*sql, &refs).map(|_| ())
+            }
+        })
+    }
+
     fn write_batch(&mut self, batch: &Batch, commit: bool) -> Result<Written, StoreError> {
         self.with_conn(|c| {
             let mut tx = c.client.transaction()?;
             let mut w = Written::default();
-            let cache = &mut c.upserts;
-            let mut put = |tx: &mut postgres::Transaction<'_>,
-                           table: &'static str,
-                           rows: usize,
-                           sql: &dyn Fn(usize) -> String,
-                           values: &dyn Fn(usize, &mut Vec<Param>)|
-             -> Result<(), postgres::Error> {
-                let mut start = 0;
-                for n in D.statement_sizes(rows) {
-                    let st = match cache.get(&(table, n)) {
+            let journal = batch.journal_rows();
+            for rows in batch.parts.iter().chain([&journal]) {
+                let width = rows.table.width();
+                let mut rest = rows.values();
+                for n in D.statement_sizes(rows.len()) {
+                    let st = match c.upserts.get(&(rows.table.name, n)) {
                         Some(st) => st.clone(),
                         None => {
-                            let st = tx.prepare(&sql(n))?;
-                            cache.insert((table, n), st.clone());
+                            let st = tx.prepare(&D.insert(rows.table, n))?;
+                            c.upserts.insert((rows.table.name, n), st.clone());
                             st
                         }
                     };
-                    let mut vals: Vec<Param> = Vec::new();
-                    for i in start..start + n {
-                        values(i, &mut vals);
-                    }
-                    start += n;
-                    let refs: Vec<&(dyn ToSql + Sync)> = vals.iter().map(|v| v.as_ref()).collect();
+                    let (chunk, tail) = rest.split_at(n * width);
+                    rest = tail;
+                    let refs: Vec<&(dyn ToSql + Sync)> =
+                        chunk.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
                     tx.execute(&st, &refs)?;
-                    w.statements += 1;
-                    w.rows += n as u64;
+                    if rows.table.name != journal.table.name {
+                        w.statements += 1;
+                        w.rows += n as u64;
+                    }
                 }
-                Ok(())
-            };
-            let t = &batch.torrents;
-            put(
-                &mut tx,
-                "torrents",
-                t.len(),
-                &|n| D.upsert_torrents(n),
-                &|i, v| {
-                    let (k, r) = &t[i];
-                    v.push(Box::new(k.to_vec()));
-                    v.push(Box::new(r.completed as i64));
-                    v.push(Box::new(i64::from(r.seeders)));
-                    v.push(Box::new(i64::from(r.leechers)));
-                    v.push(Box::new(i64::from(r.first_seen)));
-                    v.push(Box::new(i64::from(r.last_active)));
-                },
-            )?;
-            let u = &batch.popup_users;
-            put(
-                &mut tx,
-                "popup_users",
-                u.len(),
-                &|n| D.upsert_popup_users(n),
-                &|i, v| {
-                    let ((user, popup), r) = &u[i];
-                    v.push(Box::new(user.to_string()));
-                    v.push(Box::new(*popup as i32));
-                    v.push(Box::new(stored_time(r.next_eligible)));
-                    v.push(Box::new(i64::from(r.shows)));
-                    v.push(Box::new(i16::from(r.last_action)));
-                    v.push(Box::new(i64::from(r.updated_at)));
-                },
-            )?;
-            let d = &batch.popup_daily;
-            put(
-                &mut tx,
-                "popup_daily",
-                d.len(),
-                &|n| D.upsert_popup_daily(n),
-                &|i, v| {
-                    let ((popup, day), n) = d[i];
-                    v.push(Box::new(popup as i32));
-                    v.push(Box::new(day as i32));
-                    v.push(Box::new(n as i64));
-                },
-            )?;
-            let e = &batch.popup_events;
-            put(
-                &mut tx,
-                "popup_events",
-                e.len(),
-                &|n| D.insert_popup_events(n),
-                &|i, v| {
-                    let ev = &e[i];
-                    v.push(Box::new(i64::from(ev.at)));
-                    v.push(Box::new(ev.user.to_string()));
-                    v.push(Box::new(ev.popup as i32));
-                    v.push(Box::new(i16::from(ev.action)));
-                },
-            )?;
-            let r = &batch.lua_rows;
-            put(
-                &mut tx,
-                "lua_rows",
-                r.len(),
-                &|n| D.insert_lua_rows(n),
-                &|i, v| {
-                    v.push(Box::new(r[i].table.to_string()));
-                    v.push(Box::new(i64::from(r[i].at)));
-                    v.push(Box::new(r[i].data.to_string()));
-                },
-            )?;
-            let l = &batch.lua_counts;
-            put(
-                &mut tx,
-                "lua_counts",
-                l.len(),
-                &|n| D.upsert_lua_counters(n),
-                &|i, v| {
-                    let ((t, k, c), (delta, at)) = &l[i];
-                    v.push(Box::new(t.to_string()));
-                    v.push(Box::new(k.to_string()));
-                    v.push(Box::new(c.to_string()));
-                    v.push(Box::new(*delta));
-                    v.push(Box::new(i64::from(*at)));
-                },
-            )?;
-            if !batch.seqs.is_empty() {
-                let mut vals: Vec<Param> = Vec::with_capacity(batch.seqs.len() * 2);
-                for &(j, s) in &batch.seqs {
-                    vals.push(Box::new(j as i32));
-                    vals.push(Box::new(s as i64));
-                }
-                let refs: Vec<&(dyn ToSql + Sync)> = vals.iter().map(|v| v.as_ref()).collect();
-                tx.execute(&D.upsert_journal(batch.seqs.len()), &refs)?;
             }
             if commit {
                 tx.commit()?;
@@ -288,139 +309,6 @@ impl Backend for Postgres {
                 tx.rollback()?;
             }
             Ok(w)
-        })
-    }
-
-    fn journal_positions(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {
-        self.with(|c| {
-            let rows = c.query("SELECT worker, seq FROM hp_journal", &[])?;
-            Ok(rows
-                .iter()
-                .map(|r| (r.get::<_, i32>(0) as u32, r.get::<_, i64>(1) as u64))
-                .collect())
-        })
-    }
-
-    fn torrents(&mut self, each: &mut dyn FnMut(Key, StoredTorrent)) -> Result<(), StoreError> {
-        self.with(|c| {
-            let rows = c.query(
-                "SELECT info_hash, completed, seeders, leechers, first_seen, last_active FROM hp_torrents",
-                &[],
-            )?;
-            for r in &rows {
-                let hash: Vec<u8> = r.get(0);
-                if let Ok(key) = Key::try_from(hash.as_slice()) {
-                    each(
-                        key,
-                        StoredTorrent {
-                            completed: r.get::<_, i64>(1) as u64,
-                            seeders: r.get::<_, i64>(2) as u32,
-                            leechers: r.get::<_, i64>(3) as u32,
-                            first_seen: r.get(4),
-                            last_active: r.get(5),
-                        },
-                    );
-                }
-            }
-            Ok(())
-        })
-    }
-
-    fn access_list(&mut self) -> Result<Vec<Key>, StoreError> {
-        self.with(|c| {
-            let rows = c.query("SELECT info_hash FROM hp_access_list", &[])?;
-            Ok(rows
-                .iter()
-                .filter_map(|r| Key::try_from(r.get::<_, Vec<u8>>(0).as_slice()).ok())
-                .collect())
-        })
-    }
-
-    fn popups(&mut self) -> Result<Vec<(u32, String)>, StoreError> {
-        self.with(|c| {
-            let rows = c.query("SELECT id, definition FROM hp_popups ORDER BY id", &[])?;
-            Ok(rows
-                .iter()
-                .map(|r| (r.get::<_, i32>(0) as u32, r.get::<_, String>(1)))
-                .collect())
-        })
-    }
-
-    fn popup_users(&mut self, users: &[&str]) -> Result<Vec<UserRow>, StoreError> {
-        self.with_conn(|c| {
-            let mut out = Vec::new();
-            for lookup in user_lookups(users) {
-                let params: Vec<&(dyn ToSql + Sync)> =
-                    lookup.iter().map(|u| u as &(dyn ToSql + Sync)).collect();
-                let st = match c.upserts.get(&("popup_users_lookup", lookup.len())) {
-                    Some(st) => st.clone(),
-                    None => {
-                        let st = c.client.prepare(&D.select_popup_users(lookup.len()))?;
-                        c.upserts
-                            .insert(("popup_users_lookup", lookup.len()), st.clone());
-                        st
-                    }
-                };
-                for r in c.client.query(&st, &params)? {
-                    out.push((
-                        r.get::<_, String>(0),
-                        r.get::<_, i32>(1) as u32,
-                        PopupUserRow {
-                            next_eligible: loaded_time(r.get(2)),
-                            shows: r.get::<_, i64>(3) as u32,
-                            last_action: r.get::<_, i16>(4) as u8,
-                            updated_at: r.get::<_, i64>(5) as u32,
-                        },
-                    ));
-                }
-            }
-            Ok(out)
-        })
-    }
-
-    fn popup_user_ids(&mut self, each: &mut dyn FnMut(&str)) -> Result<(), StoreError> {
-        use postgres::fallible_iterator::FallibleIterator as _;
-        self.with(|c| {
-            let mut rows = c.query_raw(super::POPUP_USER_IDS, std::iter::empty::<&str>())?;
-            while let Some(row) = rows.next()? {
-                each(row.get::<_, &str>(0));
-            }
-            Ok(())
-        })
-    }
-
-    fn save_popup(&mut self, id: u32, definition: &str, updated_at: i64) -> Result<(), StoreError> {
-        self.with(|c| {
-            c.execute(D.save_popup(), &[&(id as i32), &definition, &updated_at])
-                .map(|_| ())
-        })
-    }
-
-    fn lua_counter(
-        &mut self,
-        table: &str,
-        key: &str,
-        column: &str,
-    ) -> Result<Option<i64>, StoreError> {
-        self.with(|c| {
-            let rows = c.query(
-                "SELECT value FROM hp_lua_counters WHERE tbl = $1 AND k = $2 AND col = $3",
-                &[&table, &key, &column],
-            )?;
-            Ok(rows.first().map(|r| r.get::<_, i64>(0)))
-        })
-    }
-
-    fn lua_rows(&mut self, table: &str, limit: usize) -> Result<Vec<(u32, String)>, StoreError> {
-        self.with(|c| {
-            let rows = c.query(
-                "SELECT at, data FROM hp_lua_rows WHERE tbl = $1 ORDER BY id LIMIT $2",
-                &[&table, &(limit as i64)],
-            )?;
-            Ok(rows
-                .iter()
-                .map(|r| (r.get::<_, i64>(0) as u32, r.get::<_, String>(1)))
-                .collect())
         })
     }
 
@@ -437,35 +325,5 @@ impl Backend for Postgres {
         } else {
             Err(db_error(D, super::WRITER_LOCK_HELD, Fault::Setup))
         }
-    }
-
-    fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError> {
-        self.with(|c| {
-            let rows = c.query(
-                "SELECT popup_id, shows FROM hp_popup_daily WHERE day = $1",
-                &[&(day as i32)],
-            )?;
-            Ok(rows
-                .iter()
-                .map(|r| (r.get::<_, i32>(0) as u32, r.get::<_, i64>(1) as u64))
-                .collect())
-        })
-    }
-
-    fn popup_event_counts(&mut self) -> Result<Vec<(u32, u8, u64)>, StoreError> {
-        self.with(|c| {
-            let rows = c.query(super::POPUP_EVENT_COUNTS, &[])?;
-            Ok(rows
-                .iter()
-                .map(|r| {
-                    let popup = r.get::<_, i32>(0) as u32;
-                    (popup, r.get::<_, i16>(1) as u8, r.get::<_, i64>(2) as u64)
-                })
-                .collect())
-        })
-    }
-
-    fn execute(&mut self, sql: &str) -> Result<(), StoreError> {
-        self.with(|c| c.batch_execute(sql))
     }
 }
