@@ -11,7 +11,7 @@ use hotpath_config::Config;
 use hotpath_lua::LuaService;
 use hotpath_popups::Popups;
 use hotpath_server::RunningServer;
-use hotpath_service::{Composite, Service};
+use hotpath_service::{Background, Component, Composite, Service};
 use hotpath_tracker::Tracker;
 
 /// The command line: the one definition both the binary and the tests parse.
@@ -175,16 +175,51 @@ fn services(config: &Config) -> anyhow::Result<(Arc<Tracker>, Arc<dyn Service>)>
         all.push(Arc::new(popups));
     }
     if !config.lua.routes.is_empty() {
-        let lua = LuaService::new(&config.lua, store).context("lua")?;
+        let lua = LuaService::new(&config.lua, store.clone()).context("lua")?;
         log::info!("lua: {} routes", config.lua.routes.len());
         all.push(Arc::new(lua));
     }
-    let service: Arc<dyn Service> = if all.len() == 1 {
-        tracker.clone()
-    } else {
-        Arc::new(Composite::new(all))
+    let service: Arc<dyn Service> = match store {
+        None if all.len() == 1 => tracker.clone(),
+        None => Arc::new(Composite::new(all)),
+        Some(store) => {
+            Arc::new(Composite::new(all).with_component(Arc::new(StoreComponent(store))))
+        }
     };
     Ok((tracker, service))
+}
+
+/// The write-behind store every service shares, run beside them: its flusher (with the
+/// journal's syncer), its `hotpath_store_*` metrics and its `/stats` section.
+struct StoreComponent(Arc<hotpath_store::Store>);
+
+impl Component for StoreComponent {
+    fn name(&self) -> &'static str {
+        "store"
+    }
+
+    fn write_metrics(&self, out: &mut String) {
+        self.0.write_metrics(out);
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        let db = &self.0;
+        let m = db.metrics();
+        vec![
+            ("queue_rows", db.queued_rows() as u64),
+            ("journal_bytes", db.journal_bytes()),
+            ("flushes", m.flushes.get()),
+            ("rows_written", m.rows.get()),
+            ("statements", m.statements.get()),
+            ("failures", m.failures.get()),
+        ]
+    }
+
+    fn background(&self) -> Vec<Background> {
+        let db = self.0.clone();
+        // Bulk work under no lock a worker waits on for long: it may yield to the workers.
+        vec![Background::new("store-flusher", move |stop| db.run_flusher(&stop)).low_priority()]
+    }
 }
 
 /// `hotpath db migrate|status`.

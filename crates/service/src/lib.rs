@@ -264,18 +264,50 @@ pub trait Service: Send + Sync + 'static {
     }
 }
 
+/// What the server runs beside its services and that answers no request: the write-behind
+/// store, whose flusher and figures every service shares. The binary wires it in
+/// ([`Composite::with_component`]), so no service owns what all of them use.
+pub trait Component: Send + Sync + 'static {
+    /// Its section in `/stats`.
+    fn name(&self) -> &'static str;
+
+    /// Appends its Prometheus metrics.
+    fn write_metrics(&self, _out: &mut String) {}
+
+    /// Its figures for `/stats`.
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
+    /// Jobs to run on their own threads.
+    fn background(&self) -> Vec<Background> {
+        Vec::new()
+    }
+}
+
 /// Several services on one server: each HTTP request goes to the first service that serves
 /// its path; UDP goes to the first service; commits, metrics, stats, reloads and background
 /// jobs go to all.
 pub struct Composite {
     services: Vec<Arc<dyn Service>>,
+    components: Vec<Arc<dyn Component>>,
 }
 
 impl Composite {
     /// The services, in the order they are asked.
     pub fn new(services: Vec<Arc<dyn Service>>) -> Composite {
         assert!(!services.is_empty(), "a server runs at least one service");
-        Composite { services }
+        Composite {
+            services,
+            components: Vec::new(),
+        }
+    }
+
+    /// Runs `component` beside the services: its metrics, stats and background jobs come
+    /// after theirs.
+    pub fn with_component(mut self, component: Arc<dyn Component>) -> Composite {
+        self.components.push(component);
+        self
     }
 }
 
@@ -328,13 +360,15 @@ impl Service for Composite {
         for s in &self.services {
             s.write_metrics(out);
         }
+        for c in &self.components {
+            c.write_metrics(out);
+        }
     }
 
     fn stats_sections(&self) -> Vec<(&'static str, Vec<(&'static str, u64)>)> {
-        self.services
-            .iter()
-            .flat_map(|s| s.stats_sections())
-            .collect()
+        let services = self.services.iter().flat_map(|s| s.stats_sections());
+        let components = self.components.iter().map(|c| (c.name(), c.stats()));
+        services.chain(components).collect()
     }
 
     /// Reloads every service, even after one fails: a bad access list file does not keep a
@@ -355,7 +389,10 @@ impl Service for Composite {
     }
 
     fn background(&self) -> Vec<Background> {
-        self.services.iter().flat_map(|s| s.background()).collect()
+        let services = self.services.iter().flat_map(|s| s.background());
+        services
+            .chain(self.components.iter().flat_map(|c| c.background()))
+            .collect()
     }
 }
 

@@ -6,7 +6,8 @@
 //! thread ([`Store::run_flusher`]) writes the queue every `store.flush_interval_ms` (or when
 //! `store.batch_rows` keys wait) as multi-row upserts in one transaction, together with each
 //! journal's position, then deletes journal segments the database has confirmed. A failed
-//! write is merged back and retried with jittered backoff, never dropped, unless the database
+//! write is kept (the carry: the next flush merges newer rows over it) and retried with
+//! jittered backoff, never dropped, unless the database
 //! refused rows for their values ([`Fault::Refused`]): those are set aside in
 //! `data_dir/refused.jsonl` and the rest written ([`refused`]); a database outage
 //! only grows the journal, up to `store.journal_max_bytes`, beyond which [`JournalWriter::append`]
@@ -35,8 +36,9 @@
 //! Binary keys are BLOB (SQLite), BYTEA (PostgreSQL), BINARY(20) (MySQL); counts and times
 //! are 64-bit integers.
 //!
-//! Owns: the journal ([`journal`]), the merge queue ([`merge`]), the flusher, migrations
-//! ([`migrations`]) and the backends ([`backend`]). Must not: be called synchronously from a
+//! Owns: the journal ([`journal`]), the merge queue ([`merge`]), table declarations and rows
+//! ([`table`], [`batch`]), the flusher, migrations ([`migrations`]) and the backends
+//! ([`backend`]). Must not: be called synchronously from a
 //! request handler (only [`JournalWriter`] is, and it never touches a database).
 
 pub mod backend;

@@ -324,9 +324,6 @@ impl Service for Tracker {
             let v = v.load(Ordering::Relaxed);
             let _ = writeln!(out, "hotpath_tracker_cap_hits_total{{cap=\"{cap}\"}} {v}");
         }
-        if let Some(db) = &self.shared.persist {
-            db.write_metrics(out);
-        }
     }
 
     fn name(&self) -> &'static str {
@@ -336,7 +333,7 @@ impl Service for Tracker {
     fn stats(&self) -> Vec<(&'static str, u64)> {
         let t = self.shared.swarms.totals();
         let c = &self.shared.counters;
-        let mut stats = vec![
+        let stats = vec![
             ("torrents", t.torrents as u64),
             ("peers", t.peers as u64),
             ("seeders", t.seeders as u64),
@@ -348,17 +345,6 @@ impl Service for Tracker {
             ("access_refused", c.access_refused.load(Ordering::Relaxed)),
             ("peers_expired", c.peers_expired.load(Ordering::Relaxed)),
         ];
-        if let Some(db) = &self.shared.persist {
-            let m = db.metrics();
-            stats.extend([
-                ("store_queue_rows", db.queued_rows() as u64),
-                ("store_journal_bytes", db.journal_bytes()),
-                ("store_flushes", m.flushes.get()),
-                ("store_rows_written", m.rows.get()),
-                ("store_statements", m.statements.get()),
-                ("store_failures", m.failures.get()),
-            ]);
-        }
         stats
     }
 
@@ -378,12 +364,7 @@ impl Service for Tracker {
         let mut jobs = vec![Background::new("tracker-sweeper", move |stop| {
             sweeper(shared, stop)
         })];
-        if let Some(db) = &self.shared.persist {
-            let db = db.clone();
-            // Bulk work under no lock a worker waits on for long: it may yield to the workers.
-            jobs.push(
-                Background::new("store-flusher", move |stop| db.run_flusher(&stop)).low_priority(),
-            );
+        if self.shared.persist.is_some() {
             let shared = self.shared.clone();
             jobs.push(Background::new("tracker-snapshot", move |stop| {
                 persist::snapshotter(shared, stop)
