@@ -230,6 +230,12 @@ fn database_outage_loses_nothing(d: Dialect) {
     let failures = server.metric("hotpath_store_flush_failures_total");
     assert!(failures >= 1.0, "{}", server.log_text());
     assert!(server.metric("hotpath_store_journal_bytes") > 0.0);
+    // The store's own /stats section, beside the services' (the binary wires it in).
+    let stats = Client::connect(server.admin.unwrap()).get("/stats");
+    let v: serde_json::Value = serde_json::from_slice(&stats.body).unwrap();
+    assert!(v["store"]["failures"].as_u64() >= Some(1), "{v}");
+    assert!(v["store"]["journal_bytes"].as_u64() > Some(0), "{v}");
+    assert!(v["tracker"].get("store_failures").is_none(), "{v}");
 
     recover(&proxy, load, &db, &mut server);
 }
