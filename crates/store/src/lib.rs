@@ -881,8 +881,21 @@ impl Store {
         };
         let inner = self.shared.inner.lock();
         for user in users {
-            let older = carried.iter().filter(|c| c.0 == *user).map(|c| (c.1, c.2));
-            for (popup, row) in older.chain(inner.pending.popup_user(user).iter().copied()) {
+            // The carry's rows, then the queue's over them where they order later (as the
+            // next flush merges them).
+            let mut newest: Vec<(u32, PopupUserRow)> = carried
+                .iter()
+                .filter(|c| c.0 == *user)
+                .map(|c| (c.1, c.2))
+                .collect();
+            for &(popup, row) in inner.pending.popup_user(user) {
+                match newest.iter_mut().find(|(p, _)| *p == popup) {
+                    Some((_, r)) if row.order() >= r.order() => *r = row,
+                    Some(_) => {}
+                    None => newest.push((popup, row)),
+                }
+            }
+            for (popup, row) in newest {
                 let rows = out.entry((*user).to_string()).or_default();
                 match rows.iter_mut().find(|(p, _)| *p == popup) {
                     Some((_, r)) => *r = row,

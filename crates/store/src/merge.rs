@@ -353,7 +353,7 @@ impl PopupUserRow {
     /// The order of a user's states for one popup: later second, then more shows, then an
     /// answer after the show it answers. Several workers (and, replayed, several journals)
     /// may hold changes of one user, and no order among them is kept: this one is.
-    fn order(&self) -> (u32, u32, bool) {
+    pub(crate) fn order(&self) -> (u32, u32, bool) {
         (self.updated_at, self.shows, self.last_action != SHOWN)
     }
 }
@@ -654,8 +654,7 @@ pub static POPUP_USERS: Table = Table {
         col("updated_at", Type::Int, Merge::Replace),
     ],
     keeps_older: Some(|older, newer| {
-        let order = |r: &[Value]| (r[5].int(), r[3].int(), r[4].int() != i64::from(SHOWN));
-        order(older) > order(newer)
+        PopupUserRow::from_row(older).2.order() > PopupUserRow::from_row(newer).2.order()
     }),
 };
 

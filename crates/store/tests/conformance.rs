@@ -407,6 +407,66 @@ fn failed_batches_are_merged_back_and_retried(d: Dialect) {
     assert_eq!(rows.iter().map(|r| r.1.completed).sum::<u64>(), 50);
 }
 
+/// A batch whose write failed waits beside the database (the carry) for the next flush; the
+/// popup reads see it meanwhile, under the queue's newer changes where those order later, and
+/// the next flush writes the same.
+fn a_failed_batch_is_read_and_written_under_newer_changes(d: Dialect) {
+    let db = test_db(d, "carry");
+    let cfg = config(&db);
+    let flaky = Flaky {
+        inner: backend::connect(&db.url, &db.dir).unwrap(),
+        fail: 1,
+        unreachable: 0,
+    };
+    let (store, _) = Store::open_with(&cfg, Box::new(flaky)).unwrap();
+    let pop = |user: &str, action, shows, at| Change::Popup {
+        user: user.into(),
+        popup: 1,
+        action,
+        next_eligible: u64::from(at) + 10,
+        shows,
+        at,
+    };
+    let day = 20_000u32;
+    let at = day * 86_400;
+    let mut w = store.writer(0);
+    w.append(pop("ann", CLICK, 2, at + 50)).unwrap();
+    w.append(pop("bob", SHOWN, 1, at + 50)).unwrap();
+    w.commit().unwrap();
+    assert!(store.flush().is_err(), "the first write fails");
+    assert_eq!(
+        store.queued_rows(),
+        5,
+        "2 users, 2 events, 1 daily count kept"
+    );
+    // Newer in arrival, older in order for ann (a worker's late journal); later for bob.
+    w.append(pop("ann", SHOWN, 1, at + 40)).unwrap();
+    w.append(pop("bob", CLOSE, 1, at + 60)).unwrap();
+    w.commit().unwrap();
+    let read = |store: &Store| {
+        let users = store.popup_users(&["ann", "bob"]).unwrap();
+        let state = |u: &str| {
+            let r = users[u][0].1;
+            (r.last_action, r.shows, r.updated_at)
+        };
+        (state("ann"), state("bob"))
+    };
+    let expected = ((CLICK, 2, at + 50), (CLOSE, 1, at + 60));
+    assert_eq!(read(&store), expected);
+    assert_eq!(store.popup_daily(day).unwrap()[&1], 2);
+    assert_eq!(store.popup_event_counts().unwrap()[&(1, SHOWN)], 2);
+    assert_eq!(
+        store.pending_popup_users().unwrap().len(),
+        4,
+        "carry and queue"
+    );
+    store.flush().unwrap();
+    assert_eq!(store.queued_rows(), 0);
+    assert_eq!(read(&store), expected, "the database holds what was read");
+    assert_eq!(store.popup_daily(day).unwrap()[&1], 2);
+    assert_eq!(store.popup_event_counts().unwrap()[&(1, SHOWN)], 2);
+}
+
 fn a_full_journal_refuses_changes(d: Dialect) {
     let db = test_db(d, "full");
     let mut cfg = config(&db);
@@ -888,6 +948,7 @@ suite!(
     journaled_changes_survive_a_crash_exactly_once,
     the_flusher_writes_on_time_and_drains_at_stop,
     failed_batches_are_merged_back_and_retried,
+    a_failed_batch_is_read_and_written_under_newer_changes,
     a_full_journal_refuses_changes,
     popup_state_events_and_daily_counts_are_written_and_read_back,
     script_rows_and_counters_are_written_and_read_back,
