@@ -58,6 +58,24 @@ impl Batch {
         }
     }
 
+    /// The rows of `parts`, in order (each later row newer), merged per table in one pass
+    /// each: a long list of one-row parts (a refused-rows file replayed) costs no more than
+    /// one batch of as many rows.
+    pub fn concat(parts: Vec<Rows>) -> Batch {
+        let mut b = Batch::default();
+        for rows in parts {
+            match b.parts.iter_mut().find(|p| p.table.name == rows.table.name) {
+                Some(p) => p.append(rows),
+                None => b.parts.push(rows),
+            }
+        }
+        for p in &mut b.parts {
+            p.fold();
+        }
+        b.parts.retain(|p| !p.is_empty());
+        b
+    }
+
     /// Records that journal `journal` is covered up to record `seq`.
     pub fn covered(&mut self, journal: u32, seq: u64) {
         match self.seqs.binary_search_by_key(&journal, |s| s.0) {
@@ -119,5 +137,24 @@ mod tests {
         assert_eq!(a.seqs, vec![(1, 2), (3, 9)]);
         assert_eq!(a.changes, 3);
         assert_eq!(a.journal_rows().len(), 2);
+    }
+
+    #[test]
+    fn one_row_parts_concat_into_one_merged_part_in_order() {
+        let parts: Vec<Rows> = (0..10_000i64)
+            .map(|i| {
+                let mut r = Rows::new(&JOURNAL);
+                r.push([Value::Int(i % 3), Value::Int(i)]);
+                r
+            })
+            .collect();
+        let b = Batch::concat(parts);
+        assert_eq!(b.parts.len(), 1);
+        let rows: Vec<_> = b.parts[0]
+            .iter()
+            .map(|r| (r[0].int(), r[1].int()))
+            .collect();
+        assert_eq!(rows, vec![(0, 9_999), (1, 9_997), (2, 9_998)]);
+        assert!(Batch::concat(vec![Rows::new(&JOURNAL)]).parts.is_empty());
     }
 }

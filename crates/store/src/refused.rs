@@ -337,19 +337,17 @@ pub fn replay(
             .and_then(|()| f.sync_data())
             .map_err(|e| crate::journal_error(&aside, e))?;
     }
-    // Newest last in the file; merged newest first, each older one put under it.
+    // Copies dropped (the later of two identical entries), the rest merged in file order:
+    // newest last.
     let mut seen = std::collections::HashSet::new();
-    let mut batch = Batch::default();
-    for e in entries.iter().rev() {
-        if !seen.insert((e.table.clone(), e.row.to_string(), e.journal.to_string())) {
+    let mut rows = Vec::with_capacity(entries.len());
+    for e in &entries {
+        if !seen.insert((e.table.as_str(), e.row.to_string(), e.journal.to_string())) {
             out.copies += 1;
             continue;
         }
         match Batch::from_row_json(&TABLES, &e.table, &e.row) {
-            Ok(mut older) => {
-                older.merge(batch);
-                batch = older;
-            }
+            Ok(one) => rows.extend(one.parts),
             Err(why) => {
                 return Err(StoreError::Schema(format!(
                     "{} line {}: {why}; fix or remove the line",
@@ -359,6 +357,7 @@ pub fn replay(
             }
         }
     }
+    let mut batch = Batch::concat(rows);
     batch.covered(REPLAY_JOURNAL, done + 1);
     // Rows refused again go back whole: the file was just emptied of them.
     let (_, set_aside) = write(backend, &file, database, &mut batch, u64::MAX)?;

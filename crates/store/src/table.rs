@@ -254,47 +254,38 @@ impl Rows {
         self.values = kept;
     }
 
+    /// Appends `newer`'s rows as they are, unmerged (see [`Rows::merge`]).
+    pub(crate) fn append(&mut self, newer: Rows) {
+        self.values.extend(newer.values);
+    }
+
     /// Folds `newer` (rows of the same table, queued after these) into these: appended to an
     /// append-only table; merged per key by the columns' rules otherwise, sorted by key.
     pub fn merge(&mut self, newer: Rows) {
-        let t = self.table;
-        let keys = t.keys();
+        self.values.extend(newer.values);
+        self.fold();
+    }
+
+    /// Merges every row into the first row of its key, in order (each later row is newer),
+    /// and sorts the rows by key (so concurrent writers lock rows in one order): one pass,
+    /// whatever the number of rows. An append-only table keeps every row, in order.
+    pub(crate) fn fold(&mut self) {
+        let (keys, w) = (self.table.keys(), self.table.width());
         if keys == 0 {
-            self.values.extend(newer.values);
             return;
         }
-        let w = t.width();
+        let mut rows: Vec<Vec<Value>> = Vec::with_capacity(self.len());
         let mut at: HashMap<Vec<Value>, usize> = HashMap::with_capacity(self.len());
-        for (i, row) in self.iter().enumerate() {
-            at.insert(row[..keys].to_vec(), i);
-        }
-        let mut newer = newer.values;
-        for row in newer.chunks_exact_mut(w) {
+        for row in std::mem::take(&mut self.values).chunks_exact(w) {
             match at.get(&row[..keys]) {
-                Some(&i) => t.merge_row(&mut self.values[i * w..(i + 1) * w], row),
+                Some(&i) => self.table.merge_row(&mut rows[i], &mut row.to_vec()),
                 None => {
-                    at.insert(row[..keys].to_vec(), self.len());
-                    self.values
-                        .extend(row.iter_mut().map(|v| std::mem::replace(v, Value::Int(0))));
+                    at.insert(row[..keys].to_vec(), rows.len());
+                    rows.push(row.to_vec());
                 }
             }
         }
-        self.sort();
-    }
-
-    /// Sorts the rows by key (so concurrent writers lock rows in one order); an append-only
-    /// table keeps its order.
-    pub fn sort(&mut self) {
-        let keys = self.table.keys();
-        if keys == 0 {
-            return;
-        }
-        let w = self.table.width();
-        let mut rows: Vec<Vec<Value>> = std::mem::take(&mut self.values)
-            .chunks_exact(w)
-            .map(<[Value]>::to_vec)
-            .collect();
-        rows.sort_by(|a, b| a[..keys].cmp(&b[..keys]));
+        rows.sort_unstable_by(|a, b| a[..keys].cmp(&b[..keys]));
         self.values = rows.into_iter().flatten().collect();
     }
 
