@@ -1,13 +1,14 @@
 //! Journal segments as a restart replays them: the record framing (length, CRC, sequence) over
 //! the whole input, and, since anyone who can write the file can also compute a CRC, the
-//! change decoder over the whole input as one payload. Every change it yields merges into the
-//! flush queue and encodes back to bytes that decode to the same change. The input is also
-//! read as the journal's floor file: what parses writes back to text that parses the same.
+//! services' change decoders over the whole input as one payload. Every change they yield
+//! merges into its service's queue and encodes back to bytes that decode to the same change.
+//! The input is also read as the journal's floor file: what parses writes back to text that
+//! parses the same.
 #![no_main]
 
-use hotpath_fuzz as _;
+use hotpath_fuzz::{AnyChange, SERVICES};
 use hotpath_store::journal::{parse_floor, scan_bytes};
-use hotpath_store::merge::{Change, Pending};
+use hotpath_store::queue::{decode_all, Queues};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -19,28 +20,37 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(end.records, payloads);
     assert!(end.valid_bytes <= end.file_bytes);
 
+    // Every change up to the first that is not one (all of them when the whole input is).
     let mut changes = Vec::new();
-    let whole = Change::decode_all(data, &mut |c| changes.push(c)).is_some();
+    let mut rest = data;
+    while let Some((c, len)) = AnyChange::decode(rest) {
+        changes.push(c);
+        rest = &rest[len..];
+    }
+    let whole = rest.is_empty();
     let mut again = Vec::new();
     for c in &changes {
         let before = again.len();
-        c.encode(&mut again);
-        assert_eq!(again.len() - before, c.encoded_len());
+        c.encoded().encode(&mut again);
+        assert_eq!(again.len() - before, c.encoded().encoded_len());
     }
-    let mut back = Vec::new();
-    Change::decode_all(&again, &mut |c| back.push(c)).expect("encoded changes decode");
+    let back = decode_all(&again, AnyChange::decode).expect("encoded changes decode");
     assert_eq!(changes, back);
     if whole {
         assert_eq!(again, data, "a whole payload encodes back to itself");
     }
-    let mut pending = Pending::default();
+    // The services' queues read what the decoder reads, and as much of it.
+    let mut raw = Queues::new(&SERVICES).unwrap();
+    assert_eq!(raw.apply(data).is_some(), whole);
+    let mut pending = Queues::new(&SERVICES).unwrap();
+    pending.apply(&again).expect("encoded changes merge");
+    let batch = pending.take();
     let n = changes.len() as u64;
-    for c in changes {
-        pending.apply(c);
-    }
-    let batch = pending.into_batch();
     assert_eq!(batch.changes, n);
     assert!(batch.rows() as u64 <= 3 * n);
+    if whole {
+        assert_eq!(raw.take(), batch);
+    }
 
     if let Ok(floor) = parse_floor(data) {
         let mut entries: Vec<_> = floor.iter().collect();

@@ -3,23 +3,25 @@
 //! whose row fits its table becomes one row that writes back to the same JSON.
 #![no_main]
 
-use hotpath_fuzz as _;
-use hotpath_store::merge::{Batch, TABLES};
+use hotpath_fuzz::SERVICES;
+use hotpath_store::queue::tables;
 use hotpath_store::refused::parse;
+use hotpath_store::Batch;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    let tables = tables(&SERVICES);
     let (entries, bad) = parse(text);
     assert!(entries.len() + bad.len() <= text.lines().count());
     for e in entries {
-        if let Ok(b) = Batch::from_row_json(&TABLES, &e.table, &e.row) {
+        if let Ok(b) = Batch::from_row_json(&tables, &e.table, &e.row) {
             assert_eq!(b.rows(), 1);
             let (table, row) = b.row_json(0);
             assert_eq!(table, e.table);
-            let again = Batch::from_row_json(&TABLES, table, &row).expect("written back, read");
+            let again = Batch::from_row_json(&tables, table, &row).expect("written back, read");
             assert_eq!(again, b);
         }
     }

@@ -18,3 +18,43 @@ static ALLOC: Cap<System> = Cap::new(System, ALLOC_LIMIT);
 pub fn allocated() -> usize {
     ALLOC.allocated()
 }
+
+/// Every service that writes through the store, as the binary wires them.
+pub static SERVICES: [&hotpath_store::Service; 3] = [
+    &hotpath_tracker::stored::TRACKER,
+    &hotpath_popups::stored::POPUPS,
+    &hotpath_lua::stored::LUA,
+];
+
+/// A change of any of [`SERVICES`], decoded by the service its tag names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnyChange {
+    /// The tracker's.
+    Torrent(hotpath_tracker::stored::TorrentChange),
+    /// The popup service's.
+    Popup(hotpath_popups::stored::PopupChange),
+    /// The Lua routes'.
+    Lua(hotpath_lua::stored::LuaChange),
+}
+
+impl AnyChange {
+    /// Decodes the change at the start of `b` by the service its tag names, and its length.
+    pub fn decode(b: &[u8]) -> Option<(AnyChange, usize)> {
+        use hotpath_lua::stored::LuaChange;
+        use hotpath_popups::stored::PopupChange;
+        use hotpath_tracker::stored::TorrentChange;
+        TorrentChange::decode(b)
+            .map(|(c, len)| (AnyChange::Torrent(c), len))
+            .or_else(|| PopupChange::decode(b).map(|(c, len)| (AnyChange::Popup(c), len)))
+            .or_else(|| LuaChange::decode(b).map(|(c, len)| (AnyChange::Lua(c), len)))
+    }
+
+    /// The change as its service encodes it.
+    pub fn encoded(&self) -> &dyn hotpath_store::Encode {
+        match self {
+            AnyChange::Torrent(c) => c,
+            AnyChange::Popup(c) => c,
+            AnyChange::Lua(c) => c,
+        }
+    }
+}

@@ -146,6 +146,17 @@ fn tail_x(pct: f64) -> f64 {
 /// The whole page.
 pub fn render(r: &Report) -> String {
     let mut p = String::new();
+    headline(&mut p, r);
+    latency_chart(&mut p, r);
+    timeline_charts(&mut p, r);
+    figures(&mut p, r);
+    errors_and_objectives(&mut p, r);
+    let _ = writeln!(p, "<p class=\"sub\">{}</p></body></html>", escape(&r.tool));
+    p
+}
+
+/// The title and the headline figures.
+fn headline(p: &mut String, r: &Report) {
     let title = format!(
         "hotpath bench: {}",
         r.scenario.clone().unwrap_or_else(|| r.url.clone())
@@ -174,7 +185,10 @@ pub fn render(r: &Report) -> String {
         group(r.requests.errors),
         group(r.cpu.sent_per_cpu_sec as u64),
     );
-    // Latency by percentile.
+}
+
+/// Latency by percentile, on an axis that stretches the tail.
+fn latency_chart(p: &mut String, r: &Report) {
     let ticks: Vec<(f64, String)> = ["0%", "90%", "99%", "99.9%", "99.99%", "99.999%"]
         .iter()
         .enumerate()
@@ -213,7 +227,10 @@ pub fn render(r: &Report) -> String {
         5.0,
         &series,
     ));
-    // Over time.
+}
+
+/// Throughput and latency, second by second.
+fn timeline_charts(p: &mut String, r: &Report) {
     let secs = r.timeline.len() as f64;
     let step = ((secs / 10.0).ceil()).max(1.0) as usize;
     let xt: Vec<(f64, String)> = (0..=r.timeline.len())
@@ -271,7 +288,10 @@ pub fn render(r: &Report) -> String {
             },
         ],
     ));
-    // Tables.
+}
+
+/// The latency quantiles and the request counts.
+fn figures(p: &mut String, r: &Report) {
     p.push_str("<h2>Figures</h2><table><tr><th></th><th>mean</th>");
     for (q, _) in QUANTILES {
         let _ = write!(p, "<th>{q}</th>");
@@ -309,6 +329,10 @@ pub fn render(r: &Report) -> String {
         "<tr><td>load generator CPU</td><td>{:.2}s user, {:.2}s system</td></tr></table>",
         r.cpu.user_secs, r.cpu.system_secs
     );
+}
+
+/// Error classes and the scenario's objectives, when there are any.
+fn errors_and_objectives(p: &mut String, r: &Report) {
     if !r.errors.is_empty() {
         p.push_str("<h2>Errors</h2><table>");
         for (class, n) in &r.errors {
@@ -336,8 +360,6 @@ pub fn render(r: &Report) -> String {
         }
         p.push_str("</table>");
     }
-    let _ = writeln!(p, "<p class=\"sub\">{}</p></body></html>", escape(&r.tool));
-    p
 }
 
 const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:24px;color:#1f2328;max-width:820px}\

@@ -13,7 +13,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use hotpath_config::{effective_workers, Config};
+use hotpath_config::{effective_workers, Config, ServerConfig};
 use serde::Serialize;
 
 /// How a finding stands.
@@ -174,31 +174,43 @@ pub fn check(config: &Config, host: &Host) -> Vec<Finding> {
     let s = &config.server;
     let mut out = Vec::new();
     let tcp = !config.listen.http.is_empty() || !config.listen.admin.is_empty();
-    let udp = !config.listen.udp.is_empty();
     let workers = effective_workers(s.workers);
-
-    // The accept queue.
     if tcp {
-        let b = u64::from(s.backlog);
-        out.push(at_least(
-            host,
-            "net.core.somaxconn",
-            b,
-            Status::Fail,
-            |v| format!("the kernel silently caps every listen backlog at it, below server.backlog = {b}: bursts of new connections beyond {v} wait in SYN retries or are dropped"),
-            format!("at least server.backlog = {b}: the full accept queue is used"),
-        ));
-        out.push(at_least(
-            host,
-            "net.ipv4.tcp_max_syn_backlog",
-            b,
-            Status::Warn,
-            |v| format!("half-open connections beyond {v} are answered with SYN cookies (or dropped when net.ipv4.tcp_syncookies = 0), below server.backlog = {b}"),
-            format!("at least server.backlog = {b}"),
-        ));
+        accept_queue(s, host, &mut out);
     }
+    outgoing_ports(host, &mut out);
+    tw_recycle(host, &mut out);
+    open_files(s, workers, host, &mut out);
+    if !config.listen.udp.is_empty() {
+        udp_buffers(s, host, &mut out);
+    }
+    out.push(worker_count(s, workers, host));
+    out
+}
 
-    // Outgoing connections: local ports and TIME_WAIT reuse.
+/// The accept queue: the kernel's caps on the listen backlog.
+fn accept_queue(s: &ServerConfig, host: &Host, out: &mut Vec<Finding>) {
+    let b = u64::from(s.backlog);
+    out.push(at_least(
+        host,
+        "net.core.somaxconn",
+        b,
+        Status::Fail,
+        |v| format!("the kernel silently caps every listen backlog at it, below server.backlog = {b}: bursts of new connections beyond {v} wait in SYN retries or are dropped"),
+        format!("at least server.backlog = {b}: the full accept queue is used"),
+    ));
+    out.push(at_least(
+        host,
+        "net.ipv4.tcp_max_syn_backlog",
+        b,
+        Status::Warn,
+        |v| format!("half-open connections beyond {v} are answered with SYN cookies (or dropped when net.ipv4.tcp_syncookies = 0), below server.backlog = {b}"),
+        format!("at least server.backlog = {b}"),
+    ));
+}
+
+/// Outgoing connections: local ports and TIME_WAIT reuse.
+fn outgoing_ports(host: &Host, out: &mut Vec<Finding>) {
     match host.sysctl("net.ipv4.ip_local_port_range") {
         Some(range) => {
             let ports = range
@@ -236,7 +248,10 @@ pub fn check(config: &Config, host: &Host) -> Vec<Finding> {
         }),
         None => out.push(unknown("net.ipv4.tcp_tw_reuse", "proc/sys/net/ipv4/tcp_tw_reuse")),
     }
-    // tcp_tw_recycle: removed in Linux 4.12; it broke clients behind NAT.
+}
+
+/// `tcp_tw_recycle`: removed in Linux 4.12; it broke clients behind NAT.
+fn tw_recycle(host: &Host, out: &mut Vec<Finding>) {
     let mut recycle = false;
     for file in host.sysctl_files() {
         let Ok(text) = std::fs::read_to_string(&file) else {
@@ -285,8 +300,10 @@ pub fn check(config: &Config, host: &Host) -> Vec<Finding> {
             fix: None,
         });
     }
+}
 
-    // Open files: one per connection, plus listeners, sockets, epoll and the store.
+/// Open files: one per connection, plus listeners, sockets, epoll and the store.
+fn open_files(s: &ServerConfig, workers: usize, host: &Host, out: &mut Vec<Finding>) {
     let needed = (workers * s.max_connections_per_worker) as u64 + 64 + 8 * workers as u64;
     match host.nofile {
         Some((soft, hard)) => {
@@ -311,41 +328,43 @@ pub fn check(config: &Config, host: &Host) -> Vec<Finding> {
         }
         None => out.push(unknown("RLIMIT_NOFILE", "getrlimit failed")),
     }
+}
 
-    // UDP buffers.
-    if udp {
-        for (name, want, key) in [
-            (
-                "net.core.rmem_max",
-                s.udp_recv_buffer,
-                "server.udp_recv_buffer",
-            ),
-            (
-                "net.core.wmem_max",
-                s.udp_send_buffer,
-                "server.udp_send_buffer",
-            ),
-        ] {
-            let mut f = at_least(
-                host,
-                name,
-                want as u64,
-                Status::Fail,
-                |v| {
-                    format!("the kernel caps socket buffers at it, below {key} = {want}: bursts beyond {v} bytes are dropped before hotpath reads them")
-                },
-                format!("at least {key} = {want}"),
-            );
-            if f.status == Status::Fail && host.privileged {
-                f.status = Status::Note;
-                f.why = format!("below {key} = {want}, but hotpath runs privileged and sets the buffer past the cap (SO_RCVBUFFORCE / SO_SNDBUFFORCE)");
-                f.fix = None;
-            }
-            out.push(f);
+/// UDP buffers: the kernel's caps against the configured socket buffers.
+fn udp_buffers(s: &ServerConfig, host: &Host, out: &mut Vec<Finding>) {
+    for (name, want, key) in [
+        (
+            "net.core.rmem_max",
+            s.udp_recv_buffer,
+            "server.udp_recv_buffer",
+        ),
+        (
+            "net.core.wmem_max",
+            s.udp_send_buffer,
+            "server.udp_send_buffer",
+        ),
+    ] {
+        let mut f = at_least(
+            host,
+            name,
+            want as u64,
+            Status::Fail,
+            |v| {
+                format!("the kernel caps socket buffers at it, below {key} = {want}: bursts beyond {v} bytes are dropped before hotpath reads them")
+            },
+            format!("at least {key} = {want}"),
+        );
+        if f.status == Status::Fail && host.privileged {
+            f.status = Status::Note;
+            f.why = format!("below {key} = {want}, but hotpath runs privileged and sets the buffer past the cap (SO_RCVBUFFORCE / SO_SNDBUFFORCE)");
+            f.fix = None;
         }
+        out.push(f);
     }
+}
 
-    // Workers.
+/// Workers against CPUs.
+fn worker_count(s: &ServerConfig, workers: usize, host: &Host) -> Finding {
     let (status, why, fix) = if workers > host.cpus {
         (
             Status::Warn,
@@ -357,7 +376,7 @@ pub fn check(config: &Config, host: &Host) -> Vec<Finding> {
     } else {
         (Status::Ok, format!("one worker per CPU ({}): no worker waits for a core, and none needs the thundering-herd tuning of a process pool (each has its own SO_REUSEPORT socket)", host.cpus), None)
     };
-    out.push(Finding {
+    Finding {
         setting: "server.workers".into(),
         value: if s.workers == 0 {
             format!("0 (= {workers})")
@@ -367,8 +386,7 @@ pub fn check(config: &Config, host: &Host) -> Vec<Finding> {
         status,
         why,
         fix,
-    });
-    out
+    }
 }
 
 /// The worst status among the findings.

@@ -152,20 +152,27 @@ pub fn start(config: &Config) -> anyhow::Result<RunningServer> {
     Ok(RunningServer::start(config, service)?)
 }
 
+/// Every service that writes through the store, as the store knows it: the binary's wiring
+/// (a new service adds itself here, and nowhere in the store).
+pub static STORED: [&hotpath_store::Service; 3] = [
+    &hotpath_tracker::stored::TRACKER,
+    &hotpath_popups::stored::POPUPS,
+    &hotpath_lua::stored::LUA,
+];
+
 /// The services the config asks for, on one store when `store.enabled` (connected, migrated,
 /// journal replayed): the tracker always, the popup service when `popups.enabled`. Returns
 /// the tracker too (its swarms are saved after the server stops).
 fn services(config: &Config) -> anyhow::Result<(Arc<Tracker>, Arc<dyn Service>)> {
-    let persist = if config.store.enabled {
-        let (store, restored) = hotpath_store::Store::open(&config.store).context("store")?;
+    let store = if config.store.enabled {
+        let (store, _) = hotpath_store::Store::open(&config.store, &STORED).context("store")?;
         log::info!("store: {}", store.name);
-        Some((Arc::new(store), restored))
+        Some(Arc::new(store))
     } else {
         log::info!("store disabled: nothing is kept across restarts");
         None
     };
-    let store = persist.as_ref().map(|(s, _)| s.clone());
-    let tracker = Arc::new(Tracker::with_store(config, persist).context("tracker")?);
+    let tracker = Arc::new(Tracker::with_store(config, store.clone()).context("tracker")?);
     // The tracker first (it answers UDP), then the popup service, then the Lua routes: a
     // path the tracker or the popups serve is theirs.
     let mut all: Vec<Arc<dyn Service>> = vec![tracker.clone()];
@@ -231,16 +238,15 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
         backend::connect(&cfg.url, std::path::Path::new(&cfg.data_dir)).context("store.url")?;
     match action {
         DbAction::Migrate => {
-            let applied = migrations::migrate(&mut *b).with_context(|| name.clone())?;
+            let applied = migrations::migrate(&mut *b, &STORED).with_context(|| name.clone())?;
             if applied.is_empty() {
                 println!(
                     "{name}: schema is current (version {})",
                     migrations::latest()
                 );
             } else {
-                for v in applied {
-                    let m = &migrations::MIGRATIONS[v as usize - 1];
-                    println!("{name}: applied {} ({})", m.version, m.name);
+                for m in applied {
+                    println!("{name}: applied {} ({})", migration_label(&m), m.name);
                 }
             }
             Ok(0)
@@ -253,21 +259,25 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
                     println!(
                         "{name}: no database yet (`hotpath serve` or `hotpath db migrate` creates it)"
                     );
-                    for m in migrations::MIGRATIONS {
-                        println!("  {:>3}  {:<32} PENDING", m.version, m.name);
+                    for m in migrations::known(&STORED) {
+                        println!("  {:>8}  {:<32} PENDING", migration_label(&m), m.name);
                     }
                     return Ok(1);
                 }
             }
-            let status = migrations::status(&mut *b).with_context(|| name.clone())?;
+            let status = migrations::status(&mut *b, &STORED).with_context(|| name.clone())?;
             println!("{name}");
             let mut pending = 0;
             for s in &status {
                 match s.applied_at {
-                    Some(at) => println!("  {:>3}  {:<32} applied at unix {at}", s.version, s.name),
+                    Some(at) => println!(
+                        "  {:>8}  {:<32} applied at unix {at}",
+                        migration_label(s),
+                        s.name
+                    ),
                     None => {
                         pending += 1;
-                        println!("  {:>3}  {:<32} PENDING", s.version, s.name);
+                        println!("  {:>8}  {:<32} PENDING", migration_label(s), s.name);
                     }
                 }
             }
@@ -310,6 +320,16 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
     }
 }
 
+/// A migration as `db status` and `db migrate` name it: the store's by number, a service's
+/// as `service/number`.
+fn migration_label(m: &hotpath_store::migrations::MigrationState) -> String {
+    if m.owner == hotpath_store::migrations::STORE {
+        m.version.to_string()
+    } else {
+        format!("{}/{}", m.owner, m.version)
+    }
+}
+
 /// `hotpath db refused [--replay]`.
 fn refused(
     b: &mut dyn hotpath_store::Backend,
@@ -321,7 +341,8 @@ fn refused(
     let dir = std::path::Path::new(&cfg.data_dir);
     let file = refused::path(dir);
     if replay {
-        let r = refused::replay(b, dir, name).with_context(|| name.to_string())?;
+        let tables = hotpath_store::queue::tables(&STORED);
+        let r = refused::replay(b, &tables, dir, name).with_context(|| name.to_string())?;
         println!(
             "{}: {} entries ({} copies dropped), {} rows written, {} refused again{}",
             file.display(),

@@ -6,8 +6,11 @@
 use std::net::{IpAddr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
+use hotpath_lua::stored::LuaChange;
+use hotpath_popups::stored::{PopupChange, SHOWN};
 use hotpath_store::journal::seal;
-use hotpath_store::merge::Change;
+use hotpath_store::Encode;
+use hotpath_tracker::stored::TorrentChange;
 use hotpath_tracker::table::{Caps, PeerAnnounce, Selection, SwarmTable, Table};
 use hotpath_wire::bencode::{put_bytes, put_failure, put_int};
 use hotpath_wire::query::{write_announce, Announce, Event};
@@ -207,28 +210,28 @@ fn bencode(seeds: &mut Seeds) {
 }
 
 fn journal(seeds: &mut Seeds) {
-    let changes = [
-        Change::Torrent {
+    let changes: [&dyn Encode; 4] = [
+        &TorrentChange {
             info_hash: [9; 20],
             completed: 1,
             seeders: 2,
             leechers: 3,
             at: 1_800_000_000,
         },
-        Change::Popup {
+        &PopupChange {
             user: "alice".into(),
             popup: 4,
-            action: hotpath_store::SHOWN,
+            action: SHOWN,
             next_eligible: 1_800_003_600,
             shows: 1,
             at: 1_800_000_000,
         },
-        Change::LuaRow {
+        &LuaChange::Row {
             table: "checkins".into(),
             at: 1_800_000_000,
             data: "{\"user\":\"bob\"}".into(),
         },
-        Change::LuaAdd {
+        &LuaChange::Add {
             table: "visits".into(),
             key: "bob".into(),
             column: "count".into(),
@@ -262,10 +265,12 @@ fn journal(seeds: &mut Seeds) {
     seeds.put("journal", "floor", &text);
 
     // The refused-rows file, one line per row of those changes (as the flusher writes it).
-    let mut pending = hotpath_store::merge::Pending::default();
-    for c in changes {
-        pending.apply(c);
+    let mut pending = hotpath_store::queue::Queues::new(&hotpath::STORED).unwrap();
+    let mut encoded = Vec::new();
+    for c in &changes {
+        c.encode(&mut encoded);
     }
+    pending.apply(&encoded).unwrap();
     pending.covered(0, 4);
     let batch = pending.take();
     let dir = std::env::temp_dir().join(format!("hotpath-refused-seed-{}", std::process::id()));

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{data_dir, start, test_config, wait_until, Client};
 use hotpath_config::{Config, LuaRoute};
+use hotpath_lua::stored::LuaDb;
 
 /// Writes `scripts` (name, source) into a fresh directory; routes them at `/NAME` (a name
 /// ending in `/` is a prefix route).

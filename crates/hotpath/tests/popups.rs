@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{wait_until, Client, Proc, Resp};
+use hotpath_popups::stored::{PopupDb, CLICK, CLOSE, SHOWN};
 use hotpath_store::backend::{self, Dialect};
 use hotpath_store::testing::{test_db, TestDb};
-use hotpath_store::{CLICK, CLOSE, SHOWN};
 
 const TOKEN: &str = "test-admin-token-0123456789";
 

@@ -15,6 +15,7 @@ mod error;
 pub mod pattern;
 mod req;
 pub mod shared;
+pub mod stored;
 mod strlib;
 pub mod tcp;
 pub mod udp;

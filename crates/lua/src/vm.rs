@@ -15,7 +15,9 @@ use mlua::{
 };
 
 use crate::req::Req;
-use hotpath_store::{Change, JournalWriter, MAX_NAME_LEN, MAX_ROW_LEN, MAX_USER_LEN};
+use hotpath_store::JournalWriter;
+
+use crate::stored::{LuaChange, MAX_KEY_LEN, MAX_NAME_LEN, MAX_ROW_LEN};
 
 use crate::shared::{SharedDict, Val};
 use crate::tcp::{TcpHandle, Until};
@@ -895,12 +897,12 @@ fn install_store(
                     data.len()
                 )));
             }
-            let change = Change::LuaRow {
+            let change = LuaChange::Row {
                 table: (*table).into(),
                 at: unix_now(),
                 data: data.into(),
             };
-            let ok = journal.borrow_mut().append(change).is_ok();
+            let ok = journal.borrow_mut().append(&change).is_ok();
             stored(lua, ok)
         })?,
     )?;
@@ -914,25 +916,25 @@ fn install_store(
                 let (table, key, column) = (table.to_str()?, key.to_str()?, column.to_str()?);
                 check_name("table", &table)?;
                 check_name("column", &column)?;
-                if key.is_empty() || key.len() > MAX_USER_LEN {
+                if key.is_empty() || key.len() > MAX_KEY_LEN {
                     return Err(mlua::Error::runtime(format!(
-                        "hp.store.add: a key is 1 to {MAX_USER_LEN} bytes"
+                        "hp.store.add: a key is 1 to {MAX_KEY_LEN} bytes"
                     )));
                 }
-                if let Some(why) = hotpath_store::unstorable(&key, MAX_USER_LEN) {
+                if let Some(why) = hotpath_store::unstorable(&key, MAX_KEY_LEN) {
                     return Err(mlua::Error::runtime(format!(
                         "hp.store.add: the key {}",
                         why.message()
                     )));
                 }
-                let change = Change::LuaAdd {
+                let change = LuaChange::Add {
                     table: (*table).into(),
                     key: (*key).into(),
                     column: (*column).into(),
                     delta,
                     at: unix_now(),
                 };
-                let ok = journal.borrow_mut().append(change).is_ok();
+                let ok = journal.borrow_mut().append(&change).is_ok();
                 stored(lua, ok)
             },
         )?,

@@ -19,6 +19,7 @@ mod error;
 pub mod model;
 pub mod service;
 pub mod spent;
+pub mod stored;
 pub mod users;
 
 /// Show tokens (a wire format, kept with the codecs so the load generator signs them too).

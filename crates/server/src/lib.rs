@@ -129,91 +129,137 @@ fn first_bind<T>(
     Ok((s, resolved))
 }
 
+/// Every socket of every worker, bound, and each worker's poll: what [`RunningServer::start`]
+/// needs before it spawns a thread.
+struct Bound {
+    addrs: Addresses,
+    ports: Ports,
+    setups: Vec<Setup>,
+    wakers: Vec<Arc<mio::Waker>>,
+}
+
+/// Binds the first worker's sockets (port 0 resolves there), then every other worker's on the
+/// resolved addresses, and makes each worker's poll.
+fn bind(config: &Config, workers: usize) -> Result<Bound, ServerError> {
+    let cfg = &config.server;
+    let mut ports = Ports::default();
+    let mut addrs = Addresses::default();
+    let mut first_tcp = Vec::new();
+    let mut first_udp = Vec::new();
+    let tcp_wanted = listen::with_ipv6(&config.listen.http, config.listen.ipv6)
+        .into_iter()
+        .map(|(a, v6)| (a, v6, ListenerKind::Http))
+        .chain(
+            config
+                .listen
+                .admin
+                .iter()
+                .map(|a| (*a, false, ListenerKind::Admin)),
+        );
+    for (addr, optional, kind) in tcp_wanted {
+        match first_bind(
+            addr,
+            |a| listen::tcp_listener(a, cfg.backlog),
+            |l| l.local_addr(),
+        ) {
+            Ok((l, resolved)) => {
+                ports.claim("tcp", resolved)?;
+                first_tcp.push((mio::net::TcpListener::from_std(l), kind));
+                addrs.tcp.push((resolved, kind));
+            }
+            Err(e) if optional => log::info!("no IPv6 listener: {e}"),
+            Err(e) => return Err(e),
+        }
+    }
+    for (addr, optional) in listen::with_ipv6(&config.listen.udp, config.listen.ipv6) {
+        let bind = |a| listen::udp_socket(a, cfg.udp_recv_buffer, cfg.udp_send_buffer);
+        match first_bind(addr, bind, |s| s.local_addr()) {
+            Ok((s, resolved)) => {
+                ports.claim("udp", resolved)?;
+                first_udp.push(mio::net::UdpSocket::from_std(s));
+                addrs.udp.push(resolved);
+            }
+            Err(e) if optional => log::info!("no IPv6 UDP socket: {e}"),
+            Err(e) => return Err(e),
+        }
+    }
+
+    let mut setups = Vec::with_capacity(workers);
+    let mut wakers = Vec::with_capacity(workers);
+    for index in 0..workers {
+        let (tcp, udp) = if index == 0 {
+            (
+                std::mem::take(&mut first_tcp),
+                std::mem::take(&mut first_udp),
+            )
+        } else {
+            let mut tcp = Vec::new();
+            for &(addr, kind) in &addrs.tcp {
+                let l = listen::tcp_listener(addr, cfg.backlog)
+                    .map_err(|source| ServerError::Bind { addr, source })?;
+                tcp.push((mio::net::TcpListener::from_std(l), kind));
+            }
+            let mut udp = Vec::new();
+            for &addr in &addrs.udp {
+                let s = listen::udp_socket(addr, cfg.udp_recv_buffer, cfg.udp_send_buffer)
+                    .map_err(|source| ServerError::Bind { addr, source })?;
+                udp.push(mio::net::UdpSocket::from_std(s));
+            }
+            (tcp, udp)
+        };
+        let poll = mio::Poll::new()?;
+        let waker = Arc::new(worker::waker(&poll)?);
+        wakers.push(waker.clone());
+        setups.push(Setup {
+            index,
+            poll,
+            waker,
+            tcp,
+            udp,
+        });
+    }
+    Ok(Bound {
+        addrs,
+        ports,
+        setups,
+        wakers,
+    })
+}
+
+/// Spawns thread `name` running `f`; the supervisor hears of it if it ends unless `f` returns
+/// `true` (a clean end).
+fn spawn_watched(
+    name: String,
+    died: &mpsc::Sender<String>,
+    f: impl FnOnce() -> bool + Send + 'static,
+) -> std::io::Result<JoinHandle<()>> {
+    let tx = died.clone();
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            let mut notice = DeathNotice {
+                name,
+                tx,
+                clean: false,
+            };
+            notice.clean = f();
+        })
+}
+
 impl RunningServer {
-    /// Binds every socket, starts the workers and the service's background jobs.
+    /// Binds every socket, then starts the workers, the service's background jobs and the
+    /// statsd exporter.
     pub fn start(config: &Config, service: Arc<dyn Service>) -> Result<RunningServer, ServerError> {
         let cfg = &config.server;
         let workers = effective_workers(cfg.workers);
         let _ = process_secs();
         host::raise_nofile();
-
-        // Resolve and bind the first worker's sockets; the others bind the resolved addresses.
-        let mut ports = Ports::default();
-        let mut addrs = Addresses::default();
-        let mut first_tcp = Vec::new();
-        let mut first_udp = Vec::new();
-        let tcp_wanted = listen::with_ipv6(&config.listen.http, config.listen.ipv6)
-            .into_iter()
-            .map(|(a, v6)| (a, v6, ListenerKind::Http))
-            .chain(
-                config
-                    .listen
-                    .admin
-                    .iter()
-                    .map(|a| (*a, false, ListenerKind::Admin)),
-            );
-        for (addr, optional, kind) in tcp_wanted {
-            match first_bind(
-                addr,
-                |a| listen::tcp_listener(a, cfg.backlog),
-                |l| l.local_addr(),
-            ) {
-                Ok((l, resolved)) => {
-                    ports.claim("tcp", resolved)?;
-                    first_tcp.push((mio::net::TcpListener::from_std(l), kind));
-                    addrs.tcp.push((resolved, kind));
-                }
-                Err(e) if optional => log::info!("no IPv6 listener: {e}"),
-                Err(e) => return Err(e),
-            }
-        }
-        for (addr, optional) in listen::with_ipv6(&config.listen.udp, config.listen.ipv6) {
-            let bind = |a| listen::udp_socket(a, cfg.udp_recv_buffer, cfg.udp_send_buffer);
-            match first_bind(addr, bind, |s| s.local_addr()) {
-                Ok((s, resolved)) => {
-                    ports.claim("udp", resolved)?;
-                    first_udp.push(mio::net::UdpSocket::from_std(s));
-                    addrs.udp.push(resolved);
-                }
-                Err(e) if optional => log::info!("no IPv6 UDP socket: {e}"),
-                Err(e) => return Err(e),
-            }
-        }
-
-        let mut setups = Vec::with_capacity(workers);
-        let mut wakers = Vec::with_capacity(workers);
-        for index in 0..workers {
-            let (tcp, udp) = if index == 0 {
-                (
-                    std::mem::take(&mut first_tcp),
-                    std::mem::take(&mut first_udp),
-                )
-            } else {
-                let mut tcp = Vec::new();
-                for &(addr, kind) in &addrs.tcp {
-                    let l = listen::tcp_listener(addr, cfg.backlog)
-                        .map_err(|source| ServerError::Bind { addr, source })?;
-                    tcp.push((mio::net::TcpListener::from_std(l), kind));
-                }
-                let mut udp = Vec::new();
-                for &addr in &addrs.udp {
-                    let s = listen::udp_socket(addr, cfg.udp_recv_buffer, cfg.udp_send_buffer)
-                        .map_err(|source| ServerError::Bind { addr, source })?;
-                    udp.push(mio::net::UdpSocket::from_std(s));
-                }
-                (tcp, udp)
-            };
-            let poll = mio::Poll::new()?;
-            let waker = Arc::new(worker::waker(&poll)?);
-            wakers.push(waker.clone());
-            setups.push(Setup {
-                index,
-                poll,
-                waker,
-                tcp,
-                udp,
-            });
-        }
+        let Bound {
+            addrs,
+            ports,
+            setups,
+            wakers,
+        } = bind(config, workers)?;
 
         let stop = Arc::new(AtomicBool::new(false));
         let access_log = cfg.access_log.then(|| {
@@ -241,47 +287,30 @@ impl RunningServer {
         for setup in setups {
             let name = format!("worker-{}", setup.index);
             let shared = shared.clone();
-            let tx = died_tx.clone();
-            let thread_name = name.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name(name.clone())
-                    .spawn(move || {
-                        let mut notice = DeathNotice {
-                            name: thread_name,
-                            tx,
-                            clean: false,
-                        };
-                        // Built on its own thread: the batch buffers hold raw pointers and stay here.
-                        match Worker::new(setup, shared).and_then(Worker::run) {
-                            Ok(()) => notice.clean = true,
-                            Err(e) => log::error!("{}: event loop failed: {e}", notice.name),
-                        }
-                    })?,
-            );
+            let log_name = name.clone();
+            threads.push(spawn_watched(name, &died_tx, move || {
+                // Built on its own thread: the batch buffers hold raw pointers and stay here.
+                match Worker::new(setup, shared).and_then(Worker::run) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        log::error!("{log_name}: event loop failed: {e}");
+                        false
+                    }
+                }
+            })?);
         }
         let nice = cfg.background_nice;
         for job in service.background() {
-            let tx = died_tx.clone();
             let stop = stop.clone();
             let name = job.name.clone();
             let low_priority = job.low_priority;
-            threads.push(
-                std::thread::Builder::new()
-                    .name(name.clone())
-                    .spawn(move || {
-                        if nice > 0 && low_priority {
-                            host::lower_priority(&name, nice);
-                        }
-                        let mut notice = DeathNotice {
-                            name,
-                            tx,
-                            clean: false,
-                        };
-                        (job.run)(stop);
-                        notice.clean = true;
-                    })?,
-            );
+            threads.push(spawn_watched(job.name.clone(), &died_tx, move || {
+                if nice > 0 && low_priority {
+                    host::lower_priority(&name, nice);
+                }
+                (job.run)(stop);
+                true
+            })?);
         }
         if config.statsd.enabled {
             let (socket, to) = statsd::connect(&config.statsd).map_err(|e| {
@@ -294,25 +323,11 @@ impl RunningServer {
                 "statsd: pushing to {to} every {} ms",
                 config.statsd.interval_ms
             );
-            let (cfg, shared, stop, tx) = (
-                config.statsd.clone(),
-                shared.clone(),
-                stop.clone(),
-                died_tx.clone(),
-            );
-            threads.push(
-                std::thread::Builder::new()
-                    .name("statsd".into())
-                    .spawn(move || {
-                        let mut notice = DeathNotice {
-                            name: "statsd".into(),
-                            tx,
-                            clean: false,
-                        };
-                        statsd::run(cfg, socket, shared, stop);
-                        notice.clean = true;
-                    })?,
-            );
+            let (cfg, shared, stop) = (config.statsd.clone(), shared.clone(), stop.clone());
+            threads.push(spawn_watched("statsd".into(), &died_tx, move || {
+                statsd::run(cfg, socket, shared, stop);
+                true
+            })?);
         }
         for (addr, kind) in &addrs.tcp {
             log::info!(

@@ -43,6 +43,11 @@ impl Batch {
         self.parts.iter().find(|p| p.table.name == table.name)
     }
 
+    /// Each row of `table` (none when the batch has none).
+    pub fn rows_of<'a>(&'a self, table: &Table) -> impl Iterator<Item = &'a [Value]> + 'a {
+        self.part(table).into_iter().flat_map(|r| r.iter())
+    }
+
     /// Adds rows (none: nothing is added).
     pub fn push(&mut self, rows: Rows) {
         if rows.is_empty() {

@@ -1,7 +1,7 @@
 //! The journal: append-only segment files, one series per worker, written before a change is
 //! acknowledged and deleted once the database has confirmed it.
 //!
-//! A record is a 16-byte header, then its payload (encoded [`Change`]s):
+//! A record is a 16-byte header, then its payload (encoded changes, see [`crate::queue`]):
 //! `payload length: u32 LE | CRC-32 of (sequence and payload): u32 LE | sequence: u64 LE`.
 //! Each worker numbers its records; the database keeps, per worker, the last sequence it has
 //! (in the same transaction as the rows), so replay after a crash applies exactly the records
@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::merge::Change;
+use crate::queue::Encode;
 use crate::Shared;
 
 /// Bytes before a record's payload.
@@ -253,7 +253,8 @@ pub struct JournalWriter {
     file_bytes: u64,
     /// The record being built: a header's room, then encoded changes.
     record: Vec<u8>,
-    changes: Vec<Change>,
+    /// Changes in `record`.
+    changes: usize,
     next_seq: u64,
     /// Written since this writer's last fsync.
     dirty: bool,
@@ -274,7 +275,7 @@ impl JournalWriter {
             path: PathBuf::new(),
             file_bytes: 0,
             record,
-            changes: Vec::new(),
+            changes: 0,
             next_seq,
             dirty: false,
             taken: 0,
@@ -289,7 +290,7 @@ impl JournalWriter {
             + self.shared.held_bytes.load(Ordering::Relaxed)
             + self.record.len() as u64;
         used + bytes as u64 <= self.shared.settings.journal_max_bytes
-            && self.shared.queue_rows.load(Ordering::Relaxed) + self.changes.len()
+            && self.shared.queue_rows.load(Ordering::Relaxed) + self.changes
                 < self.shared.settings.max_queue_rows
     }
 
@@ -300,7 +301,7 @@ impl JournalWriter {
     }
 
     /// Buffers a change for the next commit; refused when the journal is full.
-    pub fn append(&mut self, change: Change) -> Result<(), Refused> {
+    pub fn append(&mut self, change: &impl Encode) -> Result<(), Refused> {
         if !self.has_room(change.encoded_len()) {
             self.shared.metrics.refused.add(1);
             return Err(Refused::Full);
@@ -312,16 +313,16 @@ impl JournalWriter {
     /// Buffers a change whatever the journal holds: for a change already applied to memory
     /// after [`has_room`](Self::has_room) said yes (other workers may have filled the
     /// journal since, so the bound is passed by at most one batch per worker).
-    pub fn push(&mut self, change: Change) {
+    pub fn push(&mut self, change: &impl Encode) {
         change.encode(&mut self.record);
-        self.changes.push(change);
+        self.changes += 1;
     }
 
     /// Whether an answer must wait for a [`commit`](Self::commit): changes of this writer
     /// wait for one, or a journal write failed and its changes, already in the memory every
     /// worker answers from, are not journaled yet.
     pub fn uncommitted(&self) -> bool {
-        !self.changes.is_empty() || self.shared.unjournaled.load(Ordering::Acquire) > 0
+        self.changes > 0 || self.shared.unjournaled.load(Ordering::Acquire) > 0
     }
 
     /// Writes the buffered changes as one record and hands them to the flusher. The fsync is
@@ -346,7 +347,7 @@ impl JournalWriter {
         if _turn.is_some() {
             self.take_held();
         }
-        if self.changes.is_empty() {
+        if self.changes == 0 {
             return self.ungated();
         }
         let seq = self.next_seq;
@@ -358,9 +359,8 @@ impl JournalWriter {
         let queued = !matches!(written, Err(Failed { cut: true, .. }));
         match &written {
             Ok(()) => {
-                for c in self.changes.drain(..) {
-                    inner.pending.apply(c);
-                }
+                // The queue merges what the journal holds, decoded from it.
+                merge_record(&mut inner.pending, &self.record[HEADER..]);
                 inner.pending.covered(self.worker, seq);
                 self.shared
                     .unjournaled
@@ -375,17 +375,16 @@ impl JournalWriter {
                 // Not in the journal: held for the next commit of any writer (the taken
                 // ones are counted already).
                 let bytes = (self.record.len() - HEADER) as u64;
-                let own = self.changes.len() - self.taken;
-                inner.held.append(&mut self.changes);
+                let own = self.changes - self.taken;
+                inner.held.bytes.extend_from_slice(&self.record[HEADER..]);
+                inner.held.changes += self.changes;
                 self.shared.held_bytes.fetch_add(bytes, Ordering::Relaxed);
                 self.shared.unjournaled.fetch_add(own, Ordering::AcqRel);
             }
             Err(Failed { cut: false, .. }) => {
                 // The record may be in the file, whole: the database must hold its changes
                 // under its sequence (so a replay skips it) before anything is answered again.
-                for c in self.changes.drain(..) {
-                    inner.pending.apply(c);
-                }
+                merge_record(&mut inner.pending, &self.record[HEADER..]);
                 inner.pending.covered(self.worker, seq);
                 if inner.gate.replace((self.worker, seq)).is_none() {
                     self.shared.unjournaled.fetch_add(1, Ordering::AcqRel);
@@ -405,7 +404,7 @@ impl JournalWriter {
         if queued && rows >= self.shared.settings.batch_rows {
             self.shared.wake.notify_one();
         }
-        self.changes.clear();
+        self.changes = 0;
         self.record.truncate(HEADER);
         let Err(f) = written else {
             return self.ungated();
@@ -453,21 +452,19 @@ impl JournalWriter {
         // `unjournaled` keeps counting them until the write succeeds: another worker must
         // not answer from them meanwhile.
         let held = std::mem::take(&mut self.shared.inner.lock().held);
-        if held.is_empty() {
+        if held.changes == 0 {
             return;
         }
-        let mut record = Vec::with_capacity(self.record.len() * 2);
+        let mut record = Vec::with_capacity(HEADER + held.bytes.len() + self.record.len());
         record.resize(HEADER, 0);
-        for c in &held {
-            c.encode(&mut record);
-        }
-        let bytes = (record.len() - HEADER) as u64;
-        self.shared.held_bytes.fetch_sub(bytes, Ordering::Relaxed);
-        self.taken += held.len();
+        record.extend_from_slice(&held.bytes);
+        self.shared
+            .held_bytes
+            .fetch_sub(held.bytes.len() as u64, Ordering::Relaxed);
+        self.taken += held.changes;
         record.extend_from_slice(&self.record[HEADER..]);
         self.record = record;
-        let own = std::mem::replace(&mut self.changes, held);
-        self.changes.extend(own);
+        self.changes += held.changes;
     }
 
     /// Appends the sealed record to the open segment (opening one if due). On an error the
@@ -554,6 +551,18 @@ impl JournalWriter {
                 s.open = false;
             }
         }
+    }
+}
+
+/// Merges a record's changes, as encoded by this process, into the queues. A service whose
+/// decoding does not read back its own encoding is a bug: logged (a debug build stops).
+pub(crate) fn merge_record(queues: &mut crate::queue::Queues, payload: &[u8]) {
+    if queues.apply(payload).is_none() {
+        debug_assert!(
+            false,
+            "a service's change does not decode as it was encoded"
+        );
+        log::error!("journal: a change this process encoded does not decode; not queued");
     }
 }
 

@@ -1,7 +1,15 @@
-//! Versioned schema migrations, one SQL text per dialect, applied in order and recorded in
-//! `hp_schema`. A migration is never edited once released; a change is a new version.
+//! Versioned schema migrations, one SQL text per dialect, applied in order: the store's own
+//! ([`MIGRATIONS`], recorded in `hp_schema`), then each service's ([`Service::migrations`],
+//! recorded in `hp_service_schema` under the service's name, so two services' versions never
+//! collide). A migration is never edited once released; a change is a new version.
+//!
+//! Migrations 1 to 4 predate per-service migrations and create the tracker's, popup service's
+//! and Lua routes' tables; migration 5 adds `hp_service_schema`, and a service added since
+//! declares its tables in its own list.
 
 use crate::backend::{Backend, Dialect};
+use crate::queue::Service;
+use crate::table::Value;
 use crate::StoreError;
 
 /// One schema version.
@@ -132,9 +140,32 @@ pub const MIGRATIONS: &[Migration] = &[
              PRIMARY KEY (tbl, k, col)) ENGINE=InnoDB",
         ],
     },
+    Migration {
+        version: 5,
+        name: "per-service migrations",
+        sqlite: &[
+            "CREATE TABLE hp_service_schema (service TEXT NOT NULL, version INTEGER NOT NULL, \
+             name TEXT NOT NULL, applied_at INTEGER NOT NULL, PRIMARY KEY (service, version))",
+        ],
+        postgres: &[
+            "CREATE TABLE hp_service_schema (service TEXT NOT NULL, version INTEGER NOT NULL, \
+             name TEXT NOT NULL, applied_at BIGINT NOT NULL, PRIMARY KEY (service, version))",
+        ],
+        mysql: &[
+            "CREATE TABLE hp_service_schema (service VARCHAR(64) NOT NULL, version INTEGER NOT NULL, \
+             name VARCHAR(255) NOT NULL, applied_at BIGINT NOT NULL, \
+             PRIMARY KEY (service, version)) ENGINE=InnoDB",
+        ],
+    },
 ];
 
-/// The newest schema version this build knows.
+/// Who a migration belongs to in [`MigrationState::owner`]: the store itself.
+pub const STORE: &str = "store";
+
+/// The version that added `hp_service_schema`.
+const SERVICE_SCHEMA: u32 = 5;
+
+/// The newest schema version of the store's own migrations this build knows.
 pub fn latest() -> u32 {
     MIGRATIONS.last().map_or(0, |m| m.version)
 }
@@ -142,7 +173,9 @@ pub fn latest() -> u32 {
 /// One migration's state in a database.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrationState {
-    /// The version.
+    /// [`STORE`], or the service's name.
+    pub owner: &'static str,
+    /// The version (per owner).
     pub version: u32,
     /// What it does.
     pub name: &'static str,
@@ -150,9 +183,67 @@ pub struct MigrationState {
     pub applied_at: Option<i64>,
 }
 
-/// Every known migration and whether the database has it. Fails when the database has a
-/// version this build does not know (it is newer than this hotpath).
-pub fn status(db: &mut dyn Backend) -> Result<Vec<MigrationState>, StoreError> {
+/// `(service, version, applied_at)` of the migrations of `services` the database records and
+/// this build knows (none before migration 5). Per service, at most as many rows as it has
+/// migrations are read, whatever the table holds; a recorded version above those is refused
+/// (the database is newer than this build).
+fn applied_service_migrations(
+    db: &mut dyn Backend,
+    store: &[(u32, i64)],
+    services: &[&'static Service],
+) -> Result<Vec<(&'static str, u32, i64)>, StoreError> {
+    let mut out = Vec::new();
+    if !store.iter().any(|(v, _)| *v == SERVICE_SCHEMA) {
+        return Ok(out);
+    }
+    for s in services {
+        let known = s.migrations.len() as i64;
+        let name = Value::from(s.name);
+        let mut newest = 0;
+        db.query(
+            "SELECT MAX(version) FROM hp_service_schema WHERE service = ?",
+            std::slice::from_ref(&name),
+            &mut |r| newest = r[0].int(),
+        )?;
+        if newest > known {
+            return Err(StoreError::Schema(format!(
+                "the database has migration {newest} of service {}, newer than this hotpath \
+                 knows ({known}): run a newer hotpath",
+                s.name
+            )));
+        }
+        db.query(
+            "SELECT version, applied_at FROM hp_service_schema \
+             WHERE service = ? AND version BETWEEN 1 AND ?",
+            &[name, Value::Int(known)],
+            &mut |r| out.push((s.name, r[0].int() as u32, r[1].int())),
+        )?;
+    }
+    Ok(out)
+}
+
+/// Checks that a service's versions run 1, 2, ... (a build error otherwise).
+fn check_service(s: &Service) -> Result<(), StoreError> {
+    for (i, m) in s.migrations.iter().enumerate() {
+        if m.version as usize != i + 1 {
+            return Err(StoreError::Schema(format!(
+                "service {}: migration {} is listed as number {}",
+                s.name,
+                m.version,
+                i + 1
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Every known migration, the store's and `services`', and whether the database has it.
+/// Fails when the database has a version this build does not know (it is newer than this
+/// hotpath, or than the service).
+pub fn status(
+    db: &mut dyn Backend,
+    services: &[&'static Service],
+) -> Result<Vec<MigrationState>, StoreError> {
     let applied = db.applied_migrations()?;
     if let Some(&(v, _)) = applied.iter().find(|(v, _)| *v > latest()) {
         return Err(StoreError::Schema(format!(
@@ -161,51 +252,100 @@ pub fn status(db: &mut dyn Backend) -> Result<Vec<MigrationState>, StoreError> {
             latest()
         )));
     }
-    Ok(MIGRATIONS
-        .iter()
-        .map(|m| MigrationState {
-            version: m.version,
-            name: m.name,
-            applied_at: applied
+    for s in services {
+        check_service(s)?;
+    }
+    let by_service = applied_service_migrations(db, &applied, services)?;
+    let mut out = known(services);
+    for m in &mut out {
+        m.applied_at = if m.owner == STORE {
+            applied.iter().find(|(v, _)| *v == m.version).map(|a| a.1)
+        } else {
+            by_service
                 .iter()
-                .find(|(v, _)| *v == m.version)
-                .map(|&(_, at)| at),
-        })
-        .collect())
+                .find(|(name, v, _)| *name == m.owner && *v == m.version)
+                .map(|a| a.2)
+        };
+    }
+    Ok(out)
 }
 
-/// Applies every pending migration in order; returns the versions applied.
-pub fn migrate(db: &mut dyn Backend) -> Result<Vec<u32>, StoreError> {
+/// Every migration this build knows, the store's then `services`', none applied.
+pub fn known(services: &[&'static Service]) -> Vec<MigrationState> {
+    let all = MIGRATIONS.iter().map(|m| (STORE, m)).chain(
+        services
+            .iter()
+            .flat_map(|s| s.migrations.iter().map(|m| (s.name, m))),
+    );
+    all.map(|(owner, m)| MigrationState {
+        owner,
+        version: m.version,
+        name: m.name,
+        applied_at: None,
+    })
+    .collect()
+}
+
+/// Applies every pending migration in order, the store's first; returns those applied.
+pub fn migrate(
+    db: &mut dyn Backend,
+    services: &[&'static Service],
+) -> Result<Vec<MigrationState>, StoreError> {
     let mut done = Vec::new();
-    let states = status(db)?;
+    let states = status(db, services)?;
     if states.iter().any(|s| s.applied_at.is_none()) {
         db.execute(db.dialect().create_schema_table())?;
     }
-    for state in states {
-        if state.applied_at.is_none() {
-            let m = MIGRATIONS
+    for mut state in states.into_iter().filter(|s| s.applied_at.is_none()) {
+        let now = crate::unix_now();
+        let version = i64::from(state.version);
+        if state.owner == STORE {
+            let m = &MIGRATIONS[state.version as usize - 1];
+            db.apply_migration(
+                m.statements(db.dialect()),
+                "INSERT INTO hp_schema (version, name, applied_at) VALUES (?, ?, ?)",
+                &[Value::Int(version), Value::from(m.name), Value::Int(now)],
+            )?;
+        } else {
+            let s = services
                 .iter()
-                .find(|m| m.version == state.version)
-                .expect("status lists known migrations");
-            db.apply_migration(m)?;
-            log::info!(
-                "{}: schema migration {} ({}) applied",
-                db.dialect().name(),
-                m.version,
-                m.name
-            );
-            done.push(m.version);
+                .find(|s| s.name == state.owner)
+                .expect("status lists known services");
+            let m = &s.migrations[state.version as usize - 1];
+            db.apply_migration(
+                m.statements(db.dialect()),
+                "INSERT INTO hp_service_schema (service, version, name, applied_at) \
+                 VALUES (?, ?, ?, ?)",
+                &[
+                    Value::from(s.name),
+                    Value::Int(version),
+                    Value::from(m.name),
+                    Value::Int(now),
+                ],
+            )?;
         }
+        log::info!(
+            "{}: schema migration {} {} ({}) applied",
+            db.dialect().name(),
+            state.owner,
+            state.version,
+            state.name
+        );
+        state.applied_at = Some(now);
+        done.push(state);
     }
     Ok(done)
 }
 
 /// Fails unless every migration is applied (for a start with `store.migrate = false`).
-pub fn require_current(db: &mut dyn Backend) -> Result<(), StoreError> {
-    let pending: Vec<String> = status(db)?
+pub fn require_current(
+    db: &mut dyn Backend,
+    services: &[&'static Service],
+) -> Result<(), StoreError> {
+    let pending: Vec<String> = status(db, services)?
         .iter()
         .filter(|s| s.applied_at.is_none())
-        .map(|s| format!("{} ({})", s.version, s.name))
+        .map(|s| format!("{} {} ({})", s.owner, s.version, s.name))
         .collect();
     if pending.is_empty() {
         Ok(())

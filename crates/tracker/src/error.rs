@@ -27,6 +27,15 @@ pub enum TrackerError {
     /// `access_list.database` is on but the store is off.
     #[error("access_list.database needs the store (store.enabled = true)")]
     AccessNeedsStore,
+    /// The completed counts could not be read back from the database.
+    #[error("completed counts from {db}: {source}")]
+    Restore {
+        /// The database, for the log (no password).
+        db: String,
+        /// The store's error.
+        #[source]
+        source: StoreError,
+    },
     /// The access list's rows could not be read from the database.
     #[error("access list from {db}: {source}")]
     AccessDb {

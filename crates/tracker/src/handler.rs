@@ -12,7 +12,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use hotpath_service::{Context, Handled, HttpResponse, Kind, Outcome, Request, ServiceWorker};
-use hotpath_store::{Change, JournalWriter};
+use hotpath_store::JournalWriter;
+
+use crate::stored::{TorrentChange, TORRENT_LEN};
 use hotpath_wire::bencode::{put_bytes, put_failure, put_int};
 use hotpath_wire::query::{self, is_global_unicast, Event, Id20};
 use hotpath_wire::udp;
@@ -138,7 +140,7 @@ impl TrackerWorker {
     fn apply(&mut self, peer: &PeerAnnounce, now: u32) -> Result<Counts, &'static str> {
         if let Some(j) = &self.journal {
             let may_snatch = peer.complete || peer.event == Event::Completed;
-            if may_snatch && !j.has_room(hotpath_store::merge::TORRENT_LEN) {
+            if may_snatch && !j.has_room(TORRENT_LEN) {
                 return Err(j.refuse());
             }
         }
@@ -147,7 +149,7 @@ impl TrackerWorker {
                 .swarms
                 .announce(peer, now as u16, &mut self.rng, &mut self.sel)?;
         if let (true, Some(j)) = (snatched, &mut self.journal) {
-            j.push(Change::Torrent {
+            j.push(&TorrentChange {
                 info_hash: peer.info_hash,
                 completed: 1,
                 seeders: c.seeders,

@@ -12,6 +12,7 @@ pub mod connid;
 mod error;
 pub mod handler;
 pub mod persist;
+pub mod stored;
 pub mod swarm;
 pub mod table;
 
@@ -81,7 +82,7 @@ impl Tracker {
     /// downloads journaled and written behind.
     pub fn with_store(
         config: &Config,
-        persist: Option<(Arc<hotpath_store::Store>, hotpath_store::Restored)>,
+        persist: Option<Arc<hotpath_store::Store>>,
     ) -> Result<Tracker, TrackerError> {
         let cfg = config.tracker.clone();
         let caps = Caps {
@@ -97,10 +98,16 @@ impl Tracker {
             Box::new(Table::<0>::new(cfg.shards, caps))
         };
         let access = AccessList::load(config.access_list.mode, &config.access_list.path)?;
-        let persist = persist.map(|(db, restored)| {
-            add_completed(&*swarms, cfg.max_idle_torrents, &restored, &db.name);
-            db
-        });
+        // Started without the database, the counts come once it answers (below).
+        if let Some(db) = persist.as_ref().filter(|db| db.online()) {
+            let completed = db
+                .with_replay(persist::completed_counts)
+                .map_err(|source| TrackerError::Restore {
+                    db: db.name.clone(),
+                    source,
+                })?;
+            add_completed(&*swarms, cfg.max_idle_torrents, completed, &db.name);
+        }
         let swarms_dir = (persist.is_some() && cfg.persist_swarms)
             .then(|| std::path::PathBuf::from(&config.store.data_dir));
         let al = &config.access_list;
@@ -132,17 +139,21 @@ impl Tracker {
                 }
                 // Started without the database: what it holds is added once it answers.
                 let shared = Arc::downgrade(&tracker.shared);
-                db.on_connect(Box::new(move |restored| {
+                db.on_connect(Box::new(move |db| {
                     let Some(shared) = shared.upgrade() else {
                         return;
                     };
-                    let db = shared.persist.as_ref().expect("a store");
-                    add_completed(
-                        &*shared.swarms,
-                        shared.cfg.max_idle_torrents,
-                        restored,
-                        &db.name,
-                    );
+                    match db.with_replay(persist::completed_counts) {
+                        Ok(completed) => add_completed(
+                            &*shared.swarms,
+                            shared.cfg.max_idle_torrents,
+                            completed,
+                            &db.name,
+                        ),
+                        Err(e) => {
+                            log::error!("completed counts not restored from {}: {e}", db.name)
+                        }
+                    }
                     if shared.access_db_reload.is_some() {
                         match persist::reload_access_from_db(&shared) {
                             Ok(n) => log::info!("access list: {n} info hashes (file and database)"),
@@ -193,10 +204,9 @@ impl Tracker {
 fn add_completed(
     store: &dyn SwarmTable,
     max_idle: usize,
-    restored: &hotpath_store::Restored,
+    mut completed: Vec<(stored::Key, u64)>,
     db: &str,
 ) {
-    let mut completed: Vec<_> = restored.completed.iter().collect();
     if completed.len() > max_idle {
         completed.sort_unstable_by_key(|c| std::cmp::Reverse(c.1));
         completed.truncate(max_idle);

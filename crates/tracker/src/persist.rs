@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hotpath_store::Change;
+use hotpath_store::{Backend, Batch, StoreError};
+
+use crate::stored::{Key, TorrentChange, TrackerDb, TORRENTS};
 
 use crate::{Shared, TrackerError};
 
@@ -37,7 +39,7 @@ pub fn snapshotter(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
             if c.seeders + c.leechers == 0 {
                 return;
             }
-            changes.push(Change::Torrent {
+            changes.push(TorrentChange {
                 info_hash: *hash,
                 completed: 0,
                 seeders: c.seeders,
@@ -51,6 +53,29 @@ pub fn snapshotter(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
         });
         db.submit(&changes);
     }
+}
+
+/// The completed downloads per torrent: the database's plus those of `replayed` (the rows
+/// replayed from the journal, not written yet).
+pub fn completed_counts(
+    db: &mut dyn Backend,
+    replayed: &Batch,
+) -> Result<Vec<(Key, u64)>, StoreError> {
+    let mut completed: std::collections::HashMap<Key, u64> = std::collections::HashMap::new();
+    db.torrents(&mut |k, t| {
+        if t.completed > 0 {
+            completed.insert(k, t.completed);
+        }
+    })?;
+    for row in replayed.rows_of(&TORRENTS) {
+        let (Ok(key), n) = (Key::try_from(row[0].bytes()), row[1].int()) else {
+            continue;
+        };
+        if n > 0 {
+            *completed.entry(key).or_insert(0) += n as u64;
+        }
+    }
+    Ok(completed.into_iter().collect())
 }
 
 /// Reads the access list's rows from the database (`hp_access_list`) into the list; returns

@@ -31,7 +31,9 @@ use hotpath_service::{
     process_secs, Background, Context, Handled, HttpResponse, Kind, Outcome, Request, Service,
     ServiceWorker, Wake,
 };
-use hotpath_store::{Change, Counter, JournalWriter, PopupUserRow, Store, CLICK, CLOSE, SHOWN};
+use hotpath_store::{Counter, JournalWriter, Store};
+
+use crate::stored::{PopupChange, PopupDb, PopupStore, PopupUserRow, CLICK, CLOSE, SHOWN};
 
 use crate::api::{self, Event, Query, MAX_SEGMENTS};
 use crate::decide::{self, Action, Catalog, Seen};

@@ -159,7 +159,7 @@ impl PopupsWorker {
         };
         c.shown.add(1);
         let user = self.query.user();
-        self.journal.push(Change::Popup {
+        self.journal.push(&PopupChange {
             user: user.into(),
             popup: id,
             action: SHOWN,
@@ -271,7 +271,7 @@ impl PopupsWorker {
             Action::Click => c.clicks.add(1),
             _ => c.closes.add(1),
         }
-        self.journal.push(Change::Popup {
+        self.journal.push(&PopupChange {
             user: event.user.into_boxed_str(),
             popup: event.popup,
             action: code,

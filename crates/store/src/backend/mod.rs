@@ -11,9 +11,8 @@ mod sqlite;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::merge::{Batch, Key, PopupUserRow};
-use crate::migrations::Migration;
-use crate::table::{Merge, Rows, Table, Type, Value};
+use crate::batch::Batch;
+use crate::table::{Merge, Rows, Table, Value};
 use crate::{Fault, StoreError};
 
 /// An SQL dialect.
@@ -213,34 +212,6 @@ impl Dialect {
     }
 }
 
-/// Every user id with popup state, once each (an index scan: the key starts with it).
-const POPUP_USER_IDS: &str = "SELECT DISTINCT user_id FROM hp_popup_users";
-
-/// A user's state for one popup as read back: `(user, popup, state)`.
-pub type UserRow = (String, u32, PopupUserRow);
-
-/// The `IN` list sizes of a user-state lookup: each lookup is padded (repeating its last user)
-/// to one of these, so a driver prepares at most four statements for any number of users.
-pub const USER_LOOKUP_SIZES: [usize; 4] = [1, 8, 64, 512];
-
-/// Splits `users` into lookups of [`USER_LOOKUP_SIZES`], each padded with its last user.
-pub fn user_lookups<'a>(users: &[&'a str]) -> Vec<Vec<&'a str>> {
-    let max = USER_LOOKUP_SIZES[USER_LOOKUP_SIZES.len() - 1];
-    users
-        .chunks(max)
-        .map(|chunk| {
-            let size = USER_LOOKUP_SIZES
-                .iter()
-                .copied()
-                .find(|&s| s >= chunk.len())
-                .unwrap_or(max);
-            let mut v = chunk.to_vec();
-            v.resize(size, chunk[chunk.len() - 1]);
-            v
-        })
-        .collect()
-}
-
 impl Dialect {
     /// `sql` with its `?` placeholders as this dialect numbers them (`$1`, `$2`, ... for
     /// PostgreSQL). Statements given to [`Backend::query`] use `?` and no `?` in literals.
@@ -261,26 +232,6 @@ impl Dialect {
         out.into()
     }
 }
-
-/// The lookup of `n` users' popup state (`n` placeholders).
-fn select_popup_users(n: usize) -> String {
-    format!(
-        "SELECT user_id, popup_id, next_eligible, shows, last_action, updated_at \
-         FROM hp_popup_users WHERE user_id IN ({})",
-        vec!["?"; n].join(",")
-    )
-}
-
-/// `hp_popups`: popup definitions (the admin API writes them one at a time).
-pub static POPUPS: Table = Table {
-    name: "hp_popups",
-    columns: &[
-        crate::table::col("id", Type::Int, Merge::Key),
-        crate::table::col("definition", Type::Text, Merge::Replace),
-        crate::table::col("updated_at", Type::Int, Merge::Replace),
-    ],
-    keeps_older: None,
-};
 
 /// How long a writing connection waits for the database's writer lock.
 pub const WRITER_WAIT: Duration = Duration::from_secs(30);
@@ -321,35 +272,6 @@ pub fn wait_for_writer_lock<E>(
     }
 }
 
-/// A unix time as stored (64-bit signed; "never", `u64::MAX`, becomes `i64::MAX`).
-pub fn stored_time(t: u64) -> i64 {
-    i64::try_from(t).unwrap_or(i64::MAX)
-}
-
-/// A stored time read back (`i64::MAX` is "never" again; negatives are 0).
-pub fn loaded_time(t: i64) -> u64 {
-    if t == i64::MAX {
-        u64::MAX
-    } else {
-        u64::try_from(t).unwrap_or(0)
-    }
-}
-
-/// A torrent as stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoredTorrent {
-    /// Completed downloads.
-    pub completed: u64,
-    /// Seeders at the last snapshot.
-    pub seeders: u32,
-    /// Leechers at the last snapshot.
-    pub leechers: u32,
-    /// Unix seconds first seen.
-    pub first_seen: i64,
-    /// Unix seconds last active.
-    pub last_active: i64,
-}
-
 /// What a write did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Written {
@@ -372,9 +294,15 @@ pub trait Backend: Send {
     /// reading never creates it).
     fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError>;
 
-    /// Applies one migration and records it, in one transaction where the database allows
-    /// (MySQL commits each DDL statement by itself).
-    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError>;
+    /// Runs a migration's `statements` and the statement `record` (with `?` placeholders for
+    /// `params`) that records it, in one transaction where the database allows (MySQL commits
+    /// each DDL statement by itself).
+    fn apply_migration(
+        &mut self,
+        statements: &[&str],
+        record: &str,
+        params: &[Value],
+    ) -> Result<(), StoreError>;
 
     /// Writes a batch in one transaction: its rows and its journal positions, together, so
     /// the database never has one without the other.
@@ -427,140 +355,6 @@ pub trait Backend: Send {
         self.query("SELECT worker, seq FROM hp_journal", &[], &mut |r| {
             out.push((r[0].int() as u32, r[1].int() as u64));
         })?;
-        Ok(out)
-    }
-
-    /// Calls `each` for every stored torrent (rows whose key is not 20 bytes are skipped).
-    fn torrents(&mut self, each: &mut dyn FnMut(Key, StoredTorrent)) -> Result<(), StoreError> {
-        self.query(
-            "SELECT info_hash, completed, seeders, leechers, first_seen, last_active \
-             FROM hp_torrents",
-            &[],
-            &mut |r| {
-                if let Ok(key) = Key::try_from(r[0].bytes()) {
-                    each(
-                        key,
-                        StoredTorrent {
-                            completed: r[1].int() as u64,
-                            seeders: r[2].int() as u32,
-                            leechers: r[3].int() as u32,
-                            first_seen: r[4].int(),
-                            last_active: r[5].int(),
-                        },
-                    );
-                }
-            },
-        )
-    }
-
-    /// The info hashes in `hp_access_list` (rows whose key is not 20 bytes are skipped).
-    fn access_list(&mut self) -> Result<Vec<Key>, StoreError> {
-        let mut out = Vec::new();
-        self.query("SELECT info_hash FROM hp_access_list", &[], &mut |r| {
-            if let Ok(k) = Key::try_from(r[0].bytes()) {
-                out.push(k);
-            }
-        })?;
-        Ok(out)
-    }
-
-    /// Every popup definition in `hp_popups`: `(id, JSON text)`.
-    fn popups(&mut self) -> Result<Vec<(u32, String)>, StoreError> {
-        let mut out = Vec::new();
-        self.query(
-            "SELECT id, definition FROM hp_popups ORDER BY id",
-            &[],
-            &mut |r| out.push((r[0].int() as u32, r[1].text().to_string())),
-        )?;
-        Ok(out)
-    }
-
-    /// The users' state per popup, from `hp_popup_users`: `(user, popup, state)` rows, in
-    /// as few statements as [`user_lookups`] allows.
-    fn popup_users(&mut self, users: &[&str]) -> Result<Vec<UserRow>, StoreError> {
-        let mut out = Vec::new();
-        for lookup in user_lookups(users) {
-            let params: Vec<Value> = lookup.iter().map(|u| Value::from(*u)).collect();
-            self.query(&select_popup_users(lookup.len()), &params, &mut |r| {
-                let (user, popup, state) = PopupUserRow::from_row(r);
-                out.push((user.to_string(), popup, state));
-            })?;
-        }
-        Ok(out)
-    }
-
-    /// One user's state per popup.
-    fn popup_user(&mut self, user: &str) -> Result<Vec<(u32, PopupUserRow)>, StoreError> {
-        let rows = self.popup_users(&[user])?;
-        Ok(rows.into_iter().map(|(_, p, r)| (p, r)).collect())
-    }
-
-    /// Calls `each` with every user id that has popup state, streaming (millions of rows
-    /// are not held at once).
-    fn popup_user_ids(&mut self, each: &mut dyn FnMut(&str)) -> Result<(), StoreError> {
-        self.query(POPUP_USER_IDS, &[], &mut |r| each(r[0].text()))
-    }
-
-    /// Creates or replaces popup `id`'s definition (JSON text), stamped `updated_at`.
-    fn save_popup(&mut self, id: u32, definition: &str, updated_at: i64) -> Result<(), StoreError> {
-        let sql = self.dialect().insert(&POPUPS, 1);
-        self.execute_with(
-            &sql,
-            &[id.into(), definition.into(), Value::Int(updated_at)],
-        )
-    }
-
-    /// Shows per popup on UTC day `day` (unix seconds / 86400), from `hp_popup_daily`.
-    fn popup_daily(&mut self, day: u32) -> Result<Vec<(u32, u64)>, StoreError> {
-        let mut out = Vec::new();
-        self.query(
-            "SELECT popup_id, shows FROM hp_popup_daily WHERE day = ?",
-            &[day.into()],
-            &mut |r| out.push((r[0].int() as u32, r[1].int() as u64)),
-        )?;
-        Ok(out)
-    }
-
-    /// `(popup, action, events)` over the whole event log (shows, clicks, closes per popup).
-    fn popup_event_counts(&mut self) -> Result<Vec<(u32, u8, u64)>, StoreError> {
-        let mut out = Vec::new();
-        self.query(
-            "SELECT popup_id, action, COUNT(*) FROM hp_popup_events \
-             GROUP BY popup_id, action ORDER BY popup_id, action",
-            &[],
-            &mut |r| out.push((r[0].int() as u32, r[1].int() as u8, r[2].int() as u64)),
-        )?;
-        Ok(out)
-    }
-
-    /// A script counter's stored value (`hp.store.add`), if it has one.
-    fn lua_counter(
-        &mut self,
-        table: &str,
-        key: &str,
-        column: &str,
-    ) -> Result<Option<i64>, StoreError> {
-        let mut out = None;
-        self.query(
-            "SELECT value FROM hp_lua_counters WHERE tbl = ? AND k = ? AND col = ?",
-            &[table.into(), key.into(), column.into()],
-            &mut |r| out = Some(r[0].int()),
-        )?;
-        Ok(out)
-    }
-
-    /// A script table's rows (`hp.store.enqueue`), oldest first: `(unix second, JSON text)`,
-    /// at most `limit`.
-    fn lua_rows(&mut self, table: &str, limit: usize) -> Result<Vec<(u32, String)>, StoreError> {
-        let mut out = Vec::new();
-        self.query(
-            "SELECT at, data FROM hp_lua_rows WHERE tbl = ? ORDER BY id LIMIT ?",
-            &[
-                table.into(),
-                Value::Int(limit.min(i64::MAX as usize) as i64),
-            ],
-            &mut |r| out.push((r[0].int() as u32, r[1].text().to_string())),
-        )?;
         Ok(out)
     }
 }
@@ -659,24 +453,24 @@ mod tests {
     #[test]
     fn multi_row_statements_number_their_placeholders() {
         use crate::batch::JOURNAL;
-        use crate::merge::TORRENTS;
+        use crate::examples::{LOG, STATS};
         let pg = Dialect::Postgres.insert(&JOURNAL, 2);
         assert_eq!(
             pg,
             "INSERT INTO hp_journal (worker, seq) VALUES ($1,$2), ($3,$4) ON CONFLICT (worker) \
              DO UPDATE SET seq = GREATEST(hp_journal.seq, excluded.seq)"
         );
-        let my = Dialect::Mysql.insert(&TORRENTS, 2);
+        let my = Dialect::Mysql.insert(&STATS, 2);
         assert!(my.contains("VALUES (?,?,?,?,?,?), (?,?,?,?,?,?) ON DUPLICATE KEY"));
         assert!(my.ends_with(
-            "UPDATE completed = completed + VALUES(completed), seeders = VALUES(seeders), \
-             leechers = VALUES(leechers), last_active = GREATEST(last_active, VALUES(last_active))"
+            "UPDATE total = total + VALUES(total), a = VALUES(a), b = VALUES(b), \
+             last_seen = GREATEST(last_seen, VALUES(last_seen))"
         ));
-        let sq = Dialect::Sqlite.insert(&TORRENTS, 1);
+        let sq = Dialect::Sqlite.insert(&STATS, 1);
         assert_eq!(sq.matches('?').count(), 6);
-        assert!(sq.contains("last_active = max(hp_torrents.last_active, excluded.last_active)"));
+        assert!(sq.contains("last_seen = max(t_stats.last_seen, excluded.last_seen)"));
         assert!(!sq.contains("first_seen ="), "first_seen is kept");
-        let events = Dialect::Postgres.insert(&crate::merge::POPUP_EVENTS, 1);
+        let events = Dialect::Postgres.insert(&LOG, 1);
         assert!(events.ends_with("VALUES ($1,$2,$3,$4) "), "{events}");
     }
 
@@ -694,8 +488,8 @@ mod tests {
 
     #[test]
     fn literal_inserts_carry_hex_and_integers_and_split() {
-        use crate::merge::LUA_COUNTERS;
-        let mut rows = Rows::new(&LUA_COUNTERS);
+        use crate::examples::COUNTS;
+        let mut rows = Rows::new(&COUNTS);
         for key in ["a'b", "c"] {
             rows.push([
                 "t".into(),

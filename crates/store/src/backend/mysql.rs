@@ -11,8 +11,7 @@ use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder, TxOpts};
 
 use super::{db_error, Backend, Dialect, Written};
-use crate::merge::Batch;
-use crate::migrations::Migration;
+use crate::batch::Batch;
 use crate::table::Value;
 use crate::{Fault, StoreError};
 
@@ -124,15 +123,17 @@ impl Backend for Mysql {
         })
     }
 
-    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
+    fn apply_migration(
+        &mut self,
+        statements: &[&str],
+        record: &str,
+        params: &[Value],
+    ) -> Result<(), StoreError> {
         self.with(|c| {
-            for sql in m.mysql {
+            for sql in statements {
                 c.query_drop(sql)?;
             }
-            c.exec_drop(
-                "INSERT INTO hp_schema (version, name, applied_at) VALUES (?, ?, ?)",
-                (m.version, m.name, crate::unix_now()),
-            )
+            c.exec_drop(record, mysql::Params::Positional(to_mysql(params)))
         })
     }
 

@@ -10,8 +10,7 @@ use postgres::types::{IsNull, ToSql, Type};
 use postgres::{Client, NoTls, Statement};
 
 use super::{db_error, Backend, Dialect, Written};
-use crate::merge::Batch;
-use crate::migrations::Migration;
+use crate::batch::Batch;
 use crate::table::Value;
 use crate::{Fault, StoreError};
 
@@ -198,16 +197,21 @@ impl Backend for Postgres {
         })
     }
 
-    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
+    fn apply_migration(
+        &mut self,
+        statements: &[&str],
+        record: &str,
+        params: &[Value],
+    ) -> Result<(), StoreError> {
+        let record = D.numbered(record);
         self.with(|c| {
             let mut tx = c.transaction()?;
-            for sql in m.postgres {
+            for sql in statements {
                 tx.batch_execute(sql)?;
             }
-            tx.execute(
-                "INSERT INTO hp_schema (version, name, applied_at) VALUES ($1, $2, $3)",
-                &[&(m.version as i32), &m.name, &crate::unix_now()],
-            )?;
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+            tx.execute(&*record, &refs)?;
             tx.commit()
         })
     }

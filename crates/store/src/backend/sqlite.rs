@@ -7,8 +7,7 @@ use std::time::Duration;
 use rusqlite::{params_from_iter, Connection};
 
 use super::{db_error, Backend, Dialect, Written};
-use crate::merge::Batch;
-use crate::migrations::Migration;
+use crate::batch::Batch;
 use crate::table::{Rows, Value};
 use crate::{Fault, StoreError};
 use rusqlite::types::ValueRef;
@@ -159,16 +158,18 @@ impl Backend for Sqlite {
         })
     }
 
-    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
+    fn apply_migration(
+        &mut self,
+        statements: &[&str],
+        record: &str,
+        params: &[Value],
+    ) -> Result<(), StoreError> {
         self.with(|c| {
             let tx = c.transaction()?;
-            for sql in m.sqlite {
+            for sql in statements {
                 tx.execute(sql, [])?;
             }
-            tx.execute(
-                "INSERT INTO hp_schema (version, name, applied_at) VALUES (?1, ?2, ?3)",
-                rusqlite::params![m.version, m.name, crate::unix_now()],
-            )?;
+            tx.execute(record, params_from_iter(params))?;
             tx.commit()
         })
     }

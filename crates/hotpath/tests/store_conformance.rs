@@ -1,19 +1,24 @@
-//! One conformance suite, run against every backend: SQLite (a file in a temporary directory),
-//! PostgreSQL and MariaDB/MySQL (real servers; `scripts/test` starts or installs them). Each
-//! test gets its own database, so tests run in parallel without seeing each other.
-//! See [`hotpath_store::testing`] for where the servers are found.
+//! The store with the services this binary wires, one conformance suite run against every
+//! backend: SQLite (a file in a temporary directory), PostgreSQL and MariaDB/MySQL (real
+//! servers; `scripts/test` starts or installs them). Each test gets its own database, so tests
+//! run in parallel without seeing each other. See [`hotpath_store::testing`] for where the
+//! servers are found. (The store's seam alone, with a service it has never heard of, is tested
+//! in crates/store/tests/toy_service.rs.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use hotpath::STORED as SERVICES;
 use hotpath_config::StoreConfig;
-use hotpath_store::backend::{self, Backend, Dialect, StoredTorrent, Written};
-use hotpath_store::merge::{PopupUserRow, TorrentRow, CLICK, CLOSE, SHOWN, TORRENTS};
-use hotpath_store::migrations::{self, Migration};
+use hotpath_lua::stored::{LuaChange, LuaDb};
+use hotpath_popups::stored::{PopupChange, PopupDb, PopupStore, PopupUserRow, CLICK, CLOSE, SHOWN};
+use hotpath_store::backend::{self, Backend, Dialect, Written};
+use hotpath_store::migrations;
 use hotpath_store::table::{Rows, Value};
 use hotpath_store::testing::{test_db, TestDb};
-use hotpath_store::{refused, Batch, Change, Fault, Key, Store, StoreError};
+use hotpath_store::{refused, Batch, Fault, Store, StoreError};
+use hotpath_tracker::stored::{Key, StoredTorrent, TorrentChange, TorrentRow, TrackerDb, TORRENTS};
 
 fn config(db: &TestDb) -> StoreConfig {
     StoreConfig {
@@ -62,9 +67,23 @@ fn stored(b: &mut dyn Backend) -> Vec<(Key, StoredTorrent)> {
     out
 }
 
+/// Completed downloads per torrent, sorted: the database's and those of the rows replayed
+/// from the journal (what the tracker restores).
+fn completed(b: &mut dyn Backend, replayed: &Batch) -> Vec<(Key, u64)> {
+    let mut counts: std::collections::BTreeMap<Key, u64> = stored(b)
+        .into_iter()
+        .filter(|(_, t)| t.completed > 0)
+        .map(|(k, t)| (k, t.completed))
+        .collect();
+    for r in replayed.rows_of(&TORRENTS) {
+        *counts.entry(r[0].bytes().try_into().unwrap()).or_insert(0) += r[1].int() as u64;
+    }
+    counts.into_iter().filter(|c| c.1 > 0).collect()
+}
+
 /// One completed download of `info_hash` at `at`.
-fn done(info_hash: Key, at: u32) -> Change {
-    Change::Torrent {
+fn done(info_hash: Key, at: u32) -> TorrentChange {
+    TorrentChange {
         info_hash,
         completed: 1,
         seeders: 1,
@@ -78,18 +97,19 @@ fn done(info_hash: Key, at: u32) -> Change {
 fn migrations_apply_once_and_report_status(d: Dialect) {
     let db = test_db(d, "migrate");
     let mut b = backend::connect(&db.url, &db.dir).unwrap();
-    let before = migrations::status(&mut *b).unwrap();
+    let before = migrations::status(&mut *b, &SERVICES).unwrap();
     assert!(before.iter().all(|s| s.applied_at.is_none()));
-    let applied = migrations::migrate(&mut *b).unwrap();
-    assert_eq!(applied, (1..=migrations::latest()).collect::<Vec<_>>());
-    assert!(migrations::migrate(&mut *b).unwrap().is_empty());
-    let after = migrations::status(&mut *b).unwrap();
+    let applied = migrations::migrate(&mut *b, &SERVICES).unwrap();
+    let versions: Vec<u32> = applied.iter().map(|m| m.version).collect();
+    assert_eq!(versions, (1..=migrations::latest()).collect::<Vec<_>>());
+    assert!(migrations::migrate(&mut *b, &SERVICES).unwrap().is_empty());
+    let after = migrations::status(&mut *b, &SERVICES).unwrap();
     assert!(after.iter().all(|s| s.applied_at.is_some()));
-    migrations::require_current(&mut *b).unwrap();
+    migrations::require_current(&mut *b, &SERVICES).unwrap();
     // A database migrated by a newer hotpath is refused, not written to.
     b.execute("INSERT INTO hp_schema (version, name, applied_at) VALUES (999, 'future', 0)")
         .unwrap();
-    let e = migrations::status(&mut *b).unwrap_err();
+    let e = migrations::status(&mut *b, &SERVICES).unwrap_err();
     assert!(e.to_string().contains("newer"), "{e}");
     assert!(!e.retryable());
 }
@@ -97,7 +117,7 @@ fn migrations_apply_once_and_report_status(d: Dialect) {
 fn upserts_add_counts_replace_snapshots_and_keep_first_seen(d: Dialect) {
     let db = test_db(d, "upsert");
     let mut b = backend::connect(&db.url, &db.dir).unwrap();
-    migrations::migrate(&mut *b).unwrap();
+    migrations::migrate(&mut *b, &SERVICES).unwrap();
     let first = torrents(
         vec![
             (key(1), row(2, 5, 6, 100, 110)),
@@ -140,7 +160,7 @@ fn upserts_add_counts_replace_snapshots_and_keep_first_seen(d: Dialect) {
 fn big_batches_split_under_the_parameter_limit(d: Dialect) {
     let db = test_db(d, "big");
     let mut b = backend::connect(&db.url, &db.dir).unwrap();
-    migrations::migrate(&mut *b).unwrap();
+    migrations::migrate(&mut *b, &SERVICES).unwrap();
     let n = d.rows_per_statement() * 2 + 7;
     let batch = torrents(
         (0..n as u32)
@@ -170,7 +190,7 @@ fn errors_say_whether_a_retry_can_help(d: Dialect) {
     let e = b.write(&batch).unwrap_err();
     assert!(!e.retryable(), "{e}");
     // The backend reconnects after an error.
-    migrations::migrate(&mut *b).unwrap();
+    migrations::migrate(&mut *b, &SERVICES).unwrap();
     b.write(&batch).unwrap();
     assert_eq!(stored(&mut *b).len(), 1);
 }
@@ -178,7 +198,7 @@ fn errors_say_whether_a_retry_can_help(d: Dialect) {
 fn access_list_rows_are_read(d: Dialect) {
     let db = test_db(d, "access");
     let mut b = backend::connect(&db.url, &db.dir).unwrap();
-    migrations::migrate(&mut *b).unwrap();
+    migrations::migrate(&mut *b, &SERVICES).unwrap();
     let hex: String = key(5).iter().map(|x| format!("{x:02x}")).collect();
     let literal = match d {
         Dialect::Sqlite | Dialect::Mysql => format!("X'{hex}'"),
@@ -197,7 +217,7 @@ fn access_list_rows_are_read(d: Dialect) {
 fn queries_return_typed_values_whatever_the_rows_hold(d: Dialect) {
     let db = test_db(d, "query");
     let mut b = backend::connect(&db.url, &db.dir).unwrap();
-    migrations::migrate(&mut *b).unwrap();
+    migrations::migrate(&mut *b, &SERVICES).unwrap();
     let odd = "{\"x\":\"it's ? $1 \\u0000\"}";
     b.save_popup(i32::MAX as u32, odd, 7).unwrap();
     b.save_popup(3, "{}", 8).unwrap();
@@ -245,38 +265,35 @@ fn journaled_changes_survive_a_crash_exactly_once(d: Dialect) {
     let db = test_db(d, "replay");
     let cfg = config(&db);
     {
-        let (store, restored) = Store::open(&cfg).unwrap();
-        assert!(restored.completed.is_empty());
+        let (store, restored) = Store::open(&cfg, &SERVICES).unwrap();
+        assert_eq!(restored.replayed, 0);
+        assert!(store.with_replay(completed).is_empty());
         let mut w = store.writer(0);
-        w.append(done(key(1), 100)).unwrap();
-        w.append(done(key(1), 101)).unwrap();
+        w.append(&done(key(1), 100)).unwrap();
+        w.append(&done(key(1), 101)).unwrap();
         w.commit().unwrap();
         assert_eq!(store.flush().unwrap(), 1);
         // Journaled and acknowledged, but the process dies before the next flush.
-        w.append(done(key(1), 102)).unwrap();
-        w.append(done(key(2), 102)).unwrap();
+        w.append(&done(key(1), 102)).unwrap();
+        w.append(&done(key(2), 102)).unwrap();
         w.commit().unwrap();
         // A store has no drop-time flush: dropping it is what a kill leaves (the writer,
         // whose drop would commit, is forgotten).
         std::mem::forget(w);
         drop(store);
     }
-    let (store, restored) = Store::open(&cfg).unwrap();
+    let (store, restored) = Store::open(&cfg, &SERVICES).unwrap();
     assert_eq!(restored.replayed, 1);
-    let mut counts = restored.completed.clone();
-    counts.sort();
-    assert_eq!(counts, vec![(key(1), 3), (key(2), 1)]);
+    assert_eq!(store.with_replay(completed), vec![(key(1), 3), (key(2), 1)]);
     store.flush().unwrap();
     assert_eq!(store.journal_bytes(), 0, "confirmed segments are deleted");
     let rows = store.with_backend(|b| stored(b));
     assert_eq!(rows[0].1.completed, 3);
     drop(store);
     // Opening again replays nothing: the database holds the journal's position.
-    let (_store, restored) = Store::open(&cfg).unwrap();
+    let (store, restored) = Store::open(&cfg, &SERVICES).unwrap();
     assert_eq!(restored.replayed, 0);
-    let mut counts = restored.completed;
-    counts.sort();
-    assert_eq!(counts, vec![(key(1), 3), (key(2), 1)]);
+    assert_eq!(store.with_replay(completed), vec![(key(1), 3), (key(2), 1)]);
 }
 
 /// The store shared with a flusher thread, and the flag that stops it.
@@ -294,10 +311,10 @@ fn the_flusher_writes_on_time_and_drains_at_stop(d: Dialect) {
     let db = test_db(d, "flusher");
     let mut cfg = config(&db);
     cfg.flush_interval_ms = 50;
-    let (store, stop, flusher) = with_flusher(Store::open(&cfg).unwrap().0);
+    let (store, stop, flusher) = with_flusher(Store::open(&cfg, &SERVICES).unwrap().0);
     let mut w = store.writer(2);
     for i in 0..100u32 {
-        w.append(done(key(i % 10), i)).unwrap();
+        w.append(&done(key(i % 10), i)).unwrap();
         w.commit().unwrap();
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -309,7 +326,7 @@ fn the_flusher_writes_on_time_and_drains_at_stop(d: Dialect) {
     assert!(store.metrics().statements.get() <= 2 * store.metrics().flushes.get());
     // Changes after the last flush, then a stop: the drain writes them once the writer closes.
     for i in 0..5u32 {
-        w.append(done(key(50 + i), 1)).unwrap();
+        w.append(&done(key(50 + i), 1)).unwrap();
     }
     stop.store(true, Ordering::Release);
     drop(w);
@@ -335,8 +352,13 @@ impl Backend for Flaky {
     fn applied_migrations(&mut self) -> Result<Vec<(u32, i64)>, StoreError> {
         self.inner.applied_migrations()
     }
-    fn apply_migration(&mut self, m: &Migration) -> Result<(), StoreError> {
-        self.inner.apply_migration(m)
+    fn apply_migration(
+        &mut self,
+        statements: &[&str],
+        record: &str,
+        params: &[Value],
+    ) -> Result<(), StoreError> {
+        self.inner.apply_migration(statements, record, params)
     }
     fn write_batch(&mut self, batch: &Batch, commit: bool) -> Result<Written, StoreError> {
         if self.fail > 0 && commit {
@@ -384,11 +406,11 @@ fn failed_batches_are_merged_back_and_retried(d: Dialect) {
         fail: 4,
         unreachable: 0,
     };
-    let opened = Store::open_with(&cfg, Box::new(flaky)).unwrap();
+    let opened = Store::open_with(&cfg, &SERVICES, Box::new(flaky)).unwrap();
     let (store, stop, flusher) = with_flusher(opened.0);
     let mut w = store.writer(0);
     for i in 0..50u32 {
-        w.append(done(key(i % 7), i)).unwrap();
+        w.append(&done(key(i % 7), i)).unwrap();
         w.commit().unwrap();
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -418,8 +440,8 @@ fn a_failed_batch_is_read_and_written_under_newer_changes(d: Dialect) {
         fail: 1,
         unreachable: 0,
     };
-    let (store, _) = Store::open_with(&cfg, Box::new(flaky)).unwrap();
-    let pop = |user: &str, action, shows, at| Change::Popup {
+    let (store, _) = Store::open_with(&cfg, &SERVICES, Box::new(flaky)).unwrap();
+    let pop = |user: &str, action, shows, at| PopupChange {
         user: user.into(),
         popup: 1,
         action,
@@ -430,8 +452,8 @@ fn a_failed_batch_is_read_and_written_under_newer_changes(d: Dialect) {
     let day = 20_000u32;
     let at = day * 86_400;
     let mut w = store.writer(0);
-    w.append(pop("ann", CLICK, 2, at + 50)).unwrap();
-    w.append(pop("bob", SHOWN, 1, at + 50)).unwrap();
+    w.append(&pop("ann", CLICK, 2, at + 50)).unwrap();
+    w.append(&pop("bob", SHOWN, 1, at + 50)).unwrap();
     w.commit().unwrap();
     assert!(store.flush().is_err(), "the first write fails");
     assert_eq!(
@@ -440,8 +462,8 @@ fn a_failed_batch_is_read_and_written_under_newer_changes(d: Dialect) {
         "2 users, 2 events, 1 daily count kept"
     );
     // Newer in arrival, older in order for ann (a worker's late journal); later for bob.
-    w.append(pop("ann", SHOWN, 1, at + 40)).unwrap();
-    w.append(pop("bob", CLOSE, 1, at + 60)).unwrap();
+    w.append(&pop("ann", SHOWN, 1, at + 40)).unwrap();
+    w.append(&pop("bob", CLOSE, 1, at + 60)).unwrap();
     w.commit().unwrap();
     let read = |store: &Store| {
         let users = store.popup_users(&["ann", "bob"]).unwrap();
@@ -472,11 +494,11 @@ fn a_full_journal_refuses_changes(d: Dialect) {
     let mut cfg = config(&db);
     cfg.journal_segment_bytes = 1 << 16;
     cfg.journal_max_bytes = 1 << 17;
-    let (store, _) = Store::open(&cfg).unwrap();
+    let (store, _) = Store::open(&cfg, &SERVICES).unwrap();
     let mut w = store.writer(0);
     let mut taken = 0u64;
     let refused = loop {
-        match w.append(done(key(taken as u32), 1)) {
+        match w.append(&done(key(taken as u32), 1)) {
             Ok(()) => taken += 1,
             Err(e) => break e,
         }
@@ -487,7 +509,7 @@ fn a_full_journal_refuses_changes(d: Dialect) {
     assert_eq!(store.metrics().refused.get(), 1);
     // Once the database has them, the segments go and changes are taken again.
     store.flush().unwrap();
-    w.append(done(key(0), 2)).unwrap();
+    w.append(&done(key(0), 2)).unwrap();
     w.commit().unwrap();
     drop(w);
     store.flush().unwrap();
@@ -499,11 +521,11 @@ fn a_full_journal_refuses_changes(d: Dialect) {
     let mut cfg = config(&db);
     cfg.batch_rows = 50;
     cfg.max_queue_rows = 100;
-    let (store, _) = Store::open(&cfg).unwrap();
+    let (store, _) = Store::open(&cfg, &SERVICES).unwrap();
     let mut w = store.writer(0);
     let mut taken = 0u32;
     while w
-        .append(Change::Popup {
+        .append(&PopupChange {
             user: format!("u{taken}").into(),
             popup: 1,
             action: SHOWN,
@@ -529,10 +551,10 @@ fn a_full_journal_refuses_changes(d: Dialect) {
 fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
     let db = test_db(d, "popups");
     let cfg = config(&db);
-    let (store, _) = Store::open(&cfg).unwrap();
+    let (store, _) = Store::open(&cfg, &SERVICES).unwrap();
     let day = 20_000u32;
     let at = day * 86_400 + 5;
-    let ev = |user: &str, popup, action, next, shows| Change::Popup {
+    let ev = |user: &str, popup, action, next, shows| PopupChange {
         user: user.into(),
         popup,
         action,
@@ -550,12 +572,12 @@ fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
         ev(odd, 1, CLOSE, 300, 1),
         ev("bob", 2, SHOWN, 400, 3),
     ] {
-        w.append(c).unwrap();
+        w.append(&c).unwrap();
     }
     w.commit().unwrap();
     store.flush().unwrap();
     // Written twice over (a replayed batch): state is absolute, so it does not drift.
-    w.append(ev("bob", 2, SHOWN, 500, 4)).unwrap();
+    w.append(&ev("bob", 2, SHOWN, 500, 4)).unwrap();
     w.commit().unwrap();
     store.flush().unwrap();
     store.with_backend(|b| {
@@ -597,7 +619,7 @@ fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
     // every second one with state.
     let users: Vec<String> = (0..600).map(|i| format!("user-{i}")).collect();
     for u in users.iter().step_by(2) {
-        w.append(ev(u, 3, SHOWN, 900, 1)).unwrap();
+        w.append(&ev(u, 3, SHOWN, 900, 1)).unwrap();
     }
     w.commit().unwrap();
     store.flush().unwrap();
@@ -618,8 +640,8 @@ fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
             && r.next_eligible == 900));
 
     // The store lays the queue's newer state over the database's.
-    w.append(ev("alice", 1, SHOWN, 7_000, 2)).unwrap();
-    w.append(ev("carol", 4, SHOWN, 8_000, 1)).unwrap();
+    w.append(&ev("alice", 1, SHOWN, 7_000, 2)).unwrap();
+    w.append(&ev("carol", 4, SHOWN, 8_000, 1)).unwrap();
     w.commit().unwrap();
     let got = store.popup_users(&["alice", "carol", "nobody"]).unwrap();
     assert_eq!(
@@ -647,15 +669,15 @@ fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
 fn script_rows_and_counters_are_written_and_read_back(d: Dialect) {
     let db = test_db(d, "lua");
     let cfg = config(&db);
-    let (store, _) = Store::open(&cfg).unwrap();
+    let (store, _) = Store::open(&cfg, &SERVICES).unwrap();
     // Keys and rows with quotes and non-ASCII text, which no statement may choke on.
     let odd = "o'brien \"ü\" 🙂";
-    let row = |data: String, at| Change::LuaRow {
+    let row = |data: String, at| LuaChange::Row {
         table: "checkins".into(),
         at,
         data: data.into(),
     };
-    let add = |key: &str, delta| Change::LuaAdd {
+    let add = |key: &str, delta| LuaChange::Add {
         table: "places".into(),
         key: key.into(),
         column: "visits".into(),
@@ -672,12 +694,12 @@ fn script_rows_and_counters_are_written_and_read_back(d: Dialect) {
         add(odd, -1),
         row("{\"user\":\"alice\"}".into(), 6),
     ] {
-        w.append(c).unwrap();
+        w.append(&c).unwrap();
     }
     w.commit().unwrap();
     store.flush().unwrap();
     for c in [add("cafe", 10), row(big.clone(), 9)] {
-        w.append(c).unwrap();
+        w.append(&c).unwrap();
     }
     w.commit().unwrap();
     store.flush().unwrap();
@@ -699,13 +721,13 @@ fn script_rows_and_counters_are_written_and_read_back(d: Dialect) {
 fn a_second_writer_waits_for_the_first(d: Dialect) {
     let db = test_db(d, "writer");
     let cfg = config(&db);
-    let (first, _) = Store::open(&cfg).unwrap();
+    let (first, _) = Store::open(&cfg, &SERVICES).unwrap();
     let mut other = cfg.clone();
     other.data_dir = db.dir.join("other").display().to_string();
     let opened = Arc::new(AtomicBool::new(false));
     let flag = opened.clone();
     let second = std::thread::spawn(move || {
-        let store = Store::open(&other).map(|(s, _)| s);
+        let store = Store::open(&other, &SERVICES).map(|(s, _)| s);
         flag.store(true, Ordering::SeqCst);
         store
     });
@@ -717,8 +739,8 @@ fn a_second_writer_waits_for_the_first(d: Dialect) {
 }
 
 /// A popup change of `user`.
-fn shown(user: &str, at: u32) -> Change {
-    Change::Popup {
+fn shown(user: &str, at: u32) -> PopupChange {
+    PopupChange {
         user: user.into(),
         popup: 1,
         action: SHOWN,
@@ -764,12 +786,12 @@ fn refusal(d: Dialect, b: &mut dyn Backend) -> (&'static str, Option<&'static st
 fn a_refused_row_is_set_aside_and_the_rest_written(d: Dialect) {
     let db = test_db(d, "refused");
     let cfg = config(&db);
-    let (store, _) = Store::open(&cfg).unwrap();
+    let (store, _) = Store::open(&cfg, &SERVICES).unwrap();
     let (bad, fix) = store.with_backend(|b| refusal(d, b));
     let mut w = store.writer(0);
     for (i, user) in ["a", bad, "c"].into_iter().enumerate() {
-        w.append(shown(user, 100 + i as u32)).unwrap();
-        w.append(done(key(i as u32), 100)).unwrap();
+        w.append(&shown(user, 100 + i as u32)).unwrap();
+        w.append(&done(key(i as u32), 100)).unwrap();
         w.commit().unwrap();
     }
     // The refused rows are found and set aside, the rest written with the journal position.
@@ -799,7 +821,7 @@ fn a_refused_row_is_set_aside_and_the_rest_written(d: Dialect) {
         assert!(e.error.contains(why), "{}", e.error);
     }
     // Later changes are written as ever.
-    w.append(shown("d", 200)).unwrap();
+    w.append(&shown("d", 200)).unwrap();
     w.commit().unwrap();
     assert_eq!(store.flush().unwrap(), 3);
     drop(w);
@@ -814,7 +836,14 @@ fn a_refused_row_is_set_aside_and_the_rest_written(d: Dialect) {
     }
     let bad = if fix.is_none() { "nul_byte" } else { bad };
     let r = store
-        .with_backend(|b| refused::replay(b, &db.dir.join("data"), "test"))
+        .with_backend(|b| {
+            refused::replay(
+                b,
+                &hotpath_store::queue::tables(&SERVICES),
+                &db.dir.join("data"),
+                "test",
+            )
+        })
         .unwrap();
     let again = usize::from(d == Dialect::Mysql);
     assert_eq!((r.entries, r.written, r.refused), (2, 2 - again, again));
@@ -823,7 +852,14 @@ fn a_refused_row_is_set_aside_and_the_rest_written(d: Dialect) {
     assert_eq!(left.len(), again);
     // A second replay finds nothing to do twice.
     let r = store
-        .with_backend(|b| refused::replay(b, &db.dir.join("data"), "test"))
+        .with_backend(|b| {
+            refused::replay(
+                b,
+                &hotpath_store::queue::tables(&SERVICES),
+                &db.dir.join("data"),
+                "test",
+            )
+        })
         .unwrap();
     assert_eq!(r.written, 0);
     let events = store.popup_event_counts().unwrap();
@@ -846,7 +882,7 @@ fn a_store_opened_without_its_database_catches_up_once_it_answers(d: Dialect) {
             fail: 0,
             unreachable: times,
         };
-        Store::open_with(cfg, Box::new(flaky))
+        Store::open_with(cfg, &SERVICES, Box::new(flaky))
     };
     if d == Dialect::Sqlite {
         // A local file has no outage to wait out: a failure to open it stops the start.
@@ -858,10 +894,10 @@ fn a_store_opened_without_its_database_catches_up_once_it_answers(d: Dialect) {
     }
     // Acknowledged, but the database never got it: 3 completions of key 1.
     {
-        let (store, _) = Store::open(&cfg).unwrap();
+        let (store, _) = Store::open(&cfg, &SERVICES).unwrap();
         let mut w = store.writer(0);
         for at in 0..3 {
-            w.append(done(key(1), at)).unwrap();
+            w.append(&done(key(1), at)).unwrap();
             w.commit().unwrap();
         }
         std::mem::forget(w);
@@ -875,14 +911,15 @@ fn a_store_opened_without_its_database_catches_up_once_it_answers(d: Dialect) {
     assert!(e.to_string().contains("connection refused"), "{e}");
     let (store, restored) = unreachable(&cfg, 1).unwrap();
     assert!(!store.online());
-    assert!(restored.completed.is_empty());
+    assert_eq!((restored.replayed, restored.rows), (0, 0));
+    assert!(store.with_replay(completed).is_empty());
     let e = store.read(|b| b.access_list()).unwrap_err();
     assert!(e.to_string().contains("not reached since start"), "{e}");
     assert!(store.popup_users(&["u"]).is_err() && store.connect().is_err());
     let mut w = store.writer(0);
     for at in 0..2 {
-        w.append(done(key(1), 10 + at)).unwrap();
-        w.append(done(key(2), 10 + at)).unwrap();
+        w.append(&done(key(1), 10 + at)).unwrap();
+        w.append(&done(key(2), 10 + at)).unwrap();
         w.commit().unwrap();
     }
     // Killed again before the database came back: its records join the journal.
@@ -895,13 +932,13 @@ fn a_store_opened_without_its_database_catches_up_once_it_answers(d: Dialect) {
     let (store, _) = unreachable(&cfg, 3).unwrap();
     let got = Arc::new(std::sync::Mutex::new(None));
     let hook_got = got.clone();
-    store.on_connect(Box::new(move |r| {
-        let mut c = r.completed.clone();
-        c.sort();
-        *hook_got.lock().unwrap() = Some((c, r.replayed));
+    store.on_connect(Box::new(move |s| {
+        // Online, and free to read as any service does.
+        assert!(s.online() && s.read(|b| b.access_list()).is_ok());
+        *hook_got.lock().unwrap() = Some(s.with_replay(completed));
     }));
     let mut w = store.writer(0);
-    w.append(done(key(2), 20)).unwrap();
+    w.append(&done(key(2), 20)).unwrap();
     w.commit().unwrap();
     let (store, stop, flusher) = with_flusher(store);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -911,7 +948,8 @@ fn a_store_opened_without_its_database_catches_up_once_it_answers(d: Dialect) {
     assert!(store.online());
     // What the database and the earlier runs' journal held: not this run's completion.
     let hooked = got.lock().unwrap().take();
-    assert_eq!(hooked, Some((vec![(key(1), 5), (key(2), 2)], 5)));
+    assert_eq!(hooked, Some(vec![(key(1), 5), (key(2), 2)]));
+    assert_eq!(store.metrics().replayed.get(), 5);
     stop.store(true, Ordering::Release);
     drop(w);
     flusher.join().unwrap();
@@ -921,7 +959,7 @@ fn a_store_opened_without_its_database_catches_up_once_it_answers(d: Dialect) {
     assert_eq!(store.journal_bytes(), 0);
     drop(store);
     // Nothing is replayed twice, and the numbering goes on past the clock's.
-    let (store, restored) = Store::open(&cfg).unwrap();
+    let (store, restored) = Store::open(&cfg, &SERVICES).unwrap();
     assert_eq!(restored.replayed, 0);
     let positions = store.with_backend(|b| b.journal_positions()).unwrap();
     assert_eq!(positions, vec![(0, ahead + 1)]);
@@ -961,13 +999,13 @@ suite!(
 fn one_data_dir_serves_one_process() {
     let db = test_db(Dialect::Sqlite, "lock");
     let cfg = config(&db);
-    let (first, _) = Store::open(&cfg).unwrap();
-    let e = Store::open(&cfg)
+    let (first, _) = Store::open(&cfg, &SERVICES).unwrap();
+    let e = Store::open(&cfg, &SERVICES)
         .err()
         .expect("a second store on one data_dir is refused");
     assert!(e.to_string().contains("another hotpath process"), "{e}");
     drop(first);
-    Store::open(&cfg).unwrap();
+    Store::open(&cfg, &SERVICES).unwrap();
 }
 
 #[test]
@@ -976,9 +1014,9 @@ fn the_syncer_fsyncs_the_journal_off_the_writers_thread() {
     let mut cfg = config(&db);
     cfg.journal_fsync_ms = 50;
     cfg.flush_interval_ms = 600_000;
-    let (store, stop, flusher) = with_flusher(Store::open(&cfg).unwrap().0);
+    let (store, stop, flusher) = with_flusher(Store::open(&cfg, &SERVICES).unwrap().0);
     let mut w = store.writer(0);
-    w.append(done(key(1), 1)).unwrap();
+    w.append(&done(key(1), 1)).unwrap();
     w.commit().unwrap();
     assert_eq!(
         store.metrics().journal_syncs.get(),
