@@ -365,6 +365,12 @@ fn a_failed_journal_write_is_never_answered_from_memory() {
     for n in peers.clone() {
         assert!(one_request(&server, &complete(n)).is_none(), "peer {n}");
     }
+    // A client whose request is still arriving while commits fail: a failed commit drops the
+    // answers it held back, never a connection that was given none.
+    let mut slow = Client::connect(server.http);
+    let slow_request = format!("GET {scrape} HTTP/1.1\r\nHost: t\r\n\r\n");
+    let (head, tail) = slow_request.as_bytes().split_at(10);
+    slow.send(head);
     // The gauge is read after every round: the workers keep trying to journal what is held
     // on every turn, and one of those tries may succeed in a page another's failed segment
     // gave back (after which the retries are answered, as they should be).
@@ -411,6 +417,9 @@ fn a_failed_journal_write_is_never_answered_from_memory() {
         assert_eq!(failure(&r.body), None);
     }
     let r = one_request(&server, &scrape).expect("a scrape answer");
+    assert_eq!(scrape_downloaded(&r.body), 6);
+    slow.send(tail);
+    let r = slow.read().expect("the slow client is answered");
     assert_eq!(scrape_downloaded(&r.body), 6);
     assert_eq!(server.metric("hotpath_store_journal_held_changes"), 0.0);
 

@@ -785,6 +785,8 @@ impl Worker {
         // A parked connection is already on the list; one that parks in this drive joins it.
         let was_parked = conn.parked;
         let mut dead = !flush(conn);
+        // Output pending now was committed already: only what this drive adds answers it.
+        let committed_out = conn.pending_out();
         if !dead {
             self.h.process(conn);
         }
@@ -854,11 +856,16 @@ impl Worker {
             // Stopped at the small cap the spent budget imposes, not at its own.
             self.h.metrics().budget_held.add(1);
         }
-        if !dead && conn.kind == ListenerKind::Http && self.h.service.uncommitted() {
+        if !dead
+            && conn.kind == ListenerKind::Http
+            && conn.pending_out() > committed_out
+            && self.h.service.uncommitted()
+        {
             // These answers acknowledge changes not yet in the journal (or answer from memory
             // that holds changes a failed journal write left out): they leave after the one
             // commit at the end of this event-loop turn. Admin answers report no service
-            // state, so they never wait.
+            // state, so they never wait. A connection this drive gave no answer (its request
+            // not read yet) has nothing to hold back, so a failed commit does not close it.
             if !conn.deferred {
                 conn.deferred = true;
                 self.deferred.push(slot);
