@@ -201,25 +201,8 @@ fn services(config: &Config) -> anyhow::Result<(Arc<Tracker>, Arc<dyn Service>)>
 struct StoreComponent(Arc<hotpath_store::Store>);
 
 impl Component for StoreComponent {
-    fn name(&self) -> &'static str {
-        "store"
-    }
-
-    fn write_metrics(&self, out: &mut String) {
-        self.0.write_metrics(out);
-    }
-
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        let db = &self.0;
-        let m = db.metrics();
-        vec![
-            ("queue_rows", db.queued_rows() as u64),
-            ("journal_bytes", db.journal_bytes()),
-            ("flushes", m.flushes.get()),
-            ("rows_written", m.rows.get()),
-            ("statements", m.statements.get()),
-            ("failures", m.failures.get()),
-        ]
+    fn collect(&self, out: &mut hotpath_service::Samples) {
+        self.0.collect(out);
     }
 
     fn background(&self) -> Vec<Background> {

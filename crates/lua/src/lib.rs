@@ -23,7 +23,6 @@ mod vm;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,7 +30,8 @@ use std::time::Duration;
 
 use hotpath_config::LuaConfig;
 use hotpath_service::{
-    Context, Handled, HttpResponse, Kind, Outcome, ReloadError, Request, Service, ServiceWorker,
+    Context, Handled, HttpResponse, Kind, Outcome, ReloadError, Request, Samples, Service,
+    ServiceWorker,
 };
 use parking_lot::{Mutex, RwLock};
 
@@ -41,6 +41,71 @@ use crate::shared::SharedDict;
 use crate::tcp::{PoolSettings, TcpCounters, TcpHandle};
 use crate::udp::{UdpCounters, UdpPool};
 use crate::vm::{Env, Failure, Limits, Parked, Script, Step, Vm};
+
+/// A request a Lua route answered.
+pub const LUA: Kind = Kind::http("lua");
+
+/// The Lua routes' metrics.
+mod m {
+    use hotpath_metrics::Desc;
+
+    pub static REQUESTS: Desc = Desc::counter(
+        "hotpath_lua_requests_total",
+        "Requests a Lua route answered (errors included).",
+    );
+    pub static FAILURES: Desc = Desc::counter(
+        "hotpath_lua_failures_total",
+        "Requests a Lua route failed with a 500, by reason.",
+    )
+    .labels(&["reason"]);
+    pub static COMPILES: Desc = Desc::counter(
+        "hotpath_lua_compiles_total",
+        "Scripts compiled into a worker's VM (at start and on reloads, never per request).",
+    );
+    pub static RELOADS: Desc = Desc::counter(
+        "hotpath_lua_reloads_total",
+        "Script reloads (SIGHUP), by result.",
+    )
+    .labels(&["result"]);
+    pub static MEMORY_BYTES: Desc = Desc::gauge(
+        "hotpath_lua_memory_bytes",
+        "Bytes the workers' Lua VMs hold.",
+    );
+    pub static SHARED_KEYS: Desc = Desc::gauge("hotpath_lua_shared_keys", "Keys in hp.shared.");
+    pub static SHARED_BYTES: Desc = Desc::gauge(
+        "hotpath_lua_shared_bytes",
+        "Bytes of hp.shared's keys and values.",
+    );
+    pub static SHARED_EVICTIONS: Desc = Desc::counter(
+        "hotpath_lua_shared_evictions_total",
+        "Keys hp.shared dropped to stay within its bounds.",
+    );
+    pub static UDP_SOCKETS_OPENED: Desc = Desc::counter(
+        "hotpath_lua_udp_sockets_opened_total",
+        "UDP sockets hp.udp.send opened (pooled: one per worker and remote).",
+    );
+    pub static UDP_SOCKETS: Desc =
+        Desc::gauge("hotpath_lua_udp_sockets", "UDP sockets open in the pools.");
+    pub static TCP_REQUESTS: Desc = Desc::counter(
+        "hotpath_lua_tcp_requests_total",
+        "hp.tcp.request exchanges, by result.",
+    )
+    .labels(&["result"]);
+    pub static TCP_CONNECTIONS_OPENED: Desc = Desc::counter(
+        "hotpath_lua_tcp_connections_opened_total",
+        "TCP connections hp.tcp.request opened (pooled, reused).",
+    );
+    pub static UDP_MESSAGES: Desc = Desc::counter(
+        "hotpath_lua_udp_messages_total",
+        "Messages hp.udp.send was given, by result.",
+    )
+    .labels(&["result"]);
+    pub static USER_COUNTERS: Desc = Desc::counter(
+        "hotpath_lua_counter_total",
+        "Counters the scripts keep (hp.metrics.incr).",
+    )
+    .labels(&["name"]);
+}
 
 pub use crate::error::LuaError;
 pub use crate::vm::json_decode;
@@ -319,106 +384,39 @@ impl Service for LuaService {
         "lua"
     }
 
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        let c = &self.inner.counters;
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        vec![
-            ("requests", g(&c.requests)),
-            (
-                "errors",
-                g(&c.errors) + g(&c.over_budget) + g(&c.out_of_memory),
-            ),
-            ("compiles", g(&c.compiles)),
-            ("reloads", g(&c.reloads)),
-            ("memory_bytes", c.memory.lock().values().sum()),
-            ("shared_keys", self.inner.shared.len() as u64),
-        ]
+    fn kinds(&self) -> Vec<Kind> {
+        vec![LUA]
     }
 
-    fn write_metrics(&self, out: &mut String) {
+    fn collect(&self, out: &mut Samples) {
         let c = &self.inner.counters;
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let shared = &self.inner.shared;
-        let _ = write!(
-            out,
-            "# HELP hotpath_lua_requests_total Requests a Lua route answered (errors included).\n\
-             # TYPE hotpath_lua_requests_total counter\n\
-             hotpath_lua_requests_total {}\n\
-             # HELP hotpath_lua_failures_total Requests a Lua route failed with a 500, by reason.\n\
-             # TYPE hotpath_lua_failures_total counter\n\
-             hotpath_lua_failures_total{{reason=\"error\"}} {}\n\
-             hotpath_lua_failures_total{{reason=\"budget\"}} {}\n\
-             hotpath_lua_failures_total{{reason=\"memory\"}} {}\n\
-             # HELP hotpath_lua_compiles_total Scripts compiled into a worker's VM (at start and on reloads, never per request).\n\
-             # TYPE hotpath_lua_compiles_total counter\n\
-             hotpath_lua_compiles_total {}\n\
-             # HELP hotpath_lua_reloads_total Script reloads (SIGHUP), by result.\n\
-             # TYPE hotpath_lua_reloads_total counter\n\
-             hotpath_lua_reloads_total{{result=\"ok\"}} {}\n\
-             hotpath_lua_reloads_total{{result=\"refused\"}} {}\n\
-             # HELP hotpath_lua_memory_bytes Bytes the workers' Lua VMs hold.\n\
-             # TYPE hotpath_lua_memory_bytes gauge\n\
-             hotpath_lua_memory_bytes {}\n\
-             # HELP hotpath_lua_shared_keys Keys in hp.shared.\n\
-             # TYPE hotpath_lua_shared_keys gauge\n\
-             hotpath_lua_shared_keys {}\n\
-             # HELP hotpath_lua_shared_bytes Bytes of hp.shared's keys and values.\n\
-             # TYPE hotpath_lua_shared_bytes gauge\n\
-             hotpath_lua_shared_bytes {}\n\
-             # HELP hotpath_lua_shared_evictions_total Keys hp.shared dropped to stay within its bounds.\n\
-             # TYPE hotpath_lua_shared_evictions_total counter\n\
-             hotpath_lua_shared_evictions_total {}\n\
-             # HELP hotpath_lua_udp_sockets_opened_total UDP sockets hp.udp.send opened (pooled: one per worker and remote).\n\
-             # TYPE hotpath_lua_udp_sockets_opened_total counter\n\
-             hotpath_lua_udp_sockets_opened_total {}\n\
-             # HELP hotpath_lua_udp_sockets UDP sockets open in the pools.\n\
-             # TYPE hotpath_lua_udp_sockets gauge\n\
-             hotpath_lua_udp_sockets {}\n\
-             # HELP hotpath_lua_tcp_requests_total hp.tcp.request exchanges, by result.\n\
-             # TYPE hotpath_lua_tcp_requests_total counter\n\
-             hotpath_lua_tcp_requests_total{{result=\"ok\"}} {}\n\
-             hotpath_lua_tcp_requests_total{{result=\"error\"}} {}\n\
-             hotpath_lua_tcp_requests_total{{result=\"timeout\"}} {}\n\
-             hotpath_lua_tcp_requests_total{{result=\"refused\"}} {}\n\
-             # HELP hotpath_lua_tcp_connections_opened_total TCP connections hp.tcp.request opened (pooled, reused).\n\
-             # TYPE hotpath_lua_tcp_connections_opened_total counter\n\
-             hotpath_lua_tcp_connections_opened_total {}\n\
-             # HELP hotpath_lua_udp_messages_total Messages hp.udp.send was given, by result.\n\
-             # TYPE hotpath_lua_udp_messages_total counter\n\
-             hotpath_lua_udp_messages_total{{result=\"sent\"}} {}\n\
-             hotpath_lua_udp_messages_total{{result=\"dropped\"}} {}\n\
-             hotpath_lua_udp_messages_total{{result=\"error\"}} {}\n",
-            g(&c.requests),
-            g(&c.errors),
-            g(&c.over_budget),
-            g(&c.out_of_memory),
-            g(&c.compiles),
-            g(&c.reloads),
-            g(&c.reload_failures),
-            c.memory.lock().values().sum::<u64>(),
-            shared.len(),
-            shared.bytes(),
-            g(&shared.evictions),
-            g(&self.inner.udp.opened),
-            g(&self.inner.udp.open),
-            g(&self.inner.tcp.ok),
-            g(&self.inner.tcp.errors),
-            g(&self.inner.tcp.timeouts),
-            g(&self.inner.tcp.refused),
-            g(&self.inner.tcp.opened),
-            g(&self.inner.udp.sent),
-            g(&self.inner.udp.dropped),
-            g(&self.inner.udp.errors),
-        );
-        let user = c.user.lock();
-        if !user.is_empty() {
-            out.push_str(
-                "# HELP hotpath_lua_counter_total Counters the scripts keep (hp.metrics.incr).\n\
-                 # TYPE hotpath_lua_counter_total counter\n",
-            );
-            for (name, n) in user.iter() {
-                let _ = writeln!(out, "hotpath_lua_counter_total{{name=\"{name}\"}} {n}");
-            }
+        let (udp, tcp) = (&self.inner.udp, &self.inner.tcp);
+        out.section("lua")
+            .add(&m::REQUESTS, g(&c.requests))
+            .labeled(&m::FAILURES, &["error"], g(&c.errors))
+            .labeled(&m::FAILURES, &["budget"], g(&c.over_budget))
+            .labeled(&m::FAILURES, &["memory"], g(&c.out_of_memory))
+            .add(&m::COMPILES, g(&c.compiles))
+            .labeled(&m::RELOADS, &["ok"], g(&c.reloads))
+            .labeled(&m::RELOADS, &["refused"], g(&c.reload_failures))
+            .add(&m::MEMORY_BYTES, c.memory.lock().values().sum::<u64>())
+            .add(&m::SHARED_KEYS, shared.len())
+            .add(&m::SHARED_BYTES, shared.bytes())
+            .add(&m::SHARED_EVICTIONS, g(&shared.evictions))
+            .add(&m::UDP_SOCKETS_OPENED, g(&udp.opened))
+            .add(&m::UDP_SOCKETS, g(&udp.open))
+            .labeled(&m::TCP_REQUESTS, &["ok"], g(&tcp.ok))
+            .labeled(&m::TCP_REQUESTS, &["error"], g(&tcp.errors))
+            .labeled(&m::TCP_REQUESTS, &["timeout"], g(&tcp.timeouts))
+            .labeled(&m::TCP_REQUESTS, &["refused"], g(&tcp.refused))
+            .add(&m::TCP_CONNECTIONS_OPENED, g(&tcp.opened))
+            .labeled(&m::UDP_MESSAGES, &["sent"], g(&udp.sent))
+            .labeled(&m::UDP_MESSAGES, &["dropped"], g(&udp.dropped))
+            .labeled(&m::UDP_MESSAGES, &["error"], g(&udp.errors));
+        for (name, n) in c.user.lock().iter() {
+            out.labeled(&m::USER_COUNTERS, &[name], *n);
         }
     }
 
@@ -534,7 +532,7 @@ impl ServiceWorker for LuaWorker {
             resp.status = 405;
             resp.extra_headers.extend_from_slice(allow.as_bytes());
             resp.body.extend_from_slice(b"method not allowed\n");
-            return Some(Handled::Answered(Kind::Lua, Outcome::Refused));
+            return Some(Handled::Answered(LUA, Outcome::Refused));
         }
         // Most workers never park: no lookup, no fingerprint then.
         let waiting = if self.parked.is_empty() {
@@ -559,7 +557,7 @@ impl ServiceWorker for LuaWorker {
                     resp.status = 500;
                     resp.body
                         .extend_from_slice(b"internal error: the scripts did not load\n");
-                    return Some(Handled::Answered(Kind::Lua, Outcome::Refused));
+                    return Some(Handled::Answered(LUA, Outcome::Refused));
                 };
                 (vm.handle(route, req, ctx.peer, resp), vm, route)
             }
@@ -577,7 +575,7 @@ impl ServiceWorker for LuaWorker {
                 } else {
                     Outcome::Refused
                 };
-                Some(Handled::Answered(Kind::Lua, outcome))
+                Some(Handled::Answered(LUA, outcome))
             }
             Ok(Step::Waiting(parked)) => {
                 resp.reset();
@@ -618,7 +616,7 @@ impl ServiceWorker for LuaWorker {
                 } else {
                     resp.body.extend_from_slice(b"internal error\n");
                 }
-                Some(Handled::Answered(Kind::Lua, Outcome::Refused))
+                Some(Handled::Answered(LUA, Outcome::Refused))
             }
         }
     }
@@ -628,7 +626,7 @@ impl ServiceWorker for LuaWorker {
     }
 
     fn udp(&mut self, _packet: &[u8], _ctx: &Context, _out: &mut Vec<u8>) -> (Kind, Outcome) {
-        (Kind::Other, Outcome::Dropped)
+        (Kind::OTHER, Outcome::Dropped)
     }
 
     fn uncommitted(&self) -> bool {

@@ -270,8 +270,10 @@ impl RunningServer {
                 .expect("spawn the access log thread");
             tx
         });
-        let metrics: Arc<[WorkerMetrics]> =
-            (0..workers).map(|_| WorkerMetrics::default()).collect();
+        let kinds = Arc::new(metrics::KindTable::new(service.kinds()));
+        let metrics: Arc<[WorkerMetrics]> = (0..workers)
+            .map(|_| WorkerMetrics::new(kinds.clone()))
+            .collect();
         let shared = Arc::new(Shared {
             cfg: cfg.clone(),
             service: service.clone(),
@@ -436,49 +438,6 @@ fn access_log_writer(rx: Receiver<String>) {
         let _ = stderr.lock().write_all(batch.as_bytes());
         batch.clear();
     }
-}
-
-/// The `/stats` document.
-pub(crate) fn stats_json(shared: &Shared) -> String {
-    let t = shared.totals();
-    let mut requests = serde_json::Map::new();
-    for (p, proto) in metrics::PROTOCOLS.iter().enumerate() {
-        let mut kinds = serde_json::Map::new();
-        for kind in hotpath_service::Kind::ALL {
-            let mut outcomes = serde_json::Map::new();
-            for outcome in hotpath_service::Outcome::ALL {
-                outcomes.insert(
-                    outcome.label().into(),
-                    t.requests[p][kind as usize][outcome as usize].into(),
-                );
-            }
-            kinds.insert(kind.label().into(), outcomes.into());
-        }
-        requests.insert((*proto).into(), kinds.into());
-    }
-    let mut doc = serde_json::json!({
-        "uptime_secs": process_secs(),
-        "workers": shared.workers,
-        "connections": t.connections,
-        "connections_accepted": t.accepted,
-        "connections_rejected": t.rejected,
-        "connections_refused_per_ip": t.refused_per_ip,
-        "connection_buffer_bytes": t.buffer_bytes,
-        "connections_timed_out": t.timeouts,
-        "udp_datagrams_received": t.udp_in,
-        "udp_datagrams_sent": t.udp_out,
-        "udp_batches": t.udp_batches,
-        "requests": requests,
-    });
-    // A section per service ("tracker", "popups"), each with its own figures.
-    for (name, figures) in shared.service.stats_sections() {
-        let section: serde_json::Map<String, serde_json::Value> = figures
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.into()))
-            .collect();
-        doc[name] = section.into();
-    }
-    doc.to_string()
 }
 
 /// Runs the server until SIGTERM or SIGINT (drained shutdown, `Ok`) or until a thread dies

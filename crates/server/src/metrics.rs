@@ -1,37 +1,11 @@
 //! Request metrics. Every worker owns one [`WorkerMetrics`] and is its only writer, so a count
-//! is a plain load and store (no locked instruction, no shared cache line); the admin endpoint
-//! reads all workers' blocks and sums them.
+//! is a plain load and store (no locked instruction, no shared cache line); a scrape reads all
+//! workers' blocks, sums them and adds them to the registry's [`Samples`].
 
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use hotpath_metrics::{Buckets, Desc, LocalCounter, Samples};
 use hotpath_service::{Kind, Outcome};
-
-/// A counter with a single writer.
-#[derive(Debug, Default)]
-pub struct Counter(AtomicU64);
-
-impl Counter {
-    /// Adds `n`. Only the owning worker may call this.
-    #[inline]
-    pub fn add(&self, n: u64) {
-        self.0.store(
-            self.0.load(Ordering::Relaxed).wrapping_add(n),
-            Ordering::Relaxed,
-        );
-    }
-
-    /// Sets the value (for gauges). Only the owning worker may call this.
-    #[inline]
-    pub fn set(&self, n: u64) {
-        self.0.store(n, Ordering::Relaxed);
-    }
-
-    /// The current value.
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
 
 /// Protocols, for the `protocol` label.
 pub const PROTOCOLS: [&str; 2] = ["http", "udp"];
@@ -44,46 +18,118 @@ pub const UDP: usize = 1;
 pub const LATENCY_BOUNDS_US: [u64; 14] = [
     5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 25_000, 100_000, 1_000_000,
 ];
+/// The same bounds in seconds, as the histogram prints them.
+const LATENCY_BOUNDS_S: [f64; 14] = [
+    0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005,
+    0.01, 0.025, 0.1, 1.0,
+];
 
-const KINDS: usize = Kind::ALL.len();
+/// Kinds of request one server counts at most: the server's own and its services'.
+pub const MAX_KINDS: usize = 16;
 const OUTCOMES: usize = Outcome::ALL.len();
 
+/// The kinds of request a server counts: its own, then its services' ([`Kind`]s they
+/// declare). A kind no service declared is counted as `other`.
+#[derive(Debug)]
+pub struct KindTable {
+    kinds: Vec<Kind>,
+}
+
+impl KindTable {
+    /// The server's own kinds and `declared`, without repeats; past [`MAX_KINDS`] the rest
+    /// are counted as `other` (and logged).
+    pub fn new(declared: Vec<Kind>) -> KindTable {
+        let mut kinds = Kind::BUILTIN.to_vec();
+        for k in declared {
+            if kinds.contains(&k) {
+                continue;
+            }
+            if kinds.len() == MAX_KINDS {
+                log::warn!(
+                    "more than {MAX_KINDS} kinds of request: {:?} is counted as other",
+                    k.label()
+                );
+                continue;
+            }
+            kinds.push(k);
+        }
+        KindTable { kinds }
+    }
+
+    /// The kind's counter slot.
+    #[inline]
+    fn slot(&self, kind: Kind) -> usize {
+        // A handful of kinds, the service's first after the three built in.
+        self.kinds
+            .iter()
+            .rposition(|&k| k == kind)
+            .unwrap_or(OTHER_SLOT)
+    }
+}
+
+/// `Kind::OTHER`'s place in [`Kind::BUILTIN`].
+const OTHER_SLOT: usize = 2;
+
 /// One worker's counters.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WorkerMetrics {
-    requests: [[[Counter; OUTCOMES]; KINDS]; 2],
-    latency: [Counter; LATENCY_BOUNDS_US.len() + 1],
-    latency_sum_ns: Counter,
+    kinds: Arc<KindTable>,
+    requests: [[[LocalCounter; OUTCOMES]; MAX_KINDS]; 2],
+    latency: [LocalCounter; LATENCY_BOUNDS_US.len() + 1],
+    latency_sum_ns: LocalCounter,
     /// Open HTTP connections (gauge).
-    pub connections: Counter,
+    pub connections: LocalCounter,
     /// Connections accepted.
-    pub accepted: Counter,
+    pub accepted: LocalCounter,
     /// Connections closed at once because the worker was at its connection cap.
-    pub rejected: Counter,
+    pub rejected: LocalCounter,
     /// Connections closed at once because their address held its maximum.
-    pub refused_per_ip: Counter,
+    pub refused_per_ip: LocalCounter,
     /// Times a connection was held to the small output buffer because all connections'
     /// buffers had taken their budget.
-    pub budget_held: Counter,
+    pub budget_held: LocalCounter,
     /// Requests refused (503) because a larger read buffer would pass the budget.
-    pub budget_refused: Counter,
+    pub budget_refused: LocalCounter,
     /// Connections closed for idling or being too slow (slowloris).
-    pub timeouts: Counter,
+    pub timeouts: LocalCounter,
     /// HTTP requests refused at the framing level (4xx/5xx before any route).
-    pub http_errors: Counter,
+    pub http_errors: LocalCounter,
     /// Datagrams received.
-    pub udp_in: Counter,
+    pub udp_in: LocalCounter,
     /// recvmmsg calls that returned datagrams.
-    pub udp_batches: Counter,
+    pub udp_batches: LocalCounter,
     /// Datagrams sent.
-    pub udp_out: Counter,
+    pub udp_out: LocalCounter,
     /// Datagrams whose answer could not be sent (send buffer full or an error).
-    pub udp_send_errors: Counter,
+    pub udp_send_errors: LocalCounter,
     /// Access log lines dropped because the log writer fell behind.
-    pub access_log_dropped: Counter,
+    pub access_log_dropped: LocalCounter,
 }
 
 impl WorkerMetrics {
+    /// Counters for the kinds of `kinds`.
+    pub fn new(kinds: Arc<KindTable>) -> WorkerMetrics {
+        WorkerMetrics {
+            kinds,
+            requests: Default::default(),
+            latency: Default::default(),
+            latency_sum_ns: LocalCounter::default(),
+            connections: LocalCounter::default(),
+            accepted: LocalCounter::default(),
+            rejected: LocalCounter::default(),
+            refused_per_ip: LocalCounter::default(),
+            budget_held: LocalCounter::default(),
+            budget_refused: LocalCounter::default(),
+            timeouts: LocalCounter::default(),
+            http_errors: LocalCounter::default(),
+            udp_in: LocalCounter::default(),
+            udp_batches: LocalCounter::default(),
+            udp_out: LocalCounter::default(),
+            udp_send_errors: LocalCounter::default(),
+            access_log_dropped: LocalCounter::default(),
+        }
+    }
+
     /// Counts one request and its handling time.
     #[inline]
     pub fn request(&self, protocol: usize, kind: Kind, outcome: Outcome, nanos: u64) {
@@ -94,7 +140,7 @@ impl WorkerMetrics {
     /// Counts one request (its time is recorded with [`WorkerMetrics::latency`]).
     #[inline]
     pub fn count(&self, protocol: usize, kind: Kind, outcome: Outcome) {
-        self.requests[protocol][kind as usize][outcome as usize].add(1);
+        self.requests[protocol][self.kinds.slot(kind)][outcome as usize].add(1);
     }
 
     /// Records that `n` requests each took `nanos` (a batch answered together).
@@ -110,221 +156,190 @@ impl WorkerMetrics {
     }
 }
 
-/// Sums of every worker's counters.
-#[derive(Debug, Default)]
-pub struct Totals {
-    /// requests[protocol][kind][outcome]
-    pub requests: [[[u64; OUTCOMES]; KINDS]; 2],
-    /// Latency bucket counts (not cumulative).
-    pub latency: [u64; LATENCY_BOUNDS_US.len() + 1],
-    /// Sum of latencies in nanoseconds.
-    pub latency_sum_ns: u64,
-    /// Open connections.
-    pub connections: u64,
-    /// Accepted connections.
-    pub accepted: u64,
-    /// Rejected connections.
-    pub rejected: u64,
-    /// Connections refused at the per-address cap.
-    pub refused_per_ip: u64,
-    /// Connections held to the small output buffer by the buffer budget.
-    pub budget_held: u64,
-    /// Requests refused by the buffer budget.
-    pub budget_refused: u64,
-    /// Bytes all connections' buffers hold (set by the server, not summed from workers).
-    pub buffer_bytes: u64,
-    /// Timed-out connections.
-    pub timeouts: u64,
-    /// Framing-level HTTP errors.
-    pub http_errors: u64,
-    /// Datagrams in.
-    pub udp_in: u64,
-    /// Receive batches.
-    pub udp_batches: u64,
-    /// Datagrams out.
-    pub udp_out: u64,
-    /// Datagrams not sent.
-    pub udp_send_errors: u64,
-    /// Access log lines dropped.
-    pub access_log_dropped: u64,
-}
+static REQUESTS: Desc = Desc::counter(
+    "hotpath_requests_total",
+    "Requests handled, by protocol, kind and result.",
+)
+.labels(&["protocol", "kind", "result"]);
+static DURATION: Desc = Desc::histogram(
+    "hotpath_request_duration_seconds",
+    "Time from a request's read to its answer being ready (UDP: to its batch being sent).",
+);
+static UPTIME: Desc = Desc::gauge(
+    "hotpath_uptime_seconds",
+    "Seconds since the server started.",
+)
+.stat("uptime_secs");
+static WORKERS: Desc = Desc::gauge("hotpath_workers", "Worker threads (server.workers).");
+static CONNECTIONS: Desc = Desc::gauge("hotpath_connections", "Open HTTP connections.");
+static ACCEPTED: Desc = Desc::counter(
+    "hotpath_connections_accepted_total",
+    "HTTP connections accepted.",
+);
+static REJECTED: Desc = Desc::counter(
+    "hotpath_connections_rejected_total",
+    "Connections closed at once at the per-worker cap.",
+);
+static REFUSED_PER_IP: Desc = Desc::counter(
+    "hotpath_connections_refused_per_ip_total",
+    "Connections closed at once because their address (IPv6: its /64) held \
+     server.max_connections_per_ip.",
+);
+static BUFFER_BYTES: Desc = Desc::gauge(
+    "hotpath_connection_buffer_bytes",
+    "Bytes all connections' read and output buffers hold (budget: server.max_buffer_mb).",
+);
+static BUFFER_HELD: Desc = Desc::counter(
+    "hotpath_connection_buffer_held_total",
+    "Times a connection's unsent answers were held to 16 KiB because the buffer budget was \
+     spent.",
+);
+static BUFFER_REFUSED: Desc = Desc::counter(
+    "hotpath_connection_buffer_refused_total",
+    "Requests answered 503 because reading them would pass the buffer budget.",
+);
+static TIMED_OUT: Desc = Desc::counter(
+    "hotpath_connections_timed_out_total",
+    "Connections closed for idling or slowness.",
+);
+static FRAMING: Desc = Desc::counter(
+    "hotpath_http_framing_errors_total",
+    "HTTP requests refused before routing (bad framing, limits).",
+);
+static UDP_IN: Desc = Desc::counter(
+    "hotpath_udp_datagrams_received_total",
+    "UDP datagrams received.",
+);
+static UDP_BATCHES: Desc = Desc::counter(
+    "hotpath_udp_batches_total",
+    "Receive calls that returned datagrams (recvmmsg batches).",
+);
+static UDP_OUT: Desc = Desc::counter("hotpath_udp_datagrams_sent_total", "UDP datagrams sent.");
+static UDP_SEND_ERRORS: Desc = Desc::counter(
+    "hotpath_udp_send_errors_total",
+    "UDP answers that could not be sent.",
+);
+static ACCESS_LOG_DROPPED: Desc = Desc::counter(
+    "hotpath_access_log_dropped_total",
+    "Access log lines dropped because the writer fell behind.",
+);
 
-/// Sums all workers' counters.
-pub fn totals(workers: &[WorkerMetrics]) -> Totals {
-    let mut t = Totals::default();
-    for w in workers {
-        for p in 0..2 {
-            for k in 0..KINDS {
-                for o in 0..OUTCOMES {
-                    t.requests[p][k][o] += w.requests[p][k][o].get();
+/// Adds every worker's counters, summed, to a scrape (the top level of `/stats`), with the
+/// server-wide figures given.
+pub fn collect(workers: &[WorkerMetrics], server: &ServerFigures, out: &mut Samples) {
+    let sum = |f: fn(&WorkerMetrics) -> &LocalCounter| -> u64 {
+        workers.iter().map(|w| f(w).get()).sum()
+    };
+    out.section("");
+    out.add(&UPTIME, server.uptime_secs)
+        .add(&WORKERS, workers.len());
+    if let Some(first) = workers.first() {
+        for (p, proto) in PROTOCOLS.iter().enumerate() {
+            for (slot, kind) in first.kinds.kinds.iter().enumerate() {
+                if (p == UDP && !kind.on_udp()) || (p == HTTP && !kind.on_http()) {
+                    continue;
+                }
+                for outcome in Outcome::ALL {
+                    if p == HTTP && outcome == Outcome::Dropped {
+                        // An HTTP request is answered or refused, never dropped.
+                        continue;
+                    }
+                    let n: u64 = workers
+                        .iter()
+                        .map(|w| w.requests[p][slot][outcome as usize].get())
+                        .sum();
+                    out.labeled(&REQUESTS, &[proto, kind.label(), outcome.label()], n);
                 }
             }
         }
-        for (i, b) in w.latency.iter().enumerate() {
-            t.latency[i] += b.get();
-        }
-        t.latency_sum_ns += w.latency_sum_ns.get();
-        t.connections += w.connections.get();
-        t.accepted += w.accepted.get();
-        t.rejected += w.rejected.get();
-        t.timeouts += w.timeouts.get();
-        t.refused_per_ip += w.refused_per_ip.get();
-        t.budget_held += w.budget_held.get();
-        t.budget_refused += w.budget_refused.get();
-        t.http_errors += w.http_errors.get();
-        t.udp_in += w.udp_in.get();
-        t.udp_batches += w.udp_batches.get();
-        t.udp_out += w.udp_out.get();
-        t.udp_send_errors += w.udp_send_errors.get();
-        t.access_log_dropped += w.access_log_dropped.get();
     }
-    t
+    let mut counts = vec![0; LATENCY_BOUNDS_US.len() + 1];
+    for w in workers {
+        for (c, b) in counts.iter_mut().zip(&w.latency) {
+            *c += b.get();
+        }
+    }
+    let sum_ns = sum(|w| &w.latency_sum_ns);
+    out.histogram(
+        &DURATION,
+        &[],
+        Buckets {
+            bounds: &LATENCY_BOUNDS_S,
+            counts,
+            sum: sum_ns as f64 / 1e9,
+        },
+    );
+    out.add(&CONNECTIONS, sum(|w| &w.connections))
+        .add(&ACCEPTED, sum(|w| &w.accepted))
+        .add(&REJECTED, sum(|w| &w.rejected))
+        .add(&REFUSED_PER_IP, sum(|w| &w.refused_per_ip))
+        .add(&BUFFER_BYTES, server.buffer_bytes)
+        .add(&BUFFER_HELD, sum(|w| &w.budget_held))
+        .add(&BUFFER_REFUSED, sum(|w| &w.budget_refused))
+        .add(&TIMED_OUT, sum(|w| &w.timeouts))
+        .add(&FRAMING, sum(|w| &w.http_errors))
+        .add(&UDP_IN, sum(|w| &w.udp_in))
+        .add(&UDP_BATCHES, sum(|w| &w.udp_batches))
+        .add(&UDP_OUT, sum(|w| &w.udp_out))
+        .add(&UDP_SEND_ERRORS, sum(|w| &w.udp_send_errors))
+        .add(&ACCESS_LOG_DROPPED, sum(|w| &w.access_log_dropped));
 }
 
-/// Renders the server's metrics in the Prometheus text format.
-pub fn write_prometheus(t: &Totals, out: &mut String) {
-    out.push_str("# HELP hotpath_requests_total Requests handled, by protocol, kind and result.\n");
-    out.push_str("# TYPE hotpath_requests_total counter\n");
-    for (p, proto) in PROTOCOLS.iter().enumerate() {
-        for kind in Kind::ALL {
-            for outcome in Outcome::ALL {
-                let v = t.requests[p][kind as usize][outcome as usize];
-                let _ = writeln!(
-                    out,
-                    "hotpath_requests_total{{protocol=\"{proto}\",kind=\"{}\",result=\"{}\"}} {v}",
-                    kind.label(),
-                    outcome.label()
-                );
-            }
-        }
-    }
-    out.push_str("# HELP hotpath_request_duration_seconds Time from a request's read to its answer being ready (UDP: to its batch being sent).\n");
-    out.push_str("# TYPE hotpath_request_duration_seconds histogram\n");
-    let mut cumulative = 0;
-    for (i, bound) in LATENCY_BOUNDS_US.iter().enumerate() {
-        cumulative += t.latency[i];
-        let le = *bound as f64 / 1e6;
-        let _ = writeln!(
-            out,
-            "hotpath_request_duration_seconds_bucket{{le=\"{le}\"}} {cumulative}"
-        );
-    }
-    cumulative += t.latency[LATENCY_BOUNDS_US.len()];
-    let _ = writeln!(
-        out,
-        "hotpath_request_duration_seconds_bucket{{le=\"+Inf\"}} {cumulative}"
-    );
-    let _ = writeln!(
-        out,
-        "hotpath_request_duration_seconds_sum {}",
-        t.latency_sum_ns as f64 / 1e9
-    );
-    let _ = writeln!(out, "hotpath_request_duration_seconds_count {cumulative}");
-    let simple = [
-        (
-            "hotpath_connections",
-            "gauge",
-            "Open HTTP connections.",
-            t.connections,
-        ),
-        (
-            "hotpath_connections_accepted_total",
-            "counter",
-            "HTTP connections accepted.",
-            t.accepted,
-        ),
-        (
-            "hotpath_connections_rejected_total",
-            "counter",
-            "Connections closed at once at the per-worker cap.",
-            t.rejected,
-        ),
-        (
-            "hotpath_connections_refused_per_ip_total",
-            "counter",
-            "Connections closed at once because their address (IPv6: its /64) held server.max_connections_per_ip.",
-            t.refused_per_ip,
-        ),
-        (
-            "hotpath_connection_buffer_bytes",
-            "gauge",
-            "Bytes all connections' read and output buffers hold (budget: server.max_buffer_mb).",
-            t.buffer_bytes,
-        ),
-        (
-            "hotpath_connection_buffer_held_total",
-            "counter",
-            "Times a connection's unsent answers were held to 16 KiB because the buffer budget was spent.",
-            t.budget_held,
-        ),
-        (
-            "hotpath_connection_buffer_refused_total",
-            "counter",
-            "Requests answered 503 because reading them would pass the buffer budget.",
-            t.budget_refused,
-        ),
-        (
-            "hotpath_connections_timed_out_total",
-            "counter",
-            "Connections closed for idling or slowness.",
-            t.timeouts,
-        ),
-        (
-            "hotpath_http_framing_errors_total",
-            "counter",
-            "HTTP requests refused before routing (bad framing, limits).",
-            t.http_errors,
-        ),
-        (
-            "hotpath_udp_datagrams_received_total",
-            "counter",
-            "UDP datagrams received.",
-            t.udp_in,
-        ),
-        (
-            "hotpath_udp_datagrams_sent_total",
-            "counter",
-            "UDP datagrams sent.",
-            t.udp_out,
-        ),
-        (
-            "hotpath_udp_send_errors_total",
-            "counter",
-            "UDP answers that could not be sent.",
-            t.udp_send_errors,
-        ),
-        (
-            "hotpath_access_log_dropped_total",
-            "counter",
-            "Access log lines dropped because the writer fell behind.",
-            t.access_log_dropped,
-        ),
-    ];
-    for (name, kind, help, v) in simple {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
-        );
-    }
+/// What the server knows beside its workers' counters.
+#[derive(Debug, Default)]
+pub struct ServerFigures {
+    /// Seconds since start.
+    pub uptime_secs: u32,
+    /// Bytes all connections' buffers hold.
+    pub buffer_bytes: u64,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn histogram_is_cumulative() {
-        let w = [WorkerMetrics::default(), WorkerMetrics::default()];
-        w[0].request(HTTP, Kind::Announce, Outcome::Ok, 3_000);
-        w[1].request(UDP, Kind::Connect, Outcome::Ok, 2_000_000_000);
-        let t = totals(&w);
+    const ANNOUNCE: Kind = Kind::http_and_udp("announce");
+    const POPUP: Kind = Kind::http("popup");
+
+    fn workers() -> [WorkerMetrics; 2] {
+        let kinds = Arc::new(KindTable::new(vec![ANNOUNCE, POPUP]));
+        [WorkerMetrics::new(kinds.clone()), WorkerMetrics::new(kinds)]
+    }
+
+    fn text(w: &[WorkerMetrics]) -> String {
+        let mut s = Samples::new();
+        collect(w, &ServerFigures::default(), &mut s);
         let mut out = String::new();
-        write_prometheus(&t, &mut out);
+        s.prometheus(&mut out);
+        out
+    }
+
+    #[test]
+    fn histogram_is_cumulative_and_requests_sum_over_workers() {
+        let w = workers();
+        w[0].request(HTTP, ANNOUNCE, Outcome::Ok, 3_000);
+        w[1].request(HTTP, ANNOUNCE, Outcome::Ok, 2_000_000_000);
+        let out = text(&w);
         assert!(out.contains(
-            "hotpath_requests_total{protocol=\"http\",kind=\"announce\",result=\"ok\"} 1"
+            "hotpath_requests_total{protocol=\"http\",kind=\"announce\",result=\"ok\"} 2\n"
         ));
-        assert!(out.contains("hotpath_request_duration_seconds_bucket{le=\"0.000005\"} 1"));
-        assert!(out.contains("hotpath_request_duration_seconds_bucket{le=\"1\"} 1"));
-        assert!(out.contains("hotpath_request_duration_seconds_bucket{le=\"+Inf\"} 2"));
+        assert!(out.contains("hotpath_request_duration_seconds_bucket{le=\"0.000005\"} 1\n"));
+        assert!(out.contains("hotpath_request_duration_seconds_bucket{le=\"0.005\"} 1\n"));
+        assert!(out.contains("hotpath_request_duration_seconds_bucket{le=\"1\"} 1\n"));
+        assert!(out.contains("hotpath_request_duration_seconds_bucket{le=\"+Inf\"} 2\n"));
+    }
+
+    #[test]
+    fn only_label_combinations_that_can_occur_are_printed() {
+        let w = workers();
+        let out = text(&w);
+        assert!(out.contains("protocol=\"udp\",kind=\"announce\",result=\"dropped\"} 0"));
+        assert!(out.contains("protocol=\"http\",kind=\"popup\",result=\"refused\"} 0"));
+        assert!(!out.contains("protocol=\"udp\",kind=\"popup\""), "{out}");
+        assert!(!out.contains("protocol=\"udp\",kind=\"health\""), "{out}");
+        assert!(!out.contains("protocol=\"http\",kind=\"announce\",result=\"dropped\""));
+        // A kind nobody declared is counted as other.
+        w[0].count(UDP, Kind::udp("connect"), Outcome::Ok);
+        assert!(text(&w).contains("protocol=\"udp\",kind=\"other\",result=\"ok\"} 1"));
     }
 }

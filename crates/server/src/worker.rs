@@ -75,11 +75,17 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Every worker's counters summed, with the server-wide gauges.
-    pub fn totals(&self) -> metrics::Totals {
-        let mut t = metrics::totals(&self.metrics);
-        t.buffer_bytes = self.budget.used() as u64;
-        t
+    /// A scrape: every worker's counters summed, the server-wide figures, and the
+    /// service's metrics (for /metrics, /stats and statsd).
+    pub fn scrape(&self) -> hotpath_metrics::Samples {
+        let mut s = hotpath_metrics::Samples::new();
+        let server = metrics::ServerFigures {
+            uptime_secs: hotpath_service::process_secs(),
+            buffer_bytes: self.budget.used() as u64,
+        };
+        metrics::collect(&self.metrics, &server, &mut s);
+        self.service.collect(&mut s);
+        s
     }
 }
 
@@ -296,7 +302,7 @@ impl Handler {
         http::write_response(&mut conn.out, &head, &self.date, false, 1, &self.resp.body);
         let nanos = started.elapsed().as_nanos() as u64;
         self.metrics()
-            .request(metrics::HTTP, Kind::Other, Outcome::Refused, nanos);
+            .request(metrics::HTTP, Kind::OTHER, Outcome::Refused, nanos);
         conn.closing = true;
         conn.rstart = conn.rend;
     }
@@ -319,20 +325,19 @@ impl Handler {
             (_, "/healthz") => {
                 self.resp.content_type = "application/json";
                 self.resp.body.extend_from_slice(b"{\"status\":\"ok\"}");
-                (Kind::Health, Outcome::Ok)
+                (Kind::HEALTH, Outcome::Ok)
             }
             (ListenerKind::Admin, "/metrics") => {
                 self.resp.content_type = "text/plain; version=0.0.4";
-                let mut text = String::with_capacity(8192);
-                metrics::write_prometheus(&self.shared.totals(), &mut text);
-                self.shared.service.write_metrics(&mut text);
+                let mut text = String::with_capacity(16_384);
+                self.shared.scrape().prometheus(&mut text);
                 self.resp.body = text.into_bytes();
-                (Kind::Admin, Outcome::Ok)
+                (Kind::ADMIN, Outcome::Ok)
             }
             (ListenerKind::Admin, "/stats") => {
                 self.resp.content_type = "application/json";
-                self.resp.body = crate::stats_json(&self.shared).into_bytes();
-                (Kind::Admin, Outcome::Ok)
+                self.resp.body = self.shared.scrape().stats().to_string().into_bytes();
+                (Kind::ADMIN, Outcome::Ok)
             }
             (ListenerKind::Http, _) => match self.service.http(req, &ctx, &mut self.resp) {
                 Some(Handled::Answered(kind, outcome)) => (kind, outcome),
@@ -388,7 +393,7 @@ impl Handler {
         self.resp.content_type = "text/plain";
         self.resp.body.clear();
         self.resp.body.extend_from_slice(b"not found\n");
-        (Kind::Other, Outcome::Refused)
+        (Kind::OTHER, Outcome::Refused)
     }
 }
 

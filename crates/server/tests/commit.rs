@@ -37,7 +37,7 @@ impl ServiceWorker for JournaledWorker {
             self.pending += 1;
         }
         resp.body.extend_from_slice(b"done");
-        Some((Kind::Other, Outcome::Ok).into())
+        Some((Kind::OTHER, Outcome::Ok).into())
     }
 
     fn udp(&mut self, packet: &[u8], _: &Context, out: &mut Vec<u8>) -> (Kind, Outcome) {
@@ -45,7 +45,7 @@ impl ServiceWorker for JournaledWorker {
             self.pending += 1;
         }
         out.extend_from_slice(b"done");
-        (Kind::Other, Outcome::Ok)
+        (Kind::OTHER, Outcome::Ok)
     }
 
     fn uncommitted(&self) -> bool {

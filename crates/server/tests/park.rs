@@ -47,7 +47,7 @@ impl ServiceWorker for GateWorker {
             }
         }
         resp.body.extend_from_slice(req.path.as_bytes());
-        Some((Kind::Other, Outcome::Ok).into())
+        Some((Kind::OTHER, Outcome::Ok).into())
     }
 
     fn set_wake(&mut self, wake: Wake) {
@@ -55,7 +55,7 @@ impl ServiceWorker for GateWorker {
     }
 
     fn udp(&mut self, _: &[u8], _: &Context, _: &mut Vec<u8>) -> (Kind, Outcome) {
-        (Kind::Other, Outcome::Dropped)
+        (Kind::OTHER, Outcome::Dropped)
     }
 }
 

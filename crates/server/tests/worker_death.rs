@@ -27,11 +27,11 @@ impl ServiceWorker for FragileWorker {
             panic!("handler bug");
         }
         resp.body.extend_from_slice(b"fine");
-        Some((Kind::Other, Outcome::Ok).into())
+        Some((Kind::OTHER, Outcome::Ok).into())
     }
 
     fn udp(&mut self, _: &[u8], _: &Context, _: &mut Vec<u8>) -> (Kind, Outcome) {
-        (Kind::Other, Outcome::Dropped)
+        (Kind::OTHER, Outcome::Dropped)
     }
 }
 

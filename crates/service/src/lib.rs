@@ -10,59 +10,78 @@ use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+pub use hotpath_metrics::{Desc, Samples};
 pub use hotpath_wire::http::Request;
 
-/// What a request was, for the `hotpath_requests_total{kind=…}` metric.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Kind {
-    /// A tracker announce.
-    Announce,
-    /// A tracker scrape.
-    Scrape,
-    /// A BEP 15 connect.
-    Connect,
-    /// `/healthz`.
-    Health,
-    /// An admin endpoint (/metrics, /stats, /admin/…).
-    Admin,
-    /// A popup decision (`GET /v1/popup`).
-    Popup,
-    /// A popup click or close (`POST /v1/popup/events`).
-    PopupEvent,
-    /// A request answered by a Lua route.
-    Lua,
-    /// Anything else (unknown paths, malformed packets).
-    Other,
+/// What a request was, for the `hotpath_requests_total{kind=…}` metric: a label the service
+/// that answers it declares (see [`Service::kinds`]), with the protocols it comes over, so
+/// no series is printed that cannot occur.
+#[derive(Debug, Clone, Copy)]
+pub struct Kind {
+    label: &'static str,
+    http: bool,
+    udp: bool,
 }
 
+impl PartialEq for Kind {
+    fn eq(&self, other: &Kind) -> bool {
+        // The same constant is nearly always the same string in memory.
+        std::ptr::eq(self.label, other.label) || self.label == other.label
+    }
+}
+
+impl Eq for Kind {}
+
 impl Kind {
-    /// Every kind, in label order.
-    pub const ALL: [Kind; 9] = [
-        Kind::Announce,
-        Kind::Scrape,
-        Kind::Connect,
-        Kind::Health,
-        Kind::Admin,
-        Kind::Popup,
-        Kind::PopupEvent,
-        Kind::Lua,
-        Kind::Other,
-    ];
+    /// `/healthz`.
+    pub const HEALTH: Kind = Kind::http("health");
+    /// An admin endpoint (/metrics, /stats, /admin/…).
+    pub const ADMIN: Kind = Kind::http("admin");
+    /// Anything else (unknown paths, malformed packets).
+    pub const OTHER: Kind = Kind::http_and_udp("other");
+    /// The server's own kinds, which every server counts.
+    pub const BUILTIN: [Kind; 3] = [Kind::HEALTH, Kind::ADMIN, Kind::OTHER];
+
+    /// A kind of HTTP request.
+    pub const fn http(label: &'static str) -> Kind {
+        Kind {
+            label,
+            http: true,
+            udp: false,
+        }
+    }
+
+    /// A kind of UDP request.
+    pub const fn udp(label: &'static str) -> Kind {
+        Kind {
+            label,
+            http: false,
+            udp: true,
+        }
+    }
+
+    /// A kind of request that comes over HTTP and UDP.
+    pub const fn http_and_udp(label: &'static str) -> Kind {
+        Kind {
+            label,
+            http: true,
+            udp: true,
+        }
+    }
 
     /// The metric label.
     pub fn label(self) -> &'static str {
-        match self {
-            Kind::Announce => "announce",
-            Kind::Scrape => "scrape",
-            Kind::Connect => "connect",
-            Kind::Health => "health",
-            Kind::Admin => "admin",
-            Kind::Popup => "popup",
-            Kind::PopupEvent => "popup_event",
-            Kind::Lua => "lua",
-            Kind::Other => "other",
-        }
+        self.label
+    }
+
+    /// Whether it comes over HTTP.
+    pub fn on_http(self) -> bool {
+        self.http
+    }
+
+    /// Whether it comes over UDP.
+    pub fn on_udp(self) -> bool {
+        self.udp
     }
 }
 
@@ -235,22 +254,19 @@ pub trait Service: Send + Sync + 'static {
     /// A handle for worker `index`.
     fn worker(&self, index: usize) -> Box<dyn ServiceWorker>;
 
-    /// Appends the service's own Prometheus metrics (gauges and counters, with HELP and TYPE).
-    fn write_metrics(&self, _out: &mut String) {}
-
-    /// The service's name: its section in `/stats`.
-    fn name(&self) -> &'static str {
-        "service"
-    }
-
-    /// The service's figures for `/stats`, as `(name, value)`.
-    fn stats(&self) -> Vec<(&'static str, u64)> {
+    /// The kinds of request it answers with (each counted in `hotpath_requests_total`, from
+    /// 0, for the protocols it declares).
+    fn kinds(&self) -> Vec<Kind> {
         Vec::new()
     }
 
-    /// The `/stats` sections: `(service name, its figures)`; one per service.
-    fn stats_sections(&self) -> Vec<(&'static str, Vec<(&'static str, u64)>)> {
-        vec![(self.name(), self.stats())]
+    /// Adds its metrics to a scrape, under its own `/stats` section
+    /// ([`Samples::section`], its [`name`](Self::name)).
+    fn collect(&self, _out: &mut Samples) {}
+
+    /// The service's name: its section in `/stats`, and in reload messages.
+    fn name(&self) -> &'static str {
+        "service"
     }
 
     /// Reloads what can be reloaded without a restart (SIGHUP); the text says what happened.
@@ -268,16 +284,8 @@ pub trait Service: Send + Sync + 'static {
 /// store, whose flusher and figures every service shares. The binary wires it in
 /// ([`Composite::with_component`]), so no service owns what all of them use.
 pub trait Component: Send + Sync + 'static {
-    /// Its section in `/stats`.
-    fn name(&self) -> &'static str;
-
-    /// Appends its Prometheus metrics.
-    fn write_metrics(&self, _out: &mut String) {}
-
-    /// Its figures for `/stats`.
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        Vec::new()
-    }
+    /// Adds its metrics to a scrape, under its own `/stats` section.
+    fn collect(&self, _out: &mut Samples) {}
 
     /// Jobs to run on their own threads.
     fn background(&self) -> Vec<Background> {
@@ -356,19 +364,23 @@ impl Service for Composite {
         })
     }
 
-    fn write_metrics(&self, out: &mut String) {
-        for s in &self.services {
-            s.write_metrics(out);
+    fn kinds(&self) -> Vec<Kind> {
+        let mut kinds: Vec<Kind> = Vec::new();
+        for k in self.services.iter().flat_map(|s| s.kinds()) {
+            if !kinds.contains(&k) {
+                kinds.push(k);
+            }
         }
-        for c in &self.components {
-            c.write_metrics(out);
-        }
+        kinds
     }
 
-    fn stats_sections(&self) -> Vec<(&'static str, Vec<(&'static str, u64)>)> {
-        let services = self.services.iter().flat_map(|s| s.stats_sections());
-        let components = self.components.iter().map(|c| (c.name(), c.stats()));
-        services.chain(components).collect()
+    fn collect(&self, out: &mut Samples) {
+        for s in &self.services {
+            s.collect(out);
+        }
+        for c in &self.components {
+            c.collect(out);
+        }
     }
 
     /// Reloads every service, even after one fails: a bad access list file does not keep a

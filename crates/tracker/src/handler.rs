@@ -21,7 +21,7 @@ use hotpath_wire::udp;
 
 use crate::access::AccessView;
 use crate::table::{Counts, PeerAnnounce, Selection};
-use crate::Shared;
+use crate::{Shared, ANNOUNCE, CONNECT, SCRAPE};
 
 /// Bodies at least this large are gzip-coded when the client accepts it.
 const GZIP_MIN: usize = 1024;
@@ -376,8 +376,8 @@ impl ServiceWorker for TrackerWorker {
         resp: &mut HttpResponse,
     ) -> Option<Handled> {
         let kind = match req.path {
-            "/announce" => Kind::Announce,
-            "/scrape" => Kind::Scrape,
+            "/announce" => ANNOUNCE,
+            "/scrape" => SCRAPE,
             _ => return None,
         };
         resp.content_type = "text/plain";
@@ -386,9 +386,10 @@ impl ServiceWorker for TrackerWorker {
             resp.status = 405;
             return Some((kind, Outcome::Refused).into());
         }
-        let result = match kind {
-            Kind::Announce => self.announce_http(req, ctx, resp),
-            _ => self.scrape_http(req, resp),
+        let result = if kind == ANNOUNCE {
+            self.announce_http(req, ctx, resp)
+        } else {
+            self.scrape_http(req, resp)
         };
         // Failures are answered with 200 and a bencoded reason, as clients expect; the
         // request was framed correctly, so the connection stays usable.
@@ -404,21 +405,21 @@ impl ServiceWorker for TrackerWorker {
     fn udp(&mut self, packet: &[u8], ctx: &Context, out: &mut Vec<u8>) -> (Kind, Outcome) {
         let len = packet.len();
         match udp::parse_request(packet) {
-            Err(udp::ParseError::Drop) => (Kind::Other, Outcome::Dropped),
+            Err(udp::ParseError::Drop) => (Kind::OTHER, Outcome::Dropped),
             Err(udp::ParseError::Error {
                 transaction_id,
                 message,
             }) => {
                 udp::write_error(out, transaction_id, message, len);
-                (Kind::Other, Outcome::Refused)
+                (Kind::OTHER, Outcome::Refused)
             }
             Ok(udp::Request::Connect { transaction_id }) => {
                 let ip = ctx.peer.ip().to_canonical();
                 let id = self.shared.conn_ids.issue(ip, ctx.now);
                 udp::write_connect(out, transaction_id, id);
-                (Kind::Connect, Outcome::Ok)
+                (CONNECT, Outcome::Ok)
             }
-            Ok(udp::Request::Announce(r)) => (Kind::Announce, self.announce_udp(&r, ctx, out, len)),
+            Ok(udp::Request::Announce(r)) => (ANNOUNCE, self.announce_udp(&r, ctx, out, len)),
             Ok(udp::Request::Scrape {
                 connection_id,
                 transaction_id,
@@ -426,10 +427,7 @@ impl ServiceWorker for TrackerWorker {
             }) => {
                 let ip = ctx.peer.ip().to_canonical();
                 if !self.shared.conn_ids.check(connection_id, ip, ctx.now) {
-                    return (
-                        Kind::Scrape,
-                        self.bad_connection_id(transaction_id, out, len),
-                    );
+                    return (SCRAPE, self.bad_connection_id(transaction_id, out, len));
                 }
                 udp::write_scrape_head(out, transaction_id);
                 for hash in info_hashes.chunks_exact(20) {
@@ -441,7 +439,7 @@ impl ServiceWorker for TrackerWorker {
                     };
                     udp::write_scrape_entry(out, c.seeders, c.completed, c.leechers);
                 }
-                (Kind::Scrape, Outcome::Ok)
+                (SCRAPE, Outcome::Ok)
             }
         }
     }

@@ -21,12 +21,67 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hotpath_config::Config;
-use hotpath_service::{Background, ReloadError, Service, ServiceWorker};
+use hotpath_service::{Background, Kind, ReloadError, Samples, Service, ServiceWorker};
 
 use access::AccessList;
 use connid::ConnectionIds;
 pub use error::{BadLine, TrackerError};
 use table::{Caps, SwarmTable, Table};
+
+/// An announce, over HTTP or UDP.
+pub const ANNOUNCE: Kind = Kind::http_and_udp("announce");
+/// A scrape, over HTTP or UDP.
+pub const SCRAPE: Kind = Kind::http_and_udp("scrape");
+/// A BEP 15 connect.
+pub const CONNECT: Kind = Kind::udp("connect");
+
+/// The tracker's metrics.
+mod m {
+    use hotpath_metrics::Desc;
+
+    pub static TORRENTS: Desc = Desc::gauge("hotpath_tracker_torrents", "Torrents tracked.");
+    pub static PEERS: Desc = Desc::gauge(
+        "hotpath_tracker_peers",
+        "Peers tracked (both address families).",
+    );
+    pub static SEEDERS: Desc = Desc::gauge("hotpath_tracker_seeders", "Seeders tracked.");
+    pub static LEECHERS: Desc = Desc::gauge("hotpath_tracker_leechers", "Leechers tracked.");
+    pub static IDLE_TORRENTS: Desc = Desc::gauge(
+        "hotpath_tracker_idle_torrents",
+        "Torrents without peers whose completed counts are kept (tracker.max_idle_torrents).",
+    );
+    pub static ACCESS_LIST_SIZE: Desc = Desc::gauge(
+        "hotpath_tracker_access_list_size",
+        "Info hashes in the access list.",
+    );
+    pub static BAD_CONNECTION_IDS: Desc = Desc::counter(
+        "hotpath_tracker_bad_connection_ids_total",
+        "UDP requests with a forged or expired connection id.",
+    );
+    pub static ACCESS_REFUSED: Desc = Desc::counter(
+        "hotpath_tracker_access_refused_total",
+        "Requests refused by the access list.",
+    );
+    pub static PEERS_EXPIRED: Desc = Desc::counter(
+        "hotpath_tracker_peers_expired_total",
+        "Peers dropped by the expiry sweeper.",
+    );
+    pub static TORRENTS_FREED: Desc = Desc::counter(
+        "hotpath_tracker_torrents_freed_total",
+        "Empty torrents freed by the sweeper.",
+    );
+    pub static SWEEPS: Desc =
+        Desc::counter("hotpath_tracker_sweeps_total", "Completed sweeper passes.");
+    pub static ADDRESSES_IGNORED: Desc = Desc::counter(
+        "hotpath_tracker_client_addresses_ignored_total",
+        "ip= and ipv6= values left out (not accepted by the config, or not global unicast).",
+    );
+    pub static CAP_HITS: Desc = Desc::counter(
+        "hotpath_tracker_cap_hits_total",
+        "Times a swarm cap was met, by cap (tracker.max_*).",
+    )
+    .labels(&["cap"]);
+}
 
 /// Counters of what the tracker refused or expired (the server counts requests).
 #[derive(Debug, Default)]
@@ -249,81 +304,32 @@ impl Service for Tracker {
         Box::new(handler::TrackerWorker::new(self.shared.clone(), index))
     }
 
-    fn write_metrics(&self, out: &mut String) {
-        use std::fmt::Write as _;
+    fn kinds(&self) -> Vec<Kind> {
+        vec![ANNOUNCE, SCRAPE, CONNECT]
+    }
+
+    fn name(&self) -> &'static str {
+        "tracker"
+    }
+
+    fn collect(&self, out: &mut Samples) {
         let t = self.shared.swarms.totals();
         let c = &self.shared.counters;
-        let gauges = [
-            ("hotpath_tracker_torrents", "Torrents tracked.", t.torrents),
-            (
-                "hotpath_tracker_peers",
-                "Peers tracked (both address families).",
-                t.peers,
-            ),
-            ("hotpath_tracker_seeders", "Seeders tracked.", t.seeders),
-            (
-                "hotpath_tracker_idle_torrents",
-                "Torrents without peers whose completed counts are kept (tracker.max_idle_torrents).",
-                t.idle,
-            ),
-            (
-                "hotpath_tracker_leechers",
-                "Leechers tracked.",
-                t.peers - t.seeders,
-            ),
-            (
-                "hotpath_tracker_access_list_size",
-                "Info hashes in the access list.",
-                self.shared.access.len(),
-            ),
-        ];
-        for (name, help, v) in gauges {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        }
-        let counters = [
-            (
-                "hotpath_tracker_bad_connection_ids_total",
-                "UDP requests with a forged or expired connection id.",
-                &c.bad_connection_ids,
-            ),
-            (
-                "hotpath_tracker_access_refused_total",
-                "Requests refused by the access list.",
-                &c.access_refused,
-            ),
-            (
-                "hotpath_tracker_peers_expired_total",
-                "Peers dropped by the expiry sweeper.",
-                &c.peers_expired,
-            ),
-            (
-                "hotpath_tracker_torrents_freed_total",
-                "Empty torrents freed by the sweeper.",
-                &c.torrents_freed,
-            ),
-            (
-                "hotpath_tracker_sweeps_total",
-                "Completed sweeper passes.",
-                &c.sweeps,
-            ),
-            (
-                "hotpath_tracker_client_addresses_ignored_total",
-                "ip= and ipv6= values left out (not accepted by the config, or not global unicast).",
-                &c.client_addresses_ignored,
-            ),
-        ];
-        for (name, help, v) in counters {
-            let v = v.load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
-            );
-        }
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        out.section("tracker")
+            .add(&m::TORRENTS, t.torrents)
+            .add(&m::PEERS, t.peers)
+            .add(&m::SEEDERS, t.seeders)
+            .add(&m::LEECHERS, t.peers - t.seeders)
+            .add(&m::IDLE_TORRENTS, t.idle)
+            .add(&m::ACCESS_LIST_SIZE, self.shared.access.len())
+            .add(&m::BAD_CONNECTION_IDS, get(&c.bad_connection_ids))
+            .add(&m::ACCESS_REFUSED, get(&c.access_refused))
+            .add(&m::PEERS_EXPIRED, get(&c.peers_expired))
+            .add(&m::TORRENTS_FREED, get(&c.torrents_freed))
+            .add(&m::SWEEPS, get(&c.sweeps))
+            .add(&m::ADDRESSES_IGNORED, get(&c.client_addresses_ignored));
         let h = self.shared.swarms.cap_hits();
-        let _ = writeln!(
-            out,
-            "# HELP hotpath_tracker_cap_hits_total Times a swarm cap was met, by cap (tracker.max_*).\n# TYPE hotpath_tracker_cap_hits_total counter"
-        );
         for (cap, v) in [
             ("max_torrents", &h.torrents),
             ("max_peers", &h.peers),
@@ -331,31 +337,8 @@ impl Service for Tracker {
             ("max_peers_per_ip", &h.address),
             ("max_idle_torrents", &h.idle_evicted),
         ] {
-            let v = v.load(Ordering::Relaxed);
-            let _ = writeln!(out, "hotpath_tracker_cap_hits_total{{cap=\"{cap}\"}} {v}");
+            out.labeled(&m::CAP_HITS, &[cap], get(v));
         }
-    }
-
-    fn name(&self) -> &'static str {
-        "tracker"
-    }
-
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        let t = self.shared.swarms.totals();
-        let c = &self.shared.counters;
-        let stats = vec![
-            ("torrents", t.torrents as u64),
-            ("peers", t.peers as u64),
-            ("seeders", t.seeders as u64),
-            ("leechers", (t.peers - t.seeders) as u64),
-            (
-                "bad_connection_ids",
-                c.bad_connection_ids.load(Ordering::Relaxed),
-            ),
-            ("access_refused", c.access_refused.load(Ordering::Relaxed)),
-            ("peers_expired", c.peers_expired.load(Ordering::Relaxed)),
-        ];
-        stats
     }
 
     fn reload(&self) -> Result<String, ReloadError> {

@@ -102,7 +102,7 @@ impl PopupsWorker {
         ctx: &Context,
         resp: &mut HttpResponse,
     ) -> Option<Handled> {
-        const K: Kind = Kind::Admin;
+        const K: Kind = Kind::ADMIN;
         let token = &self.shared.cfg.admin_token;
         if token.is_empty() {
             return refuse(resp, 403, K, "the admin API is off: set popups.admin_token");
@@ -238,7 +238,7 @@ impl PopupsWorker {
                 refuse(
                     resp,
                     503,
-                    Kind::Admin,
+                    Kind::ADMIN,
                     "too many admin requests at once; retry",
                 )
             }

@@ -28,8 +28,8 @@ use parking_lot::{Mutex, RwLock};
 
 use hotpath_config::PopupsConfig;
 use hotpath_service::{
-    process_secs, Background, Context, Handled, HttpResponse, Kind, Outcome, Request, Service,
-    ServiceWorker, Wake,
+    process_secs, Background, Context, Handled, HttpResponse, Kind, Outcome, Request, Samples,
+    Service, ServiceWorker, Wake,
 };
 use hotpath_store::{Counter, JournalWriter, Store};
 
@@ -44,6 +44,11 @@ use crate::users::{Found, UserState, Users};
 use crate::PopupsError;
 use catalog::parse_all;
 use worker::seen_of;
+
+/// A popup decision (`GET /v1/popup`).
+pub const POPUP: Kind = Kind::http("popup");
+/// A popup click or close (`POST /v1/popup/events`).
+pub const POPUP_EVENT: Kind = Kind::http("popup_event");
 
 /// Journal numbers of the popup workers start here (the tracker's workers use 0..).
 pub const JOURNAL_BASE: u32 = 1 << 16;
@@ -314,30 +319,16 @@ impl Service for Popups {
         })
     }
 
-    fn write_metrics(&self, out: &mut String) {
-        metrics::write(self, out);
+    fn kinds(&self) -> Vec<Kind> {
+        vec![POPUP, POPUP_EVENT]
+    }
+
+    fn collect(&self, out: &mut Samples) {
+        metrics::collect(self, out);
     }
 
     fn name(&self) -> &'static str {
         "popups"
-    }
-
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        let s = &self.shared;
-        let c = &s.counters;
-        let (users, bytes) = s.users();
-        vec![
-            ("popups", s.live.read().catalog.popups().len() as u64),
-            ("shown", c.shown.get()),
-            ("none", c.none.get()),
-            ("clicks", c.clicks.get()),
-            ("closes", c.closes.get()),
-            ("users", users as u64),
-            ("users_bytes", bytes as u64),
-            ("bytes_per_user", (bytes / users.max(1)) as u64),
-            ("known_users", s.users.known() as u64),
-            ("loads", c.loads.get()),
-        ]
     }
 
     fn background(&self) -> Vec<Background> {

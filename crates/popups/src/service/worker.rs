@@ -94,7 +94,7 @@ impl PopupsWorker {
         ctx: &Context,
         resp: &mut HttpResponse,
     ) -> Option<Handled> {
-        const K: Kind = Kind::Popup;
+        const K: Kind = POPUP;
         if req.method != "GET" && req.method != "HEAD" {
             resp.extra_headers
                 .extend_from_slice(b"Allow: GET, HEAD\r\n");
@@ -189,7 +189,7 @@ impl PopupsWorker {
         ctx: &Context,
         resp: &mut HttpResponse,
     ) -> Option<Handled> {
-        const K: Kind = Kind::PopupEvent;
+        const K: Kind = POPUP_EVENT;
         self.refresh();
         let c = &self.shared.counters;
         if req.method != "POST" {
@@ -308,7 +308,7 @@ impl ServiceWorker for PopupsWorker {
     }
 
     fn udp(&mut self, _: &[u8], _: &Context, _: &mut Vec<u8>) -> (Kind, Outcome) {
-        (Kind::Other, Outcome::Dropped)
+        (Kind::OTHER, Outcome::Dropped)
     }
 
     fn uncommitted(&self) -> bool {
