@@ -270,7 +270,9 @@ impl RunningServer {
                 .expect("spawn the access log thread");
             tx
         });
-        let kinds = Arc::new(metrics::KindTable::new(service.kinds()));
+        // UDP series are printed only by a server that listens on UDP.
+        let udp = setups.iter().any(|s| !s.udp.is_empty());
+        let kinds = Arc::new(metrics::KindTable::new(service.kinds(), udp));
         let metrics: Arc<[WorkerMetrics]> = (0..workers)
             .map(|_| WorkerMetrics::new(kinds.clone()))
             .collect();

@@ -33,12 +33,14 @@ const OUTCOMES: usize = Outcome::ALL.len();
 #[derive(Debug)]
 pub struct KindTable {
     kinds: Vec<Kind>,
+    /// Whether the server listens on UDP (else no UDP series is printed).
+    udp: bool,
 }
 
 impl KindTable {
     /// The server's own kinds and `declared`, without repeats; past [`MAX_KINDS`] the rest
-    /// are counted as `other` (and logged).
-    pub fn new(declared: Vec<Kind>) -> KindTable {
+    /// are counted as `other` (and logged). `udp`: whether the server listens on UDP.
+    pub fn new(declared: Vec<Kind>, udp: bool) -> KindTable {
         let mut kinds = Kind::BUILTIN.to_vec();
         for k in declared {
             if kinds.contains(&k) {
@@ -53,7 +55,7 @@ impl KindTable {
             }
             kinds.push(k);
         }
-        KindTable { kinds }
+        KindTable { kinds, udp }
     }
 
     /// The kind's counter slot.
@@ -234,7 +236,8 @@ pub fn collect(workers: &[WorkerMetrics], server: &ServerFigures, out: &mut Samp
     out.add(&UPTIME, server.uptime_secs)
         .add(&WORKERS, workers.len());
     if let Some(first) = workers.first() {
-        for (p, proto) in PROTOCOLS.iter().enumerate() {
+        let protocols = if first.kinds.udp { 2 } else { 1 };
+        for (p, proto) in PROTOCOLS.iter().enumerate().take(protocols) {
             for (slot, kind) in first.kinds.kinds.iter().enumerate() {
                 if (p == UDP && !kind.on_udp()) || (p == HTTP && !kind.on_http()) {
                     continue;
@@ -302,7 +305,7 @@ mod tests {
     const POPUP: Kind = Kind::http("popup");
 
     fn workers() -> [WorkerMetrics; 2] {
-        let kinds = Arc::new(KindTable::new(vec![ANNOUNCE, POPUP]));
+        let kinds = Arc::new(KindTable::new(vec![ANNOUNCE, POPUP], true));
         [WorkerMetrics::new(kinds.clone()), WorkerMetrics::new(kinds)]
     }
 
@@ -341,5 +344,13 @@ mod tests {
         // A kind nobody declared is counted as other.
         w[0].count(UDP, Kind::udp("connect"), Outcome::Ok);
         assert!(text(&w).contains("protocol=\"udp\",kind=\"other\",result=\"ok\"} 1"));
+        // A server without UDP listeners prints no UDP series.
+        let http_only = [WorkerMetrics::new(Arc::new(KindTable::new(
+            vec![ANNOUNCE],
+            false,
+        )))];
+        let out = text(&http_only);
+        assert!(out.contains("protocol=\"http\",kind=\"announce\""));
+        assert!(!out.contains("protocol=\"udp\""), "{out}");
     }
 }
