@@ -249,13 +249,6 @@ impl Samples {
         self.point(desc, labels, Value::Histogram(buckets))
     }
 
-    /// Declares a metric with no series now (a labelled one whose labels come at run time,
-    /// none yet): its HELP and TYPE are still printed.
-    pub fn declare(&mut self, desc: &'static Desc) -> &mut Samples {
-        self.family(desc);
-        self
-    }
-
     fn point(&mut self, desc: &'static Desc, labels: &[&str], value: Value) -> &mut Samples {
         debug_assert_eq!(
             labels.len(),
@@ -297,20 +290,6 @@ impl Samples {
     /// The metrics, in the order they were first added.
     pub fn families(&self) -> &[Family] {
         &self.families
-    }
-
-    /// The value of an unlabelled metric, or of a series given its label values.
-    pub fn get(&self, name: &str, labels: &[&str]) -> Option<&Value> {
-        let f = self.families.iter().find(|f| f.desc.name == name)?;
-        f.points
-            .iter()
-            .find(|p| {
-                p.labels
-                    .iter()
-                    .map(String::as_str)
-                    .eq(labels.iter().copied())
-            })
-            .map(|p| &p.value)
     }
 
     /// Renders the Prometheus text format (version 0.0.4).
@@ -519,9 +498,7 @@ mod tests {
                 },
             );
         s.section("store").add(&FAILURES, 1u64).add(&ROWS, 7u64);
-        s.section("lua")
-            .labeled(&NAMES, &["a\"b\\c\nd"], 1u64)
-            .declare(&OPEN);
+        s.section("lua").labeled(&NAMES, &["a\"b\\c\nd"], 1u64);
         s
     }
 
@@ -541,7 +518,6 @@ mod tests {
         assert!(out.contains("hotpath_request_duration_seconds_sum 2.5\n"));
         assert!(out.contains("hotpath_request_duration_seconds_count 6\n"));
         assert!(out.contains("hotpath_lua_counter_total{name=\"a\\\"b\\\\c\\nd\"} 1\n"));
-        // `declare` of a metric already there adds nothing.
         assert_eq!(out.matches("# TYPE hotpath_connections gauge").count(), 1);
     }
 
@@ -557,16 +533,10 @@ mod tests {
     }
 
     #[test]
-    fn local_counters_add_and_samples_read_back() {
+    fn local_counters_add() {
         let c = LocalCounter::default();
         c.add(2);
         c.add(3);
-        let s = sample();
         assert_eq!(c.get(), 5);
-        assert_eq!(
-            s.get("hotpath_requests_total", &["http", "announce"]),
-            Some(&Value::Number(10.0))
-        );
-        assert_eq!(s.get("hotpath_requests_total", &["http", "scrape"]), None);
     }
 }

@@ -282,7 +282,6 @@ impl RunningServer {
             metrics,
             stop: stop.clone(),
             access_log,
-            workers,
             per_ip: limits::PerIp::new(cfg.max_connections_per_ip),
             budget: limits::Budget::new(cfg.max_buffer_mb.saturating_mul(1 << 20)),
         });

@@ -66,8 +66,6 @@ pub struct Shared {
     pub stop: Arc<AtomicBool>,
     /// Where access log lines go, when enabled.
     pub access_log: Option<SyncSender<String>>,
-    /// Worker count, for /stats.
-    pub workers: usize,
     /// Open connections per client address.
     pub per_ip: PerIp,
     /// Bytes all connections' buffers hold, against `server.max_buffer_mb`.
