@@ -21,6 +21,7 @@ pub mod tcp;
 pub mod udp;
 mod vm;
 
+use hotpath_metrics::Counter;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
@@ -121,19 +122,19 @@ const LOGS_PER_SEC: u32 = 10;
 #[derive(Default)]
 pub struct Counters {
     /// Requests a script answered.
-    pub requests: AtomicU64,
+    pub requests: Counter,
     /// Scripts compiled (per VM: scripts × workers at start, again on every reload).
-    pub compiles: AtomicU64,
+    pub compiles: Counter,
     /// Requests failed by a script error.
-    pub errors: AtomicU64,
+    pub errors: Counter,
     /// Requests stopped at their instruction or time budget.
-    pub over_budget: AtomicU64,
+    pub over_budget: Counter,
     /// Requests failed for want of memory.
-    pub out_of_memory: AtomicU64,
+    pub out_of_memory: Counter,
     /// Reloads that took, and that were refused.
-    pub reloads: AtomicU64,
+    pub reloads: Counter,
     /// Reloads refused (the scripts before kept serving).
-    pub reload_failures: AtomicU64,
+    pub reload_failures: Counter,
     /// Bytes each worker's VM held when it last said.
     memory: Mutex<BTreeMap<usize, u64>>,
     /// The scripts' own counters (`hp.metrics.incr`).
@@ -390,7 +391,7 @@ impl Service for LuaService {
 
     fn collect(&self, out: &mut Samples) {
         let c = &self.inner.counters;
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let g = Counter::get;
         let shared = &self.inner.shared;
         let (udp, tcp) = (&self.inner.udp, &self.inner.tcp);
         out.section("lua")
@@ -427,14 +428,11 @@ impl Service for LuaService {
                 let n = scripts.len();
                 *inner.scripts.write() = Arc::new(scripts);
                 inner.generation.fetch_add(1, Ordering::AcqRel);
-                inner.counters.reloads.fetch_add(1, Ordering::Relaxed);
+                inner.counters.reloads.add(1);
                 Ok(format!("lua: {n} scripts reloaded"))
             }
             Err(e) => {
-                inner
-                    .counters
-                    .reload_failures
-                    .fetch_add(1, Ordering::Relaxed);
+                inner.counters.reload_failures.add(1);
                 Err(e.into())
             }
         }
@@ -552,7 +550,7 @@ impl ServiceWorker for LuaWorker {
             // A stale entry (its connection went; the address came back): forget it.
             _ => {
                 self.catch_up();
-                self.inner.counters.requests.fetch_add(1, Ordering::Relaxed);
+                self.inner.counters.requests.add(1);
                 let Some(vm) = self.vm.clone() else {
                     resp.status = 500;
                     resp.body
@@ -602,7 +600,7 @@ impl ServiceWorker for LuaWorker {
                     Failure::Budget(e) => (&c.over_budget, e),
                     Failure::Memory(e) => (&c.out_of_memory, e),
                 };
-                counter.fetch_add(1, Ordering::Relaxed);
+                counter.add(1);
                 let what = what.clone();
                 let path = self.inner.paths[route].clone();
                 self.log_failure(ctx.now, &path, &what);

@@ -4,8 +4,8 @@
 //! bounds and the recency order are per shard (each holds 1/16 of them), so what goes first is
 //! the least recently used of its shard.
 
+use hotpath_metrics::Counter;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lru::LruCache;
@@ -86,7 +86,7 @@ pub struct SharedDict {
     max_keys: usize,
     max_bytes: usize,
     /// Keys dropped to stay within the bounds.
-    pub evictions: AtomicU64,
+    pub evictions: Counter,
 }
 
 fn entry_bytes(key: &str, val: &Val) -> usize {
@@ -108,7 +108,7 @@ impl SharedDict {
             hasher: hashbrown::DefaultHashBuilder::default(),
             max_keys: max_keys.div_ceil(SHARDS).max(1),
             max_bytes: max_bytes.div_ceil(SHARDS).max(1),
-            evictions: AtomicU64::new(0),
+            evictions: Counter::default(),
         }
     }
 
@@ -205,7 +205,7 @@ impl SharedDict {
             evicted += 1;
         }
         if evicted > 0 {
-            self.evictions.fetch_add(evicted, Ordering::Relaxed);
+            self.evictions.add(evicted);
         }
         Ok(())
     }
@@ -302,7 +302,7 @@ mod tests {
             assert!(d.get("k0").unwrap().is_some(), "k0 was used last, at {i}");
         }
         assert_eq!(d.len(), 256);
-        assert_eq!(d.evictions.load(Ordering::Relaxed), 4000 - 256);
+        assert_eq!(d.evictions.get(), 4000 - 256);
         assert!(d.get("k1").unwrap().is_none(), "the oldest unused went");
         assert!(d.get("k3999").unwrap().is_some(), "the newest stays");
         // Bytes: 16 shards of 4 KiB; a value larger than a shard is refused.

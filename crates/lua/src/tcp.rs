@@ -4,10 +4,11 @@
 //! closed after an idle time), then wakes the worker, which resumes the script with the answer.
 //! Requests waiting for the TCP thread are capped; beyond the cap a request fails at once.
 
+use hotpath_metrics::Counter;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,15 +46,15 @@ pub struct Job {
 #[derive(Default)]
 pub struct TcpCounters {
     /// Exchanges that got their answer.
-    pub ok: AtomicU64,
+    pub ok: Counter,
     /// Exchanges that failed (refused, reset, closed early, answer too long).
-    pub errors: AtomicU64,
+    pub errors: Counter,
     /// Exchanges past their timeout.
-    pub timeouts: AtomicU64,
+    pub timeouts: Counter,
     /// Requests refused because too many waited already.
-    pub refused: AtomicU64,
+    pub refused: Counter,
     /// Connections opened.
-    pub opened: AtomicU64,
+    pub opened: Counter,
 }
 
 /// Results by job id, filled by the TCP thread.
@@ -94,9 +95,9 @@ fn run(
         let deadline = now + job.timeout;
         let result = exchange(&mut pool, &job, deadline, settings, &c);
         match &result {
-            Ok(_) => c.ok.fetch_add(1, Ordering::Relaxed),
-            Err(e) if e.contains("timed out") => c.timeouts.fetch_add(1, Ordering::Relaxed),
-            Err(_) => c.errors.fetch_add(1, Ordering::Relaxed),
+            Ok(_) => c.ok.add(1),
+            Err(e) if e.contains("timed out") => c.timeouts.add(1),
+            Err(_) => c.errors.add(1),
         };
         results.lock().insert(job.id, result);
         waiting.fetch_sub(1, Ordering::AcqRel);
@@ -138,7 +139,7 @@ fn exchange(
                     .ok_or_else(|| format!("{to}: timed out"))?;
                 let s = TcpStream::connect_timeout(&to, left).map_err(err)?;
                 let _ = s.set_nodelay(true);
-                c.opened.fetch_add(1, Ordering::Relaxed);
+                c.opened.add(1);
                 s
             }
         };
@@ -276,7 +277,7 @@ impl TcpHandle {
     ) -> Result<u64, String> {
         let max = self.settings.max_waiting;
         if self.waiting.load(Ordering::Acquire) >= max {
-            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            self.counters.refused.add(1);
             return Err(format!(
                 "too many requests wait for TCP already ({max}; lua.tcp_max_waiting)"
             ));

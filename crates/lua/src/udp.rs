@@ -4,10 +4,10 @@
 //! and closed after an idle time. Sends never block: a full socket buffer drops the message
 //! and counts it.
 
+use hotpath_metrics::Counter;
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Names resolved per worker at most (then the cache starts over).
@@ -19,15 +19,15 @@ const NAME_TTL: Duration = Duration::from_secs(60);
 #[derive(Default)]
 pub struct UdpCounters {
     /// Sockets opened.
-    pub opened: AtomicU64,
+    pub opened: Counter,
     /// Sockets open now.
-    pub open: AtomicU64,
+    pub open: Counter,
     /// Messages sent.
-    pub sent: AtomicU64,
+    pub sent: Counter,
     /// Messages dropped because the socket's buffer was full.
-    pub dropped: AtomicU64,
+    pub dropped: Counter,
     /// Messages that failed (unreachable, refused, too large).
-    pub errors: AtomicU64,
+    pub errors: Counter,
 }
 
 struct Pooled {
@@ -89,7 +89,7 @@ impl UdpPool {
         let result = if self.max_sockets == 0 {
             let s = open(to, c)?;
             let r = s.send(msg);
-            c.open.fetch_sub(1, Ordering::Relaxed);
+            c.open.sub(1);
             r
         } else {
             if !self.sockets.contains_key(&to) {
@@ -105,19 +105,19 @@ impl UdpPool {
         };
         match result {
             Ok(_) => {
-                c.sent.fetch_add(1, Ordering::Relaxed);
+                c.sent.add(1);
                 Ok(true)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                c.dropped.fetch_add(1, Ordering::Relaxed);
+                c.dropped.add(1);
                 Ok(false)
             }
             Err(e) => {
-                c.errors.fetch_add(1, Ordering::Relaxed);
+                c.errors.add(1);
                 // A connected socket reports an earlier message's ICMP error on a later send:
                 // start afresh next time.
                 if self.sockets.remove(&to).is_some() {
-                    c.open.fetch_sub(1, Ordering::Relaxed);
+                    c.open.sub(1);
                 }
                 Err(e)
             }
@@ -140,8 +140,7 @@ impl UdpPool {
         let before = self.sockets.len();
         self.sockets
             .retain(|_, p| now.duration_since(p.used) < idle);
-        c.open
-            .fetch_sub((before - self.sockets.len()) as u64, Ordering::Relaxed);
+        c.open.sub((before - self.sockets.len()) as u64);
     }
 
     fn close_idlest(&mut self, c: &UdpCounters) {
@@ -152,7 +151,7 @@ impl UdpPool {
             .map(|(a, _)| a)
         {
             self.sockets.remove(&oldest);
-            c.open.fetch_sub(1, Ordering::Relaxed);
+            c.open.sub(1);
         }
     }
 }
@@ -166,8 +165,8 @@ fn open(to: SocketAddr, c: &UdpCounters) -> io::Result<UdpSocket> {
     let s = UdpSocket::bind(local)?;
     s.connect(to)?;
     s.set_nonblocking(true)?;
-    c.opened.fetch_add(1, Ordering::Relaxed);
-    c.open.fetch_add(1, Ordering::Relaxed);
+    c.opened.add(1);
+    c.open.add(1);
     Ok(s)
 }
 
@@ -202,11 +201,11 @@ mod tests {
             from.insert(b.recv_from(&mut buf).unwrap().1);
         }
         assert_eq!(from.len(), 2, "one source port per remote");
-        assert_eq!(c.opened.load(Ordering::Relaxed), 2);
+        assert_eq!(c.opened.get(), 2);
         // A third remote closes the idlest of the two.
         pool.send(da, b"d", &c).unwrap();
-        assert_eq!((pool.len(), c.open.load(Ordering::Relaxed)), (2, 2));
-        assert_eq!(c.sent.load(Ordering::Relaxed), 201);
+        assert_eq!((pool.len(), c.open.get()), (2, 2));
+        assert_eq!(c.sent.get(), 201);
     }
 
     #[test]
@@ -219,12 +218,8 @@ mod tests {
         pool.send(a, b"x", &c).unwrap();
         std::thread::sleep(Duration::from_millis(1100));
         pool.send(a, b"y", &c).unwrap();
-        assert_eq!(
-            c.opened.load(Ordering::Relaxed),
-            2,
-            "the idle socket was closed"
-        );
-        assert_eq!(c.open.load(Ordering::Relaxed), 1);
+        assert_eq!(c.opened.get(), 2, "the idle socket was closed");
+        assert_eq!(c.open.get(), 1);
         assert!(pool.resolve("no-such-host.invalid:1").is_err());
         assert!(pool.resolve("127.0.0.1").is_err(), "a port is needed");
     }

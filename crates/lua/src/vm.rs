@@ -4,7 +4,6 @@
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -312,7 +311,7 @@ impl Vm {
                 .set_environment(scope.clone())
                 .into_function()
                 .map_err(|e| script_error(s, e.to_string()))?;
-            env.counters.compiles.fetch_add(1, Ordering::Relaxed);
+            env.counters.compiles.add(1);
             chunk
                 .call::<()>(())
                 .map_err(|e| script_error(s, e.to_string()))?;

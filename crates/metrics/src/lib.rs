@@ -113,6 +113,12 @@ impl Counter {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Takes `n` away (for gauges).
+    #[inline]
+    pub fn sub(&self, n: u64) {
+        self.0.fetch_sub(n, Ordering::Relaxed);
+    }
+
     /// Sets the value (for gauges).
     pub fn set(&self, n: u64) {
         self.0.store(n, Ordering::Relaxed);

@@ -8,7 +8,6 @@
 
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use hotpath_service::{Context, Handled, HttpResponse, Kind, Outcome, Request, ServiceWorker};
@@ -128,10 +127,7 @@ impl TrackerWorker {
     fn check_access(&mut self, info_hash: &Id20) -> Option<&'static str> {
         let reason = self.shared.access.check(&mut self.access, info_hash);
         if reason.is_some() {
-            self.shared
-                .counters
-                .access_refused
-                .fetch_add(1, Ordering::Relaxed);
+            self.shared.counters.access_refused.add(1);
         }
         reason
     }
@@ -192,7 +188,7 @@ impl TrackerWorker {
             if cfg.accept_ip_param && is_global_unicast(given) {
                 ip = given;
             } else {
-                ignored.fetch_add(1, Ordering::Relaxed);
+                ignored.add(1);
             }
         }
         let want = a
@@ -208,7 +204,7 @@ impl TrackerWorker {
                 peer.alias6 = Some(compact6(addr, port.unwrap_or(a.port)));
                 peer.want_v6 = true;
             } else if !usable {
-                ignored.fetch_add(1, Ordering::Relaxed);
+                ignored.add(1);
             }
         }
         self.sel.clear();
@@ -353,10 +349,7 @@ impl TrackerWorker {
     }
 
     fn bad_connection_id(&self, transaction_id: u32, out: &mut Vec<u8>, len: usize) -> Outcome {
-        self.shared
-            .counters
-            .bad_connection_ids
-            .fetch_add(1, Ordering::Relaxed);
+        self.shared.counters.bad_connection_ids.add(1);
         udp::write_error(out, transaction_id, "connection id expired or invalid", len);
         Outcome::Refused
     }

@@ -16,7 +16,8 @@ pub mod stored;
 pub mod swarm;
 pub mod table;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use hotpath_metrics::Counter;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,17 +88,17 @@ mod m {
 #[derive(Debug, Default)]
 pub struct TrackerCounters {
     /// UDP requests with a forged or expired connection id.
-    pub bad_connection_ids: AtomicU64,
+    pub bad_connection_ids: Counter,
     /// Announces and scrape entries refused by the access list.
-    pub access_refused: AtomicU64,
+    pub access_refused: Counter,
     /// Peers dropped by the sweeper.
-    pub peers_expired: AtomicU64,
+    pub peers_expired: Counter,
     /// Torrents freed by the sweeper.
-    pub torrents_freed: AtomicU64,
+    pub torrents_freed: Counter,
     /// Completed sweeper passes over all shards.
-    pub sweeps: AtomicU64,
+    pub sweeps: Counter,
     /// `ip=` or `ipv6=` values left out (not global unicast, or not accepted by the config).
-    pub client_addresses_ignored: AtomicU64,
+    pub client_addresses_ignored: Counter,
 }
 
 /// State shared by every worker.
@@ -288,12 +289,12 @@ fn sweeper(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
         let now = hotpath_service::process_secs() as u16;
         let (dropped, freed) = shared.swarms.sweep(i, now, timeout);
         let c = &shared.counters;
-        c.peers_expired.fetch_add(dropped as u64, Ordering::Relaxed);
-        c.torrents_freed.fetch_add(freed as u64, Ordering::Relaxed);
+        c.peers_expired.add(dropped as u64);
+        c.torrents_freed.add(freed as u64);
         i += 1;
         if i == shards {
             i = 0;
-            c.sweeps.fetch_add(1, Ordering::Relaxed);
+            c.sweeps.add(1);
         }
         std::thread::sleep(pause.max(Duration::from_millis(1)));
     }
@@ -315,7 +316,7 @@ impl Service for Tracker {
     fn collect(&self, out: &mut Samples) {
         let t = self.shared.swarms.totals();
         let c = &self.shared.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let get = Counter::get;
         out.section("tracker")
             .add(&m::TORRENTS, t.torrents)
             .add(&m::PEERS, t.peers)

@@ -1,7 +1,8 @@
 //! Operations on the swarm table, behind one object-safe trait so the tracker can pick the
 //! record layout (with or without peer ids) at start-up and the handlers stay non-generic.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use hotpath_metrics::Counter;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hashbrown::hash_map::Entry;
 
@@ -100,15 +101,15 @@ impl Caps {
 #[derive(Debug, Default)]
 pub struct CapHits {
     /// Announces for a new torrent refused at `max_torrents`.
-    pub torrents: AtomicU64,
+    pub torrents: Counter,
     /// New peers not added because the table held `max_peers`.
-    pub peers: AtomicU64,
+    pub peers: Counter,
     /// New peers not added because their torrent held `max_peers_per_torrent`.
-    pub swarm: AtomicU64,
+    pub swarm: Counter,
     /// Announces refused because their address held `max_peers_per_ip` in the torrent.
-    pub address: AtomicU64,
+    pub address: Counter,
     /// Completed counts of idle torrents dropped at `max_idle_torrents`.
-    pub idle_evicted: AtomicU64,
+    pub idle_evicted: Counter,
 }
 
 /// Totals over all shards.
@@ -285,9 +286,9 @@ impl<const I: usize> Table<I> {
     /// Counts a new peer that did not fit.
     fn count_full(&self, t: &Torrent<I>) {
         if (t.peers() as usize) < self.caps.max_peers_per_torrent {
-            self.hits.peers.fetch_add(1, Ordering::Relaxed);
+            self.hits.peers.add(1);
         } else {
-            self.hits.swarm.fetch_add(1, Ordering::Relaxed);
+            self.hits.swarm.add(1);
         }
     }
 
@@ -301,7 +302,7 @@ impl<const I: usize> Table<I> {
         if shard.idle.len() >= self.idle_per_shard && !shard.idle.contains_key(&hash) {
             if let Some(k) = shard.idle.keys().next().copied() {
                 shard.idle.remove(&k);
-                self.hits.idle_evicted.fetch_add(1, Ordering::Relaxed);
+                self.hits.idle_evicted.add(1);
             }
         }
         shard.idle.insert(hash, completed);
@@ -351,7 +352,7 @@ impl<const I: usize> SwarmTable for Table<I> {
                     ));
                 }
                 if self.torrents.load(Ordering::Relaxed) >= self.caps.max_torrents {
-                    self.hits.torrents.fetch_add(1, Ordering::Relaxed);
+                    self.hits.torrents.add(1);
                     return Err("tracker is full: it tracks as many torrents as it may");
                 }
                 self.torrents.fetch_add(1, Ordering::Relaxed);
@@ -383,7 +384,7 @@ impl<const I: usize> SwarmTable for Table<I> {
         match change {
             Change::SwarmFull => self.count_full(t),
             Change::AddressFull => {
-                self.hits.address.fetch_add(1, Ordering::Relaxed);
+                self.hits.address.add(1);
                 refused = Some("too many peers from your address in this torrent");
             }
             _ => {}
@@ -572,7 +573,7 @@ impl<const I: usize> SwarmTable for Table<I> {
             let shard = &mut *guard;
             let fresh = !shard.torrents.contains_key(&hash);
             if fresh && self.torrents.load(Ordering::Relaxed) >= self.caps.max_torrents {
-                self.hits.torrents.fetch_add(1, Ordering::Relaxed);
+                self.hits.torrents.add(1);
                 // Left out whole, but read through to keep the place in the body.
                 for _ in 0..n4 {
                     read_peer::<6>(&mut r, id_len)?;
@@ -873,15 +874,15 @@ mod tests {
         from(&mut f, 4, 1, 0).unwrap();
         assert_eq!(f.table.totals().torrents, 2);
         let h = f.table.cap_hits();
-        assert_eq!(h.address.load(Ordering::Relaxed), 1);
-        assert_eq!(h.swarm.load(Ordering::Relaxed), 1);
-        assert_eq!(h.peers.load(Ordering::Relaxed), 2);
+        assert_eq!(h.address.get(), 1);
+        assert_eq!(h.swarm.get(), 1);
+        assert_eq!(h.peers.get(), 2);
         // Idle counts: at most 2 kept, the rest dropped and counted.
         for n in 10..15u8 {
             f.table.add_completed(&[n; 20], 5);
         }
         assert_eq!(f.table.totals().idle, 2);
-        assert_eq!(h.idle_evicted.load(Ordering::Relaxed), 3);
+        assert_eq!(h.idle_evicted.get(), 3);
         // Torrents: at most 3 with peers; the next new one gets a failure reason.
         let mut g = Fixture::new(table::<0>(1, 3), false);
         for hash in 0..3 {
@@ -893,7 +894,7 @@ mod tests {
         a.info_hash = [3; 20];
         let e = g.table.announce(&a, 0, &mut g.rng, &mut g.sel).unwrap_err();
         assert!(e.contains("full"), "{e}");
-        assert_eq!(g.table.cap_hits().torrents.load(Ordering::Relaxed), 1);
+        assert_eq!(g.table.cap_hits().torrents.get(), 1);
     }
 
     /// A dual-stack announce (an IPv4 client giving `ipv6=`) is one peer: counted once, and
