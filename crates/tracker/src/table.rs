@@ -8,7 +8,7 @@ use hashbrown::hash_map::Entry;
 
 use hotpath_wire::query::{Event, Id20};
 
-use crate::swarm::{Change, Record, Room, Shard, Swarms, Torrent};
+use crate::swarm::{Change, PeerSet, Record, Room, Shard, Swarms, Torrent};
 
 /// The counts a tracker reports for a torrent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -225,6 +225,22 @@ struct SavedPeer<const A: usize> {
     seeder: bool,
     id: Id20,
     age: u16,
+}
+
+impl<const A: usize> SavedPeer<A> {
+    /// Puts the peer back into the set `set` picks, unless `when` (given its age) says it
+    /// has expired; else `when` gives its last-seen time and the room the table has.
+    fn restore<const I: usize>(
+        &self,
+        t: &mut Torrent<I>,
+        set: fn(&mut Torrent<I>) -> PeerSet<'_, A, I>,
+        when: &mut impl FnMut(&mut Torrent<I>, u16) -> Option<(u16, Room)>,
+    ) {
+        if let Some((seen, room)) = when(t, self.age) {
+            set(t).announce(self.addr, &self.id, self.seeder, false, seen, room);
+            t.tidy();
+        }
+    }
 }
 
 fn read_peer<const A: usize>(
@@ -593,30 +609,20 @@ impl<const I: usize> SwarmTable for Table<I> {
             // quadratic: 400k peers in one torrent took 52 s). A body cut short inside the
             // torrent still counts the peers read before the cut (below), then fails.
             let mut read = || -> Result<(), &'static str> {
+                let mut restore = |t: &mut Torrent<I>, age: u16| {
+                    seen(age).map(|seen| (seen, self.room_at(t, base + (t.peers() - p0) as usize)))
+                };
                 for _ in 0..n4 {
                     let p = read_peer::<6>(&mut r, id_len)?;
-                    if let Some(seen) = seen(p.age) {
-                        let room = self.room_at(t, base + (t.peers() - p0) as usize);
-                        t.v4().announce(p.addr, &p.id, p.seeder, false, seen, room);
-                        t.tidy();
-                    }
+                    p.restore(t, Torrent::v4, &mut restore);
                 }
                 for _ in 0..n6 {
                     let p = read_peer::<18>(&mut r, id_len)?;
-                    if let Some(seen) = seen(p.age) {
-                        let room = self.room_at(t, base + (t.peers() - p0) as usize);
-                        t.v6().announce(p.addr, &p.id, p.seeder, false, seen, room);
-                        t.tidy();
-                    }
+                    p.restore(t, Torrent::v6, &mut restore);
                 }
                 for _ in 0..na {
                     let p = read_peer::<18>(&mut r, id_len)?;
-                    if let Some(seen) = seen(p.age) {
-                        let room = self.room_at(t, base + (t.peers() - p0) as usize);
-                        t.alias6()
-                            .announce(p.addr, &p.id, p.seeder, false, seen, room);
-                        t.tidy();
-                    }
+                    p.restore(t, Torrent::alias6, &mut restore);
                 }
                 Ok(())
             };
