@@ -127,6 +127,17 @@ fn queries(seeds: &mut Seeds) {
           &numwant=99999999999999999999&event=paused&key=%ff%fe",
     );
     seeds.put(
+        "passkey",
+        "path",
+        b"\x00/0123456789abcdefABCDEF0123456789/announce",
+    );
+    seeds.put("passkey", "query", b"\x02uk/announce?info_hash=x&uk=Ab12");
+    seeds.put(
+        "passkey",
+        "twice",
+        b"\x07passkey/scrape/k1?passkey=k2&passkey=k3",
+    );
+    seeds.put(
         "scrape_query",
         "two",
         b"\x05info_hash=aaaaaaaaaaaaaaaaaaaa&info_hash=%12%34%56%78%9a%bc%de%f0%11%22%33%44%55%66%77%88%99%aa%25%26",

@@ -8,6 +8,7 @@
 
 pub mod bencode;
 pub mod http;
+pub mod passkey;
 pub mod popup_token;
 pub mod query;
 pub mod udp;
