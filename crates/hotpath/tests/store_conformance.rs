@@ -835,32 +835,26 @@ fn a_refused_row_is_set_aside_and_the_rest_written(d: Dialect) {
         }
     }
     let bad = if fix.is_none() { "nul_byte" } else { bad };
-    let r = store
-        .with_backend(|b| {
-            refused::replay(
-                b,
-                &hotpath_store::queue::tables(&SERVICES),
-                &db.dir.join("data"),
-                "test",
-            )
-        })
-        .unwrap();
+    let replay = || {
+        store
+            .with_backend(|b| {
+                refused::replay(
+                    b,
+                    &hotpath_store::queue::tables(&SERVICES),
+                    &db.dir.join("data"),
+                    "test",
+                )
+            })
+            .unwrap()
+    };
+    let r = replay();
     let again = usize::from(d == Dialect::Mysql);
     assert_eq!((r.entries, r.written, r.refused), (2, 2 - again, again));
     assert!(store.popup_users(&[bad]).unwrap().contains_key(bad));
     let (left, _) = refused::read(&file).unwrap();
     assert_eq!(left.len(), again);
     // A second replay finds nothing to do twice.
-    let r = store
-        .with_backend(|b| {
-            refused::replay(
-                b,
-                &hotpath_store::queue::tables(&SERVICES),
-                &db.dir.join("data"),
-                "test",
-            )
-        })
-        .unwrap();
+    let r = replay();
     assert_eq!(r.written, 0);
     let events = store.popup_event_counts().unwrap();
     assert_eq!(events.get(&(1, SHOWN)), Some(&(4 - again as u64)));
