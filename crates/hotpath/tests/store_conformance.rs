@@ -16,18 +16,9 @@ use hotpath_popups::stored::{PopupChange, PopupDb, PopupStore, PopupUserRow, CLI
 use hotpath_store::backend::{self, Backend, Dialect, Written};
 use hotpath_store::migrations;
 use hotpath_store::table::{Rows, Value};
-use hotpath_store::testing::{test_db, TestDb};
+use hotpath_store::testing::test_db;
 use hotpath_store::{refused, Batch, Fault, Store, StoreError};
 use hotpath_tracker::stored::{Key, StoredTorrent, TorrentChange, TorrentRow, TrackerDb, TORRENTS};
-
-fn config(db: &TestDb) -> StoreConfig {
-    StoreConfig {
-        url: db.url.clone(),
-        data_dir: db.dir.join("data").display().to_string(),
-        journal_fsync_ms: 0,
-        ..StoreConfig::default()
-    }
-}
 
 fn key(n: u32) -> Key {
     let mut k = [0xab; 20];
@@ -263,7 +254,7 @@ fn queries_return_typed_values_whatever_the_rows_hold(d: Dialect) {
 
 fn journaled_changes_survive_a_crash_exactly_once(d: Dialect) {
     let db = test_db(d, "replay");
-    let cfg = config(&db);
+    let cfg = db.store_config();
     {
         let (store, restored) = Store::open(&cfg, &SERVICES).unwrap();
         assert_eq!(restored.replayed, 0);
@@ -309,7 +300,7 @@ fn with_flusher(store: Store) -> (Arc<Store>, Arc<AtomicBool>, std::thread::Join
 
 fn the_flusher_writes_on_time_and_drains_at_stop(d: Dialect) {
     let db = test_db(d, "flusher");
-    let mut cfg = config(&db);
+    let mut cfg = db.store_config();
     cfg.flush_interval_ms = 50;
     let (store, stop, flusher) = with_flusher(Store::open(&cfg, &SERVICES).unwrap().0);
     let mut w = store.writer(2);
@@ -397,7 +388,7 @@ impl Backend for Flaky {
 
 fn failed_batches_are_merged_back_and_retried(d: Dialect) {
     let db = test_db(d, "retry");
-    let mut cfg = config(&db);
+    let mut cfg = db.store_config();
     cfg.flush_interval_ms = 20;
     cfg.retry_max_ms = 200;
     let inner = backend::connect(&db.url, &db.dir).unwrap();
@@ -434,7 +425,7 @@ fn failed_batches_are_merged_back_and_retried(d: Dialect) {
 /// the next flush writes the same.
 fn a_failed_batch_is_read_and_written_under_newer_changes(d: Dialect) {
     let db = test_db(d, "carry");
-    let cfg = config(&db);
+    let cfg = db.store_config();
     let flaky = Flaky {
         inner: backend::connect(&db.url, &db.dir).unwrap(),
         fail: 1,
@@ -491,7 +482,7 @@ fn a_failed_batch_is_read_and_written_under_newer_changes(d: Dialect) {
 
 fn a_full_journal_refuses_changes(d: Dialect) {
     let db = test_db(d, "full");
-    let mut cfg = config(&db);
+    let mut cfg = db.store_config();
     cfg.journal_segment_bytes = 1 << 16;
     cfg.journal_max_bytes = 1 << 17;
     let (store, _) = Store::open(&cfg, &SERVICES).unwrap();
@@ -518,7 +509,7 @@ fn a_full_journal_refuses_changes(d: Dialect) {
 
     // The rows waiting in memory are bounded too: an event log grows with every change.
     let db = test_db(d, "full_queue");
-    let mut cfg = config(&db);
+    let mut cfg = db.store_config();
     cfg.batch_rows = 50;
     cfg.max_queue_rows = 100;
     let (store, _) = Store::open(&cfg, &SERVICES).unwrap();
@@ -550,7 +541,7 @@ fn a_full_journal_refuses_changes(d: Dialect) {
 
 fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
     let db = test_db(d, "popups");
-    let cfg = config(&db);
+    let cfg = db.store_config();
     let (store, _) = Store::open(&cfg, &SERVICES).unwrap();
     let day = 20_000u32;
     let at = day * 86_400 + 5;
@@ -668,7 +659,7 @@ fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
 
 fn script_rows_and_counters_are_written_and_read_back(d: Dialect) {
     let db = test_db(d, "lua");
-    let cfg = config(&db);
+    let cfg = db.store_config();
     let (store, _) = Store::open(&cfg, &SERVICES).unwrap();
     // Keys and rows with quotes and non-ASCII text, which no statement may choke on.
     let odd = "o'brien \"ü\" 🙂";
@@ -720,7 +711,7 @@ fn script_rows_and_counters_are_written_and_read_back(d: Dialect) {
 /// is gone.
 fn a_second_writer_waits_for_the_first(d: Dialect) {
     let db = test_db(d, "writer");
-    let cfg = config(&db);
+    let cfg = db.store_config();
     let (first, _) = Store::open(&cfg, &SERVICES).unwrap();
     let mut other = cfg.clone();
     other.data_dir = db.dir.join("other").display().to_string();
@@ -785,7 +776,7 @@ fn refusal(d: Dialect, b: &mut dyn Backend) -> (&'static str, Option<&'static st
 
 fn a_refused_row_is_set_aside_and_the_rest_written(d: Dialect) {
     let db = test_db(d, "refused");
-    let cfg = config(&db);
+    let cfg = db.store_config();
     let (store, _) = Store::open(&cfg, &SERVICES).unwrap();
     let (bad, fix) = store.with_backend(|b| refusal(d, b));
     let mut w = store.writer(0);
@@ -867,7 +858,7 @@ fn a_refused_row_is_set_aside_and_the_rest_written(d: Dialect) {
 /// numbers past both runs' records.
 fn a_store_opened_without_its_database_catches_up_once_it_answers(d: Dialect) {
     let db = test_db(d, "offline");
-    let mut cfg = config(&db);
+    let mut cfg = db.store_config();
     cfg.flush_interval_ms = 20;
     cfg.retry_max_ms = 100;
     let unreachable = |cfg: &StoreConfig, times: u32| {
@@ -992,7 +983,7 @@ suite!(
 #[test]
 fn one_data_dir_serves_one_process() {
     let db = test_db(Dialect::Sqlite, "lock");
-    let cfg = config(&db);
+    let cfg = db.store_config();
     let (first, _) = Store::open(&cfg, &SERVICES).unwrap();
     let e = Store::open(&cfg, &SERVICES)
         .err()
@@ -1005,7 +996,7 @@ fn one_data_dir_serves_one_process() {
 #[test]
 fn the_syncer_fsyncs_the_journal_off_the_writers_thread() {
     let db = test_db(Dialect::Sqlite, "sync");
-    let mut cfg = config(&db);
+    let mut cfg = db.store_config();
     cfg.journal_fsync_ms = 50;
     cfg.flush_interval_ms = 600_000;
     let (store, stop, flusher) = with_flusher(Store::open(&cfg, &SERVICES).unwrap().0);

@@ -20,6 +20,19 @@ pub struct TestDb {
     cleanup: Option<(String, String)>,
 }
 
+impl TestDb {
+    /// A store config on this database, its data dir in the scratch directory, the journal
+    /// synced by each writer (no syncer thread to wait for).
+    pub fn store_config(&self) -> hotpath_config::StoreConfig {
+        hotpath_config::StoreConfig {
+            url: self.url.clone(),
+            data_dir: self.dir.join("data").display().to_string(),
+            journal_fsync_ms: 0,
+            ..hotpath_config::StoreConfig::default()
+        }
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Some((admin, sql)) = self.cleanup.take() {

@@ -6,12 +6,11 @@
 use std::any::Any;
 use std::collections::HashMap;
 
-use hotpath_config::StoreConfig;
 use hotpath_store::backend::{self, Backend, Dialect};
 use hotpath_store::migrations::{self, Migration, MigrationState, STORE};
 use hotpath_store::queue::Queues;
 use hotpath_store::table::{col, Merge, Rows, Table, Type, Value};
-use hotpath_store::testing::{test_db, TestDb};
+use hotpath_store::testing::test_db;
 use hotpath_store::{Batch, Encode, Queue, Service, Store, StoreError};
 
 /// The toy's only change: add `n` to counter `name`.
@@ -127,18 +126,9 @@ fn counts(store: &Store) -> HashMap<String, i64> {
         .unwrap()
 }
 
-fn config(db: &TestDb) -> StoreConfig {
-    StoreConfig {
-        url: db.url.clone(),
-        data_dir: db.dir.join("data").display().to_string(),
-        journal_fsync_ms: 0,
-        ..StoreConfig::default()
-    }
-}
-
 fn a_new_service_is_journaled_merged_written_and_replayed(d: Dialect) {
     let db = test_db(d, "toy");
-    let cfg = config(&db);
+    let cfg = db.store_config();
     {
         let (store, restored) = Store::open(&cfg, &[&TOY]).unwrap();
         assert_eq!(restored.replayed, 0);
@@ -254,9 +244,13 @@ fn two_services_may_not_share_a_name_or_a_tag() {
         migrations: &[],
     };
     let db = test_db(Dialect::Sqlite, "toytag");
-    let e = Store::open(&config(&db), &[&TOY, &TWIN]).err().unwrap();
+    let e = Store::open(&db.store_config(), &[&TOY, &TWIN])
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("journal tag 200"), "{e}");
-    let e = Store::open(&config(&db), &[&TOY, &TOY]).err().unwrap();
+    let e = Store::open(&db.store_config(), &[&TOY, &TOY])
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("two services are named toy"), "{e}");
 }
 
