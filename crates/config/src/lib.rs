@@ -221,6 +221,134 @@ section! {
         /// On a graceful shutdown, save every swarm to `store.data_dir` and load it at the
         /// next start with the peers' remaining lifetimes, so a restart empties no swarm.
         pub persist_swarms: bool = true,
+        /// "open" (any client, any torrent) or "private": every announce names a registered
+        /// user by a passkey and a registered torrent, as `[private]` says.
+        pub mode: TrackerMode = TrackerMode::Open,
+    }
+}
+
+/// Who the tracker serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrackerMode {
+    /// Anyone, for any torrent the access list allows.
+    Open,
+    /// Registered users (by passkey), for registered torrents.
+    Private,
+}
+
+/// Where a private tracker reads its users and torrents: a preset of table and column names
+/// (each overridable in `private.names`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrivateSchema {
+    /// hotpath's own tables, made by its migrations (README, "Private tracker").
+    Hotpath,
+    /// XBT Tracker's tables since 2019 (`xbt_users`, `xbt_torrents`).
+    Xbt,
+    /// XBT Tracker's tables before 2019 (`xbt_users`, `xbt_files` keyed by `fid`).
+    #[serde(rename = "xbt_files")]
+    XbtFiles,
+    /// TorrentPier's tables (`bb_bt_users`, `bb_bt_torrents`).
+    Torrentpier,
+}
+
+impl PrivateSchema {
+    /// The preset's names: `(logical name, name in the database)`.
+    pub fn names(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            PrivateSchema::Hotpath => &[
+                ("users", "hp_users"),
+                ("users.id", "user_id"),
+                ("users.passkey", "passkey"),
+                ("users.can_leech", "can_leech"),
+                ("users.updated_at", "updated_at"),
+                ("torrents", "hp_private_torrents"),
+                ("torrents.id", "torrent_id"),
+                ("torrents.info_hash", "info_hash"),
+                ("torrents.download_pct", "download_pct"),
+                ("torrents.upload_pct", "upload_pct"),
+                ("torrents.updated_at", "updated_at"),
+            ],
+            PrivateSchema::Xbt => &[
+                ("users", "xbt_users"),
+                ("users.id", "uid"),
+                ("users.passkey", "torrent_pass"),
+                ("users.can_leech", "can_leech"),
+                ("torrents", "xbt_torrents"),
+                ("torrents.id", "tid"),
+                ("torrents.info_hash", "info_hash"),
+                ("torrents.flags", "flags"),
+            ],
+            PrivateSchema::XbtFiles => &[
+                ("users", "xbt_users"),
+                ("users.id", "uid"),
+                ("users.passkey", "torrent_pass"),
+                ("users.can_leech", "can_leech"),
+                ("torrents", "xbt_files"),
+                ("torrents.id", "fid"),
+                ("torrents.info_hash", "info_hash"),
+                ("torrents.flags", "flags"),
+            ],
+            PrivateSchema::Torrentpier => &[
+                ("users", "bb_bt_users"),
+                ("users.id", "user_id"),
+                ("users.passkey", "auth_key"),
+                ("torrents", "bb_bt_torrents"),
+                ("torrents.id", "topic_id"),
+                ("torrents.info_hash", "info_hash"),
+                ("torrents.tor_type", "tor_type"),
+            ],
+        }
+    }
+
+    /// The query parameter that carries the passkey when `private.passkey_param` is empty.
+    pub fn passkey_param(self) -> &'static str {
+        match self {
+            PrivateSchema::Torrentpier => "uk",
+            _ => "passkey",
+        }
+    }
+}
+
+/// A port or an inclusive range of ports, written "6881" or "6881-6889".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct PortRange {
+    /// The first port.
+    pub first: u16,
+    /// The last port (`first` for one port).
+    pub last: u16,
+}
+
+impl PortRange {
+    /// Whether `port` is in the range.
+    pub fn contains(self, port: u16) -> bool {
+        (self.first..=self.last).contains(&port)
+    }
+}
+
+impl TryFrom<String> for PortRange {
+    type Error = String;
+    fn try_from(s: String) -> Result<PortRange, String> {
+        let bad = || format!("{s:?} is not a port or a range of ports like \"6881-6889\"");
+        let (a, b) = s.split_once('-').unwrap_or((&s, &s));
+        let port = |t: &str| t.trim().parse::<u16>().map_err(|_| bad());
+        let (first, last) = (port(a)?, port(b)?);
+        if first > last {
+            return Err(bad());
+        }
+        Ok(PortRange { first, last })
+    }
+}
+
+impl From<PortRange> for String {
+    fn from(r: PortRange) -> String {
+        if r.first == r.last {
+            r.first.to_string()
+        } else {
+            format!("{}-{}", r.first, r.last)
+        }
     }
 }
 
@@ -248,6 +376,66 @@ section! {
         pub database: bool = false,
         /// Seconds between reads of hp_access_list (SIGHUP reads it too).
         pub reload_secs: u32 = 60,
+    }
+}
+
+section! {
+    /// Private mode (`tracker.mode = "private"`): only users known by their passkey may
+    /// announce, and only for registered torrents. Users and torrents are read from the
+    /// store's database, in the tables of the schema preset, at start and every
+    /// `poll_secs`. The passkey is taken from the path (`/PASSKEY/announce`,
+    /// `/announce/PASSKEY`), from the query parameter `passkey_param`, or over UDP from BEP
+    /// 41's URL data (`udp://host:port/PASSKEY/announce`).
+    pub struct PrivateConfig {
+        /// "hotpath" (hp_users, hp_private_torrents, made by hotpath's migrations), "xbt"
+        /// (xbt_users, xbt_torrents), "xbt_files" (XBT before 2019: xbt_users, xbt_files) or
+        /// "torrentpier" (bb_bt_users, bb_bt_torrents).
+        pub schema: PrivateSchema = PrivateSchema::Hotpath,
+        /// Table and column names that differ from the preset's, by logical name, e.g.
+        /// { users = "members", "users.passkey" = "pk" } (README lists each preset's names).
+        pub names: std::collections::BTreeMap<String, String> = Default::default(),
+        /// The query parameter that may carry the passkey. Empty: the preset's ("uk" for
+        /// torrentpier, "passkey" otherwise).
+        pub passkey_param: String = String::new(),
+        /// Seconds between reads of the users and torrents tables (the hotpath schema reads
+        /// only rows whose updated_at changed, and every row each tenth time).
+        pub poll_secs: u32 = 60,
+        /// Most users held; rows past it are left out and counted
+        /// (hotpath_private_rows_skipped_total).
+        pub max_users: usize = 10_000_000,
+        /// Most registered torrents held; rows past it are left out and counted.
+        pub max_torrents: usize = 10_000_000,
+        /// Peer id prefixes of the only clients allowed (e.g. ["-TR", "-qB", "-lt"]). Empty:
+        /// any client not denied.
+        pub peer_id_allow: Vec<String> = Vec::new(),
+        /// Peer id prefixes of clients refused (checked before the allow list).
+        pub peer_id_deny: Vec<String> = Vec::new(),
+        /// Ports peers may not announce (e.g. ["1-1023", "6881-6889"]).
+        pub port_deny: Vec<PortRange> = Vec::new(),
+    }
+}
+
+impl PrivateConfig {
+    /// The name in the database of logical name `key` (e.g. "users.passkey"): the override
+    /// in `names`, or the preset's.
+    pub fn name(&self, key: &str) -> Option<&str> {
+        if let Some(n) = self.names.get(key) {
+            return Some(n);
+        }
+        self.schema
+            .names()
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+    }
+
+    /// The query parameter that may carry the passkey.
+    pub fn passkey_param(&self) -> &str {
+        if self.passkey_param.is_empty() {
+            self.schema.passkey_param()
+        } else {
+            &self.passkey_param
+        }
     }
 }
 
@@ -440,6 +628,8 @@ pub struct Config {
     pub tracker: TrackerConfig,
     /// Access list settings.
     pub access_list: AccessListConfig,
+    /// Private tracker mode.
+    pub private: PrivateConfig,
     /// Persistence settings.
     pub store: StoreConfig,
     /// The popup service.
@@ -501,6 +691,7 @@ impl Config {
         write_section(&mut out, "listen", &self.listen);
         write_section(&mut out, "tracker", &self.tracker);
         write_section(&mut out, "access_list", &self.access_list);
+        write_section(&mut out, "private", &self.private);
         write_section(&mut out, "store", &self.store);
         write_section(&mut out, "popups", &self.popups);
         write_section(&mut out, "lua", &self.lua);
@@ -560,6 +751,7 @@ mod tests {
         check::<ListenConfig>();
         check::<TrackerConfig>();
         check::<AccessListConfig>();
+        check::<PrivateConfig>();
         check::<StoreConfig>();
         check::<PopupsConfig>();
         check::<LuaConfig>();
@@ -697,11 +889,58 @@ mod tests {
                 "tracker.trusted_proxies",
             ),
             ("[listen]\nhttp = []\nudp = []\n", "listen"),
+            (
+                "[tracker]\nmode = \"private\"\n[store]\nenabled = false\n",
+                "tracker.mode",
+            ),
+            ("[tracker]\nmode = \"closed\"\n", "tracker.mode"),
+            ("[private]\nschema = \"ocelot\"\n", "private.schema"),
+            (
+                "[private]\nnames = { \"users.pass\" = \"pk\" }\n",
+                "private.names",
+            ),
+            (
+                "[private]\nnames = { users = \"u; DROP TABLE x\" }\n",
+                "private.names",
+            ),
+            (
+                "[private]\nschema = \"xbt\"\nnames = { \"torrents.tor_type\" = \"t\" }\n",
+                "private.names",
+            ),
+            ("[private]\npasskey_param = \"info_hash\"\n", "private.passkey_param"),
+            ("[private]\npasskey_param = \"a&b\"\n", "private.passkey_param"),
+            ("[private]\npoll_secs = 0\n", "private.poll_secs"),
+            ("[private]\nport_deny = [\"10-1\"]\n", "private.port_deny[0]"),
+            ("[private]\nport_deny = [\"70000\"]\n", "private.port_deny[0]"),
+            ("[private]\npeer_id_deny = [\"\"]\n", "private.peer_id_deny"),
         ];
         for (text, key) in cases {
             let err = Config::parse(text).unwrap_err().to_string();
             assert!(err.contains(&format!("`{key}`")), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn private_names_fall_back_to_the_preset_and_ports_parse() {
+        let c = Config::parse(
+            "[tracker]\nmode = \"private\"\n[private]\nschema = \"torrentpier\"\n\
+             names = { users = \"site.bb_bt_users\" }\nport_deny = [\"6881-6889\", \"25\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.tracker.mode, TrackerMode::Private);
+        assert_eq!(c.private.name("users"), Some("site.bb_bt_users"));
+        assert_eq!(c.private.name("users.passkey"), Some("auth_key"));
+        assert_eq!(c.private.name("users.can_leech"), None);
+        assert_eq!(c.private.passkey_param(), "uk");
+        let ports = &c.private.port_deny;
+        assert!(ports[0].contains(6885) && !ports[0].contains(6890));
+        assert!(ports[1].contains(25) && !ports[1].contains(26));
+        // They print back as written.
+        let again = Config::parse(&c.to_commented_toml()).unwrap();
+        assert_eq!(again, c);
+        let c = Config::parse("[private]\nschema = \"xbt_files\"\n").unwrap();
+        assert_eq!(c.private.name("torrents.id"), Some("fid"));
+        assert_eq!(c.private.passkey_param(), "passkey");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use crate::{
     AccessListMode, Config, ConfigError, ServerConfig, StatsdConfig, StoreConfig, TrackerConfig,
+    TrackerMode,
 };
 
 /// The problems found so far.
@@ -24,6 +25,7 @@ pub(crate) fn all(c: &Config) -> Vec<ConfigError> {
     server(&c.server, &mut p);
     tracker(&c.tracker, &mut p);
     access_list(c, &mut p);
+    private(c, &mut p);
     store(&c.store, &mut p);
     popups(c, &mut p);
     lua(c, &mut p);
@@ -171,6 +173,99 @@ fn access_list(c: &Config, p: &mut Problems) {
     }
     if al.reload_secs == 0 {
         p.bad("access_list.reload_secs", "must be at least 1");
+    }
+}
+
+/// A table or column name: letters, digits and `_`, not starting with a digit, with at most
+/// one `.` (a schema-qualified table). Nothing else reaches SQL text from the config.
+pub(crate) fn is_sql_name(s: &str) -> bool {
+    let part = |p: &str| {
+        !p.is_empty()
+            && p.len() <= 64
+            && !p.starts_with(|c: char| c.is_ascii_digit())
+            && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    };
+    match s.split_once('.') {
+        Some((a, b)) => part(a) && part(b),
+        None => part(s),
+    }
+}
+
+/// `[private]`, and what private mode needs.
+fn private(c: &Config, p: &mut Problems) {
+    let pr = &c.private;
+    if c.tracker.mode == TrackerMode::Private && !c.store.enabled {
+        p.bad(
+            "tracker.mode",
+            "private mode reads users and torrents from the database: it needs the store \
+             (store.enabled = true)",
+        );
+    }
+    let known = pr.schema.names();
+    for (key, name) in &pr.names {
+        if !known.iter().any(|(k, _)| k == key) {
+            let list: Vec<&str> = known.iter().map(|(k, _)| *k).collect();
+            p.bad(
+                "private.names",
+                format!(
+                    "{key:?} is not a name of the {:?} schema (it has {})",
+                    pr.schema,
+                    list.join(", ")
+                ),
+            );
+        } else if !is_sql_name(name) {
+            p.bad(
+                "private.names",
+                format!(
+                    "{key} = {name:?}: a name is letters, digits and _ (not first), \
+                     with at most one . between two such parts"
+                ),
+            );
+        }
+    }
+    let param = &pr.passkey_param;
+    const ANNOUNCE_PARAMS: [&str; 12] = [
+        "info_hash",
+        "peer_id",
+        "port",
+        "uploaded",
+        "downloaded",
+        "left",
+        "event",
+        "compact",
+        "numwant",
+        "ip",
+        "ipv6",
+        "key",
+    ];
+    if !param.is_empty()
+        && (param.len() > 32
+            || !param
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            || ANNOUNCE_PARAMS.contains(&param.as_str()))
+    {
+        p.bad(
+            "private.passkey_param",
+            "must be up to 32 letters, digits, _ or -, and not an announce parameter",
+        );
+    }
+    if !(1..=86_400).contains(&pr.poll_secs) {
+        p.bad("private.poll_secs", "must be between 1 and 86400");
+    }
+    if pr.max_users == 0 {
+        p.bad("private.max_users", "must be at least 1");
+    }
+    if pr.max_torrents == 0 {
+        p.bad("private.max_torrents", "must be at least 1");
+    }
+    for (key, list) in [
+        ("private.peer_id_allow", &pr.peer_id_allow),
+        ("private.peer_id_deny", &pr.peer_id_deny),
+    ] {
+        if list.iter().any(|s| s.is_empty() || s.len() > 20) {
+            p.bad(key, "every prefix must be 1 to 20 bytes");
+        }
     }
 }
 

@@ -36,6 +36,20 @@ pub enum TrackerError {
         #[source]
         source: StoreError,
     },
+    /// Private mode without the store.
+    #[error("tracker.mode = \"private\" needs the store (store.enabled = true)")]
+    PrivateNeedsStore,
+    /// A private tracker's users and torrents could not be read.
+    /// (The store's error is in the message, not a source, so a chain prints it once.)
+    #[error(
+        "private: users and torrents from {db}: {cause} (check private.schema and private.names)"
+    )]
+    PrivateDb {
+        /// The database, for the log (no password).
+        db: String,
+        /// The store's error.
+        cause: StoreError,
+    },
     /// The access list's rows could not be read from the database.
     #[error("access list from {db}: {source}")]
     AccessDb {

@@ -19,8 +19,10 @@ use hotpath_wire::query::{self, is_global_unicast, Event, Id20};
 use hotpath_wire::udp;
 
 use crate::access::AccessView;
+use crate::private::{Ask, Private, Refusal};
 use crate::table::{Counts, PeerAnnounce, Selection};
 use crate::{Shared, ANNOUNCE, CONNECT, SCRAPE};
+use hotpath_wire::passkey::{self, Route};
 
 /// Bodies at least this large are gzip-coded when the client accepts it.
 const GZIP_MIN: usize = 1024;
@@ -34,6 +36,8 @@ pub struct TrackerWorker {
     access: AccessView,
     /// This worker's journal, when persistence is on.
     journal: Option<JournalWriter>,
+    /// Scratch for BEP 41 URL data.
+    url_data: Vec<u8>,
 }
 
 fn compact4(ip: std::net::Ipv4Addr, port: u16) -> [u8; 6] {
@@ -114,6 +118,7 @@ impl TrackerWorker {
             sel: Selection::default(),
             hashes: Vec::new(),
             access,
+            url_data: Vec::new(),
         }
     }
 
@@ -173,10 +178,20 @@ impl TrackerWorker {
         req: &Request<'_, '_>,
         ctx: &Context,
         resp: &mut HttpResponse,
+        key: Result<&[u8], &'static str>,
     ) -> Result<(), &'static str> {
         let a = query::parse_announce(req.query)?;
         if let Some(reason) = self.check_access(&a.info_hash) {
             return Err(reason);
+        }
+        if let Some(p) = &self.shared.private {
+            p.check(Ask {
+                passkey: key,
+                info_hash: &a.info_hash,
+                peer_id: &a.peer_id,
+                port: a.port,
+                leeching: a.left > 0 && a.event != Event::Stopped,
+            })?;
         }
         let mut ip = self.client_ip(req, ctx)?;
         let cfg = &self.shared.cfg;
@@ -259,7 +274,19 @@ impl TrackerWorker {
         &mut self,
         req: &Request<'_, '_>,
         resp: &mut HttpResponse,
+        key: Result<&[u8], &'static str>,
     ) -> Result<(), &'static str> {
+        let private = self.shared.private.clone();
+        if let Some(p) = &private {
+            let known = key.map(|k| p.users.get(k).is_some());
+            match known {
+                Err(reason) => return Err(p.refuse_with(Refusal::Passkey, reason)),
+                Ok(false) => return Err(p.refuse(Refusal::UnknownPasskey)),
+                Ok(true) => {}
+            }
+        }
+        // In private mode only registered torrents are shown.
+        let hidden = |hash: &Id20| private.as_ref().is_some_and(|p| !p.scrapable(hash));
         let max = self.shared.cfg.max_scrape_hashes;
         query::parse_scrape(req.query, max, &mut self.hashes)?;
         let out = &mut resp.body;
@@ -277,7 +304,7 @@ impl TrackerWorker {
             let shared = self.shared.clone();
             let mut view = shared.access.view();
             shared.swarms.for_each(&mut |hash, c| {
-                if shared.access.check(&mut view, hash).is_none() {
+                if shared.access.check(&mut view, hash).is_none() && !hidden(hash) {
                     entry(out, hash, c);
                 }
             });
@@ -287,7 +314,7 @@ impl TrackerWorker {
             self.hashes.dedup();
             for i in 0..self.hashes.len() {
                 let hash = self.hashes[i];
-                if self.shared.access.check(&mut self.access, &hash).is_some() {
+                if self.shared.access.check(&mut self.access, &hash).is_some() || hidden(&hash) {
                     continue;
                 }
                 entry(out, &hash, self.shared.swarms.scrape(&hash));
@@ -324,6 +351,20 @@ impl TrackerWorker {
             udp::write_error(out, r.transaction_id, reason, usize::MAX);
             return Outcome::Refused;
         }
+        if let Some(p) = &self.shared.private {
+            r.options.url_data(&mut self.url_data);
+            let checked = p.check(Ask {
+                passkey: passkey::from_url_data(&self.url_data, &p.passkey_param),
+                info_hash: &r.info_hash,
+                peer_id: &r.peer_id,
+                port: r.port,
+                leeching: r.left > 0 && r.event != Event::Stopped,
+            });
+            if let Err(reason) = checked {
+                udp::write_error(out, r.transaction_id, reason, usize::MAX);
+                return Outcome::Refused;
+            }
+        }
         let cfg = &self.shared.cfg;
         let want = if r.num_want <= 0 {
             cfg.numwant_default
@@ -355,6 +396,18 @@ impl TrackerWorker {
     }
 }
 
+/// A private tracker's route of a request and its passkey (or why it has none); `None` when
+/// the path is not a tracker route.
+fn private_route<'a>(
+    p: &Private,
+    req: &'a Request<'_, '_>,
+) -> Option<(Route, Result<&'a [u8], &'static str>)> {
+    let (route, _) = passkey::route(req.path.as_bytes())?;
+    let key = passkey::find(req.path.as_bytes(), req.query, &p.passkey_param)
+        .map(|found| found.map(|(_, key)| key).unwrap_or_default());
+    Some((route, key))
+}
+
 fn fail(resp: &mut HttpResponse, reason: &str) {
     resp.body.clear();
     resp.extra_headers.clear();
@@ -368,10 +421,17 @@ impl ServiceWorker for TrackerWorker {
         ctx: &Context,
         resp: &mut HttpResponse,
     ) -> Option<Handled> {
-        let kind = match req.path {
-            "/announce" => ANNOUNCE,
-            "/scrape" => SCRAPE,
-            _ => return None,
+        let (kind, key) = match &self.shared.private {
+            None => match req.path {
+                "/announce" => (ANNOUNCE, Err("")),
+                "/scrape" => (SCRAPE, Err("")),
+                _ => return None,
+            },
+            Some(p) => match private_route(p, req) {
+                None => return None,
+                Some((Route::Announce, key)) => (ANNOUNCE, key),
+                Some((Route::Scrape, key)) => (SCRAPE, key),
+            },
         };
         resp.content_type = "text/plain";
         if req.method != "GET" && req.method != "HEAD" {
@@ -380,9 +440,9 @@ impl ServiceWorker for TrackerWorker {
             return Some((kind, Outcome::Refused).into());
         }
         let result = if kind == ANNOUNCE {
-            self.announce_http(req, ctx, resp)
+            self.announce_http(req, ctx, resp, key)
         } else {
-            self.scrape_http(req, resp)
+            self.scrape_http(req, resp, key)
         };
         // Failures are answered with 200 and a bencoded reason, as clients expect; the
         // request was framed correctly, so the connection stays usable.
@@ -425,7 +485,13 @@ impl ServiceWorker for TrackerWorker {
                 udp::write_scrape_head(out, transaction_id);
                 for hash in info_hashes.chunks_exact(20) {
                     let hash: Id20 = hash.try_into().expect("20 bytes");
-                    let c = if self.shared.access.check(&mut self.access, &hash).is_some() {
+                    let hidden = self
+                        .shared
+                        .private
+                        .as_ref()
+                        .is_some_and(|p| !p.scrapable(&hash));
+                    let c = if hidden || self.shared.access.check(&mut self.access, &hash).is_some()
+                    {
                         Counts::default()
                     } else {
                         self.shared.swarms.scrape(&hash)

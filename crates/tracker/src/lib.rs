@@ -12,6 +12,7 @@ pub mod connid;
 mod error;
 pub mod handler;
 pub mod persist;
+pub mod private;
 pub mod stored;
 pub mod swarm;
 pub mod table;
@@ -121,6 +122,8 @@ pub struct Shared {
     pub swarms_dir: Option<std::path::PathBuf>,
     /// Seconds between reads of the access list's database rows, when that source is on.
     pub access_db_reload: Option<u32>,
+    /// Private mode's users, torrents and rules (`tracker.mode = "private"`).
+    pub private: Option<Arc<private::Private>>,
 }
 
 /// The tracker service.
@@ -172,6 +175,24 @@ impl Tracker {
         if let (Some(_), None) = (access_db_reload, &persist) {
             return Err(TrackerError::AccessNeedsStore);
         }
+        let private = (cfg.mode == hotpath_config::TrackerMode::Private)
+            .then(|| Arc::new(private::Private::new(&config.private)));
+        if let Some(p) = &private {
+            let db = persist.as_ref().ok_or(TrackerError::PrivateNeedsStore)?;
+            if db.online() {
+                let (users, torrents) = first_poll(p, db)?;
+                log::info!(
+                    "private: {users} users, {torrents} torrents from {}",
+                    db.name
+                );
+            } else {
+                log::warn!(
+                    "private: every announce is refused until {} answers (users and torrents \
+                     are read from it)",
+                    db.name
+                );
+            }
+        }
         let tracker = Tracker {
             shared: Arc::new(Shared {
                 cfg,
@@ -183,6 +204,7 @@ impl Tracker {
                 unix_base: hotpath_store::unix_now() - i64::from(hotpath_service::process_secs()),
                 swarms_dir,
                 access_db_reload,
+                private,
             }),
         };
         match &tracker.shared.persist {
@@ -208,6 +230,12 @@ impl Tracker {
                         ),
                         Err(e) => {
                             log::error!("completed counts not restored from {}: {e}", db.name)
+                        }
+                    }
+                    if let Some(p) = &shared.private {
+                        match first_poll(p, db) {
+                            Ok((u, t)) => log::info!("private: {u} users, {t} torrents"),
+                            Err(e) => log::error!("{e}; polled again in private.poll_secs"),
                         }
                     }
                     if shared.access_db_reload.is_some() {
@@ -253,6 +281,19 @@ impl Tracker {
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
+}
+
+/// Reads every user and torrent once, on a connection of its own.
+fn first_poll(
+    p: &private::Private,
+    db: &hotpath_store::Store,
+) -> Result<(usize, usize), TrackerError> {
+    let err = |cause| TrackerError::PrivateDb {
+        db: db.name.clone(),
+        cause,
+    };
+    let mut conn = db.connect().map_err(err)?;
+    p.poll(&mut *conn, true).map_err(err)
 }
 
 /// Adds the completed counts the database holds (and the journal's replay) to the swarm
@@ -340,6 +381,9 @@ impl Service for Tracker {
         ] {
             out.labeled(&m::CAP_HITS, &[cap], get(v));
         }
+        if let Some(p) = &self.shared.private {
+            p.collect(out);
+        }
     }
 
     fn reload(&self) -> Result<String, ReloadError> {
@@ -368,6 +412,12 @@ impl Service for Tracker {
             let shared = self.shared.clone();
             jobs.push(Background::new("access-list-reloader", move |stop| {
                 persist::access_reloader(shared, stop)
+            }));
+        }
+        if let (Some(p), Some(db)) = (&self.shared.private, &self.shared.persist) {
+            let (p, db) = (p.clone(), db.clone());
+            jobs.push(Background::new("private-poller", move |stop| {
+                private::poller(p, db, stop)
             }));
         }
         jobs

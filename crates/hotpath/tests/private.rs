@@ -1,0 +1,298 @@
+//! Private mode against the real server on its default SQLite store: passkeys in every place a
+//! client puts them (path, query, BEP 41 URL data), each refusal with its own reason, users
+//! and torrents read from hp_users and hp_private_torrents as the site changes them, and
+//! rows an attacker could have written to the site's tables left out without stopping the
+//! rest.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use hotpath_config::{Config, PortRange, TrackerMode};
+use hotpath_store::table::Value;
+use hotpath_wire::query::{write_announce, Event};
+use hotpath_wire::udp::{self, Response};
+
+const FREE: [u8; 20] = [0x51; 20];
+const NORMAL: [u8; 20] = [0x52; 20];
+const UNKNOWN: [u8; 20] = [0x53; 20];
+const KEY: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1";
+const SEED_ONLY: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb2";
+
+fn private_config() -> Config {
+    let mut c = test_config();
+    c.tracker.mode = TrackerMode::Private;
+    c.private.poll_secs = 1;
+    c.private.peer_id_deny = vec!["-BAD".into()];
+    c.private.port_deny = vec![PortRange::try_from("6881-6889".to_string()).unwrap()];
+    c
+}
+
+/// Runs `sql` with `params` on the server's SQLite file, as the site would.
+fn site(config: &Config, sql: &str, params: &[Value]) {
+    let dir = std::path::Path::new(&config.store.data_dir);
+    let mut db = hotpath_store::backend::connect("", dir).unwrap();
+    db.execute_with(sql, params).unwrap();
+}
+
+fn now() -> i64 {
+    hotpath_store::unix_now()
+}
+
+fn add_user(c: &Config, id: i64, key: &str, can_leech: i64) {
+    site(
+        c,
+        "INSERT INTO hp_users (user_id, passkey, can_leech, updated_at) VALUES (?, ?, ?, ?)",
+        &[id.into(), key.into(), can_leech.into(), now().into()],
+    );
+}
+
+fn add_torrent(c: &Config, id: i64, hash: &[u8], download_pct: i64) {
+    site(
+        c,
+        "INSERT INTO hp_private_torrents (torrent_id, info_hash, download_pct, updated_at) \
+         VALUES (?, ?, ?, ?)",
+        &[
+            id.into(),
+            Value::Blob(hash.into()),
+            download_pct.into(),
+            now().into(),
+        ],
+    );
+}
+
+fn announce_query(hash: [u8; 20], n: u8, port: u16, left: u64) -> String {
+    let mut q = Vec::new();
+    write_announce(&mut q, &announce(hash, n, port, left, Event::Started));
+    String::from_utf8(q).unwrap()
+}
+
+fn metric(admin: &mut Client, line_start: &str) -> f64 {
+    let text = String::from_utf8(admin.get("/metrics").body).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A UDP announce whose BEP 41 URL data is `url_data`.
+fn udp_announce(u: &Udp, hash: [u8; 20], url_data: &[u8]) -> Response<'static> {
+    let mut opts = Vec::new();
+    for chunk in url_data.chunks(255) {
+        opts.extend_from_slice(&[2, chunk.len() as u8]);
+        opts.extend_from_slice(chunk);
+    }
+    let a = udp::AnnounceRequest {
+        connection_id: u.connection_id,
+        transaction_id: 9,
+        info_hash: hash,
+        peer_id: *b"-TR4060-udpudpudpudp",
+        downloaded: 0,
+        left: 100,
+        uploaded: 0,
+        event: Event::Started,
+        ip: 0,
+        key: 1,
+        num_want: -1,
+        port: 51414,
+        options: udp::Options(&opts),
+    };
+    let mut p = Vec::new();
+    udp::write_announce_request(&mut p, &a);
+    let r = u.exchange(&p, Duration::from_secs(2)).expect("an answer");
+    let owned: &'static [u8] = Box::leak(r.into_boxed_slice());
+    udp::parse_response(owned).unwrap()
+}
+
+#[test]
+fn passkeys_registries_and_every_refusal() {
+    let c = private_config();
+    let server = start(&c);
+    // The server made the tables; the site fills them, and the next poll reads them.
+    add_user(&c, 1, KEY, 1);
+    add_user(&c, 2, SEED_ONLY, 0);
+    add_torrent(&c, 10, &FREE, 0);
+    add_torrent(&c, 11, &NORMAL, 100);
+    // Rows a hostile site form could have written: each is left out, the rest load.
+    add_user(&c, 3, "not a passkey", 1);
+    add_user(&c, 4_294_967_296, "cccccccc", 1);
+    add_torrent(&c, 12, &[0x54; 19], 100);
+    let mut http = Client::connect(server.http_addr().unwrap());
+    let mut admin = Client::connect(server.admin_addr().unwrap());
+    wait_until(
+        "the poll to read the site's rows",
+        Duration::from_secs(10),
+        || {
+            metric(&mut admin, "hotpath_private_users ") == 2.0
+                && metric(&mut admin, "hotpath_private_torrents ") == 2.0
+        },
+    );
+    assert!(metric(&mut admin, "hotpath_private_rows_skipped_total ") >= 3.0);
+
+    // The passkey in each place a client puts it.
+    let q = announce_query(FREE, 1, 51413, 0);
+    for target in [
+        format!("/{KEY}/announce?{q}"),
+        format!("/announce/{KEY}?{q}"),
+        format!("/announce?{q}&passkey={KEY}"),
+    ] {
+        let r = http.get(&target);
+        assert_eq!(failure(&r.body), None, "{target}");
+        assert_eq!(int(&r.body, "complete"), 1, "{target}");
+    }
+    // Each refusal, with its own reason.
+    let cases = [
+        (format!("/announce?{q}"), "needs a passkey"),
+        (format!("/{KEY}/announce?{q}&passkey={KEY}"), "given twice"),
+        (format!("/k%20y/announce?{q}"), "malformed passkey"),
+        (
+            format!("/{}/announce?{q}", "z".repeat(32)),
+            "unknown passkey",
+        ),
+        (
+            format!("/{KEY}/announce?{}", announce_query(UNKNOWN, 1, 51413, 0)),
+            "not registered",
+        ),
+        (
+            format!(
+                "/{SEED_ONLY}/announce?{}",
+                announce_query(FREE, 2, 51413, 5)
+            ),
+            "may not download",
+        ),
+        (
+            format!("/{KEY}/announce?{}", announce_query(FREE, 3, 6885, 5)),
+            "port",
+        ),
+    ];
+    for (target, want) in &cases {
+        let r = http.get(target);
+        let reason = failure(&r.body).unwrap_or_default();
+        assert!(reason.contains(want), "{target}: {reason:?}");
+    }
+    let mut bad_client = announce(FREE, 4, 51413, 5, Event::Started);
+    bad_client.peer_id = *b"-BAD001-abcdefghijkl";
+    let mut bq = Vec::new();
+    write_announce(&mut bq, &bad_client);
+    let r = http.get(&format!(
+        "/{KEY}/announce?{}",
+        String::from_utf8(bq).unwrap()
+    ));
+    assert!(failure(&r.body).unwrap().contains("client is not allowed"));
+    // A seed-only user may seed.
+    let r = http.get(&format!(
+        "/{SEED_ONLY}/announce?{}",
+        announce_query(NORMAL, 5, 51413, 0)
+    ));
+    assert_eq!(failure(&r.body), None);
+    // Nothing refused changed a swarm: FREE holds the first announces' one peer.
+    let r = http.get(&format!("/{KEY}/scrape?info_hash={}", pct(&FREE)));
+    assert_eq!(failure(&r.body), None);
+    let files = hotpath_wire::bencode::decode(&r.body).unwrap();
+    let entry = file(&files, &FREE).unwrap();
+    assert_eq!(entry.get("complete").unwrap().as_int(), Some(1));
+    assert_eq!(entry.get("incomplete").unwrap().as_int(), Some(0));
+    // A scrape needs a known passkey and shows registered torrents only.
+    let r = http.get(&format!("/scrape?info_hash={}", pct(&FREE)));
+    assert!(failure(&r.body).unwrap().contains("passkey"));
+    let r = http.get(&format!("/{KEY}/scrape?info_hash={}", pct(&UNKNOWN)));
+    let files = hotpath_wire::bencode::decode(&r.body).unwrap();
+    assert!(file(&files, &UNKNOWN).is_none());
+
+    for (reason, n) in [
+        ("passkey", 4.0),
+        ("unknown_passkey", 1.0),
+        ("unknown_torrent", 1.0),
+        ("may_not_leech", 1.0),
+        ("client", 1.0),
+        ("port", 1.0),
+    ] {
+        let line = format!("hotpath_private_refused_total{{reason=\"{reason}\"}} ");
+        assert_eq!(metric(&mut admin, &line), n, "{reason}");
+    }
+
+    // UDP: the passkey comes in BEP 41's URL data.
+    let mut u = Udp::new(server.udp_addr().unwrap());
+    u.connect();
+    let ok = udp_announce(&u, NORMAL, format!("/{KEY}/announce").as_bytes());
+    assert!(
+        matches!(
+            ok,
+            Response::Announce {
+                seeders: 1,
+                leechers: 1,
+                ..
+            }
+        ),
+        "{ok:?}"
+    );
+    // Long URL data comes in several options, joined.
+    let split = format!("/announce?x={}&passkey={KEY}", "y".repeat(300));
+    let ok = udp_announce(&u, NORMAL, split.as_bytes());
+    assert!(matches!(ok, Response::Announce { .. }), "{ok:?}");
+    for (data, want) in [
+        (&b""[..], "needs a passkey"),
+        (b"/zzzz/announce", "unknown passkey"),
+        (b"/a/b/c", "not /<passkey>/announce"),
+    ] {
+        match udp_announce(&u, NORMAL, data) {
+            Response::Error { message, .. } => {
+                let m = String::from_utf8_lossy(message);
+                assert!(m.contains(want), "{data:?}: {m}");
+            }
+            other => panic!("{data:?}: {other:?}"),
+        }
+    }
+
+    // The site changes user 1's passkey and takes torrent 10 off: the next poll applies both.
+    site(
+        &c,
+        "UPDATE hp_users SET passkey = ?, updated_at = ? WHERE user_id = 1",
+        &["newkey1".into(), (now() + 1).into()],
+    );
+    wait_until("the new passkey to work", Duration::from_secs(10), || {
+        let r = http.get(&format!("/newkey1/announce?{q}"));
+        failure(&r.body).is_none()
+    });
+    let r = http.get(&format!("/{KEY}/announce?{q}"));
+    assert!(failure(&r.body).unwrap().contains("unknown passkey"));
+    site(
+        &c,
+        "DELETE FROM hp_private_torrents WHERE torrent_id = 10",
+        &[],
+    );
+    // A deleted row is seen by a full read (every tenth poll).
+    wait_until("the deleted torrent to go", Duration::from_secs(30), || {
+        let r = http.get(&format!("/newkey1/announce?{q}"));
+        failure(&r.body).is_some_and(|f| f.contains("not registered"))
+    });
+    server.shutdown().unwrap();
+}
+
+/// A scrape answer's entry for `hash`.
+fn file<'a>(
+    scrape: &'a hotpath_wire::bencode::Value<'a>,
+    hash: &[u8],
+) -> Option<&'a hotpath_wire::bencode::Value<'a>> {
+    match scrape.get("files")? {
+        hotpath_wire::bencode::Value::Dict(entries) => {
+            entries.iter().find(|(k, _)| *k == hash).map(|(_, v)| v)
+        }
+        _ => None,
+    }
+}
+
+fn pct(b: &[u8]) -> String {
+    let mut out = Vec::new();
+    hotpath_wire::query::percent_encode(&mut out, b);
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn a_schema_the_database_lacks_stops_the_start_with_the_key_to_fix() {
+    let mut c = private_config();
+    c.private.names.insert("users".into(), "members".into());
+    let e = format!("{:#}", hotpath::start(&c).err().expect("refused"));
+    assert!(e.contains("members"), "{e}");
+    assert!(e.contains("private.names"), "{e}");
+}

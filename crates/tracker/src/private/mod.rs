@@ -1,0 +1,440 @@
+//! Private mode: who may announce, for what. A passkey names a registered user, an info hash
+//! a registered torrent; both registries are read from the site's database (the tables of a
+//! schema preset, [`source`]) at start and polled, and each announce is checked against
+//! them and the config's client and port rules before it changes anything.
+//!
+//! Owns: [`Private`] (the registries, the rules, their counters) and [`Refusal`]. Must not:
+//! open sockets, or read the database outside [`source`] and its poller.
+
+pub mod registry;
+pub mod source;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hotpath_config::{PortRange, PrivateConfig};
+use hotpath_metrics::Counter;
+use hotpath_service::Samples;
+use hotpath_wire::query::Id20;
+
+use registry::{Entry, Registry};
+pub use source::Source;
+
+/// A registered user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct User {
+    /// The user's id in the site's database.
+    pub id: u32,
+    /// Whether the user may download (announce with something left); seeding is always
+    /// allowed.
+    pub can_leech: bool,
+}
+
+impl Entry for User {
+    fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+/// A registered torrent and how its traffic is credited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Torrent {
+    /// The torrent's id in the site's database.
+    pub id: u32,
+    /// Percent of downloaded bytes credited (0 free, 50 half, 100 normal).
+    pub download_pct: u16,
+    /// Percent of uploaded bytes credited (100 normal, 200 double upload).
+    pub upload_pct: u16,
+}
+
+impl Entry for Torrent {
+    fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+/// Why a private tracker refused an announce; each has its own failure reason and counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// No passkey, a malformed one, or two.
+    Passkey,
+    /// A passkey no user has.
+    UnknownPasskey,
+    /// An info hash no registered torrent has.
+    UnknownTorrent,
+    /// A user who may not download announced something left to download.
+    MayNotLeech,
+    /// The client's peer id prefix is denied, or not allowed.
+    Client,
+    /// The announced port is denied.
+    Port,
+}
+
+impl Refusal {
+    /// Every refusal, in the order of their counters.
+    pub const ALL: [Refusal; 6] = [
+        Refusal::Passkey,
+        Refusal::UnknownPasskey,
+        Refusal::UnknownTorrent,
+        Refusal::MayNotLeech,
+        Refusal::Client,
+        Refusal::Port,
+    ];
+
+    /// The `reason` label of its counter.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Passkey => "passkey",
+            Refusal::UnknownPasskey => "unknown_passkey",
+            Refusal::UnknownTorrent => "unknown_torrent",
+            Refusal::MayNotLeech => "may_not_leech",
+            Refusal::Client => "client",
+            Refusal::Port => "port",
+        }
+    }
+
+    /// The failure reason a client is sent (for [`Refusal::Passkey`], the codec's own).
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::Passkey => "this tracker is private: the announce URL needs a passkey",
+            Refusal::UnknownPasskey => "unknown passkey: download the .torrent file again",
+            Refusal::UnknownTorrent => "this torrent is not registered on this tracker",
+            Refusal::MayNotLeech => "your account may not download now (seeding is allowed)",
+            Refusal::Client => "your BitTorrent client is not allowed on this tracker",
+            Refusal::Port => "your client's listening port is not allowed: use another one",
+        }
+    }
+}
+
+/// The private tracker's metrics.
+mod m {
+    use hotpath_metrics::Desc;
+
+    pub static USERS: Desc = Desc::gauge("hotpath_private_users", "Registered users held.");
+    pub static TORRENTS: Desc =
+        Desc::gauge("hotpath_private_torrents", "Registered torrents held.");
+    pub static REFUSED: Desc = Desc::counter(
+        "hotpath_private_refused_total",
+        "Announces and scrapes a private tracker refused, by reason.",
+    )
+    .labels(&["reason"]);
+    pub static POLLS: Desc = Desc::counter(
+        "hotpath_private_polls_total",
+        "Reads of the users and torrents tables.",
+    );
+    pub static POLL_ERRORS: Desc = Desc::counter(
+        "hotpath_private_poll_errors_total",
+        "Reads of the users and torrents tables that failed (the registries in force stay).",
+    );
+    pub static ROWS_SKIPPED: Desc = Desc::counter(
+        "hotpath_private_rows_skipped_total",
+        "Rows of the users and torrents tables left out: malformed (a bad passkey or info \
+         hash, an id out of range), a key or id an earlier row took, or past \
+         private.max_users / private.max_torrents.",
+    );
+}
+
+/// The client and port rules.
+#[derive(Debug, Clone, Default)]
+pub struct Rules {
+    /// Peer id prefixes allowed (empty: any not denied).
+    pub peer_id_allow: Vec<Box<[u8]>>,
+    /// Peer id prefixes denied.
+    pub peer_id_deny: Vec<Box<[u8]>>,
+    /// Ports denied.
+    pub port_deny: Vec<PortRange>,
+}
+
+impl Rules {
+    /// The rules of `[private]`.
+    pub fn of(c: &PrivateConfig) -> Rules {
+        let bytes = |v: &[String]| v.iter().map(|s| s.as_bytes().into()).collect();
+        Rules {
+            peer_id_allow: bytes(&c.peer_id_allow),
+            peer_id_deny: bytes(&c.peer_id_deny),
+            port_deny: c.port_deny.clone(),
+        }
+    }
+
+    /// Whether a client of `peer_id` may announce.
+    pub fn client_allowed(&self, peer_id: &[u8]) -> bool {
+        let has = |list: &[Box<[u8]>]| list.iter().any(|p| peer_id.starts_with(p));
+        !has(&self.peer_id_deny) && (self.peer_id_allow.is_empty() || has(&self.peer_id_allow))
+    }
+
+    /// Whether peers may announce `port`.
+    pub fn port_allowed(&self, port: u16) -> bool {
+        !self.port_deny.iter().any(|r| r.contains(port))
+    }
+}
+
+/// What one announce is checked for.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    /// The passkey (checked by the codec), or why there is none.
+    pub passkey: Result<&'a [u8], &'static str>,
+    /// The torrent.
+    pub info_hash: &'a Id20,
+    /// The client's peer id.
+    pub peer_id: &'a Id20,
+    /// The port it listens on.
+    pub port: u16,
+    /// Whether it still downloads (left > 0 and not stopping).
+    pub leeching: bool,
+}
+
+/// The users, the torrents and the rules of a private tracker.
+pub struct Private {
+    /// Users by passkey.
+    pub users: Registry<Box<[u8]>, User>,
+    /// Torrents by info hash.
+    pub torrents: Registry<Id20, Torrent>,
+    /// Client and port rules.
+    pub rules: Rules,
+    /// The query parameter that may carry the passkey.
+    pub passkey_param: Box<[u8]>,
+    /// Where users and torrents are read.
+    pub source: Source,
+    /// Seconds between polls.
+    pub poll_secs: u32,
+    refused: [Counter; Refusal::ALL.len()],
+    polls: Counter,
+    poll_errors: Counter,
+    rows_skipped: Counter,
+}
+
+impl Private {
+    /// Empty registries for `[private]` (filled by [`Private::poll`]).
+    pub fn new(c: &PrivateConfig) -> Private {
+        Private {
+            users: Registry::new(c.max_users),
+            torrents: Registry::new(c.max_torrents),
+            rules: Rules::of(c),
+            passkey_param: c.passkey_param().as_bytes().into(),
+            source: Source::new(c),
+            poll_secs: c.poll_secs,
+            refused: Default::default(),
+            polls: Counter::default(),
+            poll_errors: Counter::default(),
+            rows_skipped: Counter::default(),
+        }
+    }
+
+    /// Counts a refusal and returns its failure reason.
+    pub fn refuse(&self, r: Refusal) -> &'static str {
+        self.refused[r as usize].add(1);
+        r.reason()
+    }
+
+    /// Counts a refusal for `r` answered with `reason` (the codec's words for a passkey).
+    pub fn refuse_with(&self, r: Refusal, reason: &'static str) -> &'static str {
+        self.refused[r as usize].add(1);
+        reason
+    }
+
+    /// Checks an announce: its user and torrent, or the failure reason to answer with
+    /// (counted).
+    pub fn check(&self, a: Ask<'_>) -> Result<(User, Torrent), &'static str> {
+        let key = match a.passkey {
+            Ok(k) => k,
+            Err(reason) => return Err(self.refuse_with(Refusal::Passkey, reason)),
+        };
+        let user = self
+            .users
+            .get(key)
+            .ok_or_else(|| self.refuse(Refusal::UnknownPasskey))?;
+        let torrent = self
+            .torrents
+            .get(a.info_hash)
+            .ok_or_else(|| self.refuse(Refusal::UnknownTorrent))?;
+        if !self.rules.client_allowed(a.peer_id) {
+            return Err(self.refuse(Refusal::Client));
+        }
+        if !self.rules.port_allowed(a.port) {
+            return Err(self.refuse(Refusal::Port));
+        }
+        if a.leeching && !user.can_leech {
+            return Err(self.refuse(Refusal::MayNotLeech));
+        }
+        Ok((user, torrent))
+    }
+
+    /// Whether a scrape may see `info_hash` (a registered torrent).
+    pub fn scrapable(&self, info_hash: &Id20) -> bool {
+        self.torrents.get(info_hash).is_some()
+    }
+
+    /// Reads the users and torrents tables once (every row when `full`, else the rows
+    /// changed since the last read where the schema says so); on an error the registries
+    /// stay as they were. Returns (users, torrents) held after it.
+    pub fn poll(
+        &self,
+        db: &mut dyn hotpath_store::Backend,
+        full: bool,
+    ) -> Result<(usize, usize), hotpath_store::StoreError> {
+        self.polls.add(1);
+        let skipped = self
+            .source
+            .read(db, full, &self.users, &self.torrents)
+            .inspect_err(|_| self.poll_errors.add(1))?;
+        self.rows_skipped.add(skipped as u64);
+        Ok((self.users.len(), self.torrents.len()))
+    }
+
+    /// Adds the private tracker's figures.
+    pub fn collect(&self, out: &mut Samples) {
+        let get = Counter::get;
+        out.section("private")
+            .add(&m::USERS, self.users.len())
+            .add(&m::TORRENTS, self.torrents.len())
+            .add(&m::POLLS, get(&self.polls))
+            .add(&m::POLL_ERRORS, get(&self.poll_errors))
+            .add(&m::ROWS_SKIPPED, get(&self.rows_skipped));
+        for r in Refusal::ALL {
+            out.labeled(&m::REFUSED, &[r.label()], get(&self.refused[r as usize]));
+        }
+    }
+}
+
+/// Polls the users and torrents tables every `poll_secs` on a connection of its own (so a
+/// long read never holds up the store's flushes), reading every row each tenth time, until
+/// `stop`. A failed read keeps the registries in force and is retried at the next poll.
+pub fn poller(private: Arc<Private>, store: Arc<hotpath_store::Store>, stop: Arc<AtomicBool>) {
+    let every = Duration::from_secs(u64::from(private.poll_secs));
+    let mut due = Instant::now() + every;
+    let mut conn: Option<Box<dyn hotpath_store::Backend>> = None;
+    let mut n: u64 = 0;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(100));
+        if Instant::now() < due {
+            continue;
+        }
+        due = Instant::now() + every;
+        n += 1;
+        let db = match conn.as_mut() {
+            Some(db) => db,
+            None => match store.connect() {
+                Ok(db) => conn.insert(db),
+                Err(e) => {
+                    private.poll_errors.add(1);
+                    log::warn!("private: users and torrents not read: {e}");
+                    continue;
+                }
+            },
+        };
+        if let Err(e) = private.poll(&mut **db, n.is_multiple_of(10)) {
+            log::warn!("private: users and torrents not read: {e}; the registries in force stay");
+            conn = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn private() -> Private {
+        let mut c = PrivateConfig {
+            peer_id_deny: vec!["-XX".into()],
+            ..Default::default()
+        };
+        c.port_deny = vec![PortRange::try_from("6881-6889".to_string()).unwrap()];
+        let p = Private::new(&c);
+        p.users
+            .put(
+                b"goodkey",
+                User {
+                    id: 1,
+                    can_leech: true,
+                },
+            )
+            .unwrap();
+        p.users
+            .put(
+                b"seedonly",
+                User {
+                    id: 2,
+                    can_leech: false,
+                },
+            )
+            .unwrap();
+        p.torrents
+            .put(
+                &[7; 20],
+                Torrent {
+                    id: 9,
+                    download_pct: 0,
+                    upload_pct: 100,
+                },
+            )
+            .unwrap();
+        p
+    }
+
+    fn ask<'a>(key: &'a [u8], hash: &'a Id20, peer_id: &'a Id20) -> Ask<'a> {
+        Ask {
+            passkey: Ok(key),
+            info_hash: hash,
+            peer_id,
+            port: 51413,
+            leeching: true,
+        }
+    }
+
+    #[test]
+    fn every_refusal_has_its_reason_and_counter() {
+        let p = private();
+        let (hash, other, id) = ([7; 20], [8; 20], *b"-TR4060-abcdefghijkl");
+        let (u, t) = p.check(ask(b"goodkey", &hash, &id)).unwrap();
+        assert_eq!((u.id, t.id, t.download_pct), (1, 9, 0));
+        let mut a = ask(b"goodkey", &hash, &id);
+        a.passkey = Err("malformed passkey");
+        assert_eq!(p.check(a), Err("malformed passkey"));
+        let cases = [
+            (ask(b"nokey", &hash, &id), Refusal::UnknownPasskey),
+            (ask(b"goodkey", &other, &id), Refusal::UnknownTorrent),
+            (ask(b"seedonly", &hash, &id), Refusal::MayNotLeech),
+            (
+                ask(b"goodkey", &hash, b"-XX0001-abcdefghijkl"),
+                Refusal::Client,
+            ),
+            (
+                Ask {
+                    port: 6885,
+                    ..ask(b"goodkey", &hash, &id)
+                },
+                Refusal::Port,
+            ),
+        ];
+        for (a, r) in cases {
+            assert_eq!(p.check(a), Err(r.reason()), "{r:?}");
+        }
+        // A seed-only user may seed.
+        let seeding = Ask {
+            leeching: false,
+            ..ask(b"seedonly", &hash, &id)
+        };
+        assert!(p.check(seeding).is_ok());
+        for r in Refusal::ALL {
+            assert_eq!(p.refused[r as usize].get(), 1, "{r:?}");
+        }
+        let reasons: std::collections::HashSet<_> =
+            Refusal::ALL.iter().map(|r| r.reason()).collect();
+        assert_eq!(reasons.len(), Refusal::ALL.len(), "each reason differs");
+    }
+
+    #[test]
+    fn the_allow_list_admits_only_its_clients() {
+        let r = Rules {
+            peer_id_allow: vec![b"-TR".to_vec().into(), b"-qB".to_vec().into()],
+            peer_id_deny: vec![b"-TR2".to_vec().into()],
+            port_deny: vec![],
+        };
+        assert!(r.client_allowed(b"-TR4060-abcdefghijkl"));
+        assert!(r.client_allowed(b"-qB4630-abcdefghijkl"));
+        assert!(!r.client_allowed(b"-TR2940-abcdefghijkl"), "deny first");
+        assert!(!r.client_allowed(b"-UT3550-abcdefghijkl"));
+        assert!(Rules::default().client_allowed(b"anything at all....."));
+    }
+}

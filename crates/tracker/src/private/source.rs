@@ -1,0 +1,330 @@
+//! Where a private tracker reads its users and torrents: the SQL of each schema preset, with
+//! the table and column names of `[private]`, and what a row means in each (TorrentPier's
+//! gold and silver torrents, XBT's deleted flag).
+//!
+//! Every row comes from a database an attacker may have written to (a site's forms fill it):
+//! a row with an id out of range, a malformed passkey or an info hash that is not 20 bytes
+//! is left out and counted, and never stops the rest.
+//!
+//! Owns: [`Source`]. Must not: hold a connection (the caller lends one).
+
+use hotpath_config::{PrivateConfig, PrivateSchema};
+use hotpath_store::table::Value;
+use hotpath_store::{Backend, Dialect, StoreError};
+use parking_lot::Mutex;
+
+use super::registry::Registry;
+use super::{Torrent, User};
+
+/// The reads of one schema preset.
+#[derive(Debug)]
+pub struct Source {
+    schema: PrivateSchema,
+    users: String,
+    user_cols: [String; 3],
+    users_updated: Option<String>,
+    torrents: String,
+    torrent_cols: [String; 4],
+    torrents_updated: Option<String>,
+    /// The largest `updated_at` of each table's last read (users, torrents); `None` until
+    /// a full read.
+    since: Mutex<(Option<i64>, Option<i64>)>,
+}
+
+/// `name` quoted for `dialect` (a schema-qualified name part by part). Names are checked by
+/// the config (letters, digits, `_`), so quoting only keeps reserved words and case intact.
+fn quoted(dialect: Dialect, name: &str) -> String {
+    let q = if dialect == Dialect::Mysql { '`' } else { '"' };
+    name.split('.')
+        .map(|part| format!("{q}{part}{q}"))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+impl Source {
+    /// The reads of `[private]`'s preset and names.
+    pub fn new(c: &PrivateConfig) -> Source {
+        let name = |k: &str| c.name(k).map(str::to_string);
+        let must = |k: &str| name(k).expect("every preset names its tables, ids and keys");
+        // Columns a preset lacks are read as constants.
+        let or = |k: &str, constant: &str| name(k).unwrap_or_else(|| format!("#{constant}"));
+        let (a, b) = match c.schema {
+            PrivateSchema::Hotpath => (
+                or("torrents.download_pct", "100"),
+                or("torrents.upload_pct", "100"),
+            ),
+            PrivateSchema::Xbt | PrivateSchema::XbtFiles => {
+                (or("torrents.flags", "0"), "#0".into())
+            }
+            PrivateSchema::Torrentpier => (or("torrents.tor_type", "0"), "#0".into()),
+        };
+        Source {
+            schema: c.schema,
+            users: must("users"),
+            user_cols: [
+                must("users.id"),
+                must("users.passkey"),
+                or("users.can_leech", "1"),
+            ],
+            users_updated: name("users.updated_at"),
+            torrents: must("torrents"),
+            torrent_cols: [must("torrents.id"), must("torrents.info_hash"), a, b],
+            torrents_updated: name("torrents.updated_at"),
+            since: Mutex::new((None, None)),
+        }
+    }
+
+    /// `SELECT cols[, updated] FROM table [WHERE updated >= ?]` for `dialect`.
+    fn select(
+        dialect: Dialect,
+        table: &str,
+        cols: &[String],
+        updated: Option<&str>,
+        since: bool,
+    ) -> String {
+        let col = |c: &str| match c.strip_prefix('#') {
+            Some(constant) => constant.to_string(),
+            None => quoted(dialect, c),
+        };
+        let mut list: Vec<String> = cols.iter().map(|c| col(c)).collect();
+        if let Some(u) = updated {
+            list.push(col(u));
+        }
+        let mut sql = format!("SELECT {} FROM {}", list.join(", "), quoted(dialect, table));
+        if let (Some(u), true) = (updated, since) {
+            sql.push_str(&format!(" WHERE {} >= ?", col(u)));
+        }
+        sql
+    }
+
+    /// The SQL of the users read and the torrents read for `dialect` (full reads).
+    pub fn statements(&self, dialect: Dialect) -> [String; 2] {
+        [
+            Self::select(dialect, &self.users, &self.user_cols, None, false),
+            Self::select(dialect, &self.torrents, &self.torrent_cols, None, false),
+        ]
+    }
+
+    /// A user of a row (id, passkey, can_leech), or `None` for a malformed row.
+    fn user(r: &[Value]) -> Option<(Box<[u8]>, User)> {
+        let id = u32::try_from(r[0].int()).ok().filter(|&id| id > 0)?;
+        let key = hotpath_wire::passkey::check(r[1].bytes()).ok()?;
+        let can_leech = !matches!(r[2], Value::Int(0));
+        Some((key.into(), User { id, can_leech }))
+    }
+
+    /// A torrent of a row (id, info hash, two preset columns), or `None` for a malformed
+    /// row; `Some(None)` for one the preset says is not served (XBT's deleted flag).
+    fn torrent(&self, r: &[Value]) -> Option<Option<([u8; 20], Torrent)>> {
+        let id = u32::try_from(r[0].int()).ok().filter(|&id| id > 0)?;
+        let hash: [u8; 20] = r[1].bytes().try_into().ok()?;
+        let pct = |v: &Value| v.int().clamp(0, 1000) as u16;
+        let (download_pct, upload_pct) = match self.schema {
+            PrivateSchema::Hotpath => (pct(&r[2]), pct(&r[3])),
+            PrivateSchema::Xbt | PrivateSchema::XbtFiles => {
+                if r[2].int() & 1 != 0 {
+                    return Some(None);
+                }
+                (100, 100)
+            }
+            // TorrentPier: tor_type 1 is gold (no download counted), 2 silver (half).
+            PrivateSchema::Torrentpier => match r[2].int() {
+                1 => (0, 100),
+                2 => (50, 100),
+                _ => (100, 100),
+            },
+        };
+        let t = Torrent {
+            id,
+            download_pct,
+            upload_pct,
+        };
+        Some(Some((hash, t)))
+    }
+
+    /// Reads both tables into the registries: every row when `full` (or when a table has no
+    /// updated_at column, or was never read whole), else the rows whose updated_at reached
+    /// the largest one seen before. Returns the rows left out.
+    pub fn read(
+        &self,
+        db: &mut dyn Backend,
+        full: bool,
+        users: &Registry<Box<[u8]>, User>,
+        torrents: &Registry<[u8; 20], Torrent>,
+    ) -> Result<usize, StoreError> {
+        let dialect = db.dialect();
+        let (users_since, torrents_since) = *self.since.lock();
+        let mut skipped = 0;
+        let mut newest = (users_since, torrents_since);
+
+        let since = users_since.filter(|_| !full && self.users_updated.is_some());
+        let sql = Self::select(
+            dialect,
+            &self.users,
+            &self.user_cols,
+            self.users_updated.as_deref(),
+            since.is_some(),
+        );
+        let params: Vec<Value> = since.map(Value::Int).into_iter().collect();
+        let mut rows = Vec::new();
+        let mut top = None;
+        db.query(&sql, &params, &mut |r| {
+            if self.users_updated.is_some() {
+                top = top.max(Some(r[3].int()));
+            }
+            match Self::user(r) {
+                Some(u) => rows.push(u),
+                None => skipped += 1,
+            }
+        })?;
+        if since.is_some() {
+            for (k, u) in rows {
+                if users.put(&k, u).is_err() {
+                    skipped += 1;
+                }
+            }
+        } else {
+            skipped += users.replace_all(rows);
+        }
+        if self.users_updated.is_some() {
+            newest.0 = top.max(users_since).or(Some(0));
+        }
+
+        let since = torrents_since.filter(|_| !full && self.torrents_updated.is_some());
+        let sql = Self::select(
+            dialect,
+            &self.torrents,
+            &self.torrent_cols,
+            self.torrents_updated.as_deref(),
+            since.is_some(),
+        );
+        let params: Vec<Value> = since.map(Value::Int).into_iter().collect();
+        let mut rows = Vec::new();
+        let mut gone = Vec::new();
+        let mut top = None;
+        db.query(&sql, &params, &mut |r| {
+            if self.torrents_updated.is_some() {
+                top = top.max(Some(r[4].int()));
+            }
+            match self.torrent(r) {
+                Some(Some(t)) => rows.push(t),
+                Some(None) => gone.push(r[0].int()),
+                None => skipped += 1,
+            }
+        })?;
+        if since.is_some() {
+            for id in gone {
+                torrents.remove_id(id as u32);
+            }
+            for (k, t) in rows {
+                if torrents.put(&k, t).is_err() {
+                    skipped += 1;
+                }
+            }
+        } else {
+            skipped += torrents.replace_all(rows);
+        }
+        if self.torrents_updated.is_some() {
+            newest.1 = top.max(torrents_since).or(Some(0));
+        }
+        *self.since.lock() = newest;
+        Ok(skipped)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_preset_reads_its_tables_and_names_quote_per_dialect() {
+        let c = PrivateConfig {
+            schema: PrivateSchema::Xbt,
+            ..Default::default()
+        };
+        let [u, t] = Source::new(&c).statements(Dialect::Mysql);
+        assert_eq!(
+            u,
+            "SELECT `uid`, `torrent_pass`, `can_leech` FROM `xbt_users`"
+        );
+        assert_eq!(
+            t,
+            "SELECT `tid`, `info_hash`, `flags`, 0 FROM `xbt_torrents`"
+        );
+        let mut c = PrivateConfig {
+            schema: PrivateSchema::Torrentpier,
+            ..Default::default()
+        };
+        c.names.insert("users".into(), "site.bb_bt_users".into());
+        let [u, t] = Source::new(&c).statements(Dialect::Postgres);
+        assert_eq!(
+            u,
+            r#"SELECT "user_id", "auth_key", 1 FROM "site"."bb_bt_users""#
+        );
+        assert_eq!(
+            t,
+            r#"SELECT "topic_id", "info_hash", "tor_type", 0 FROM "bb_bt_torrents""#
+        );
+        let s = Source::new(&PrivateConfig::default());
+        let sql = Source::select(
+            Dialect::Sqlite,
+            &s.users,
+            &s.user_cols,
+            s.users_updated.as_deref(),
+            true,
+        );
+        assert_eq!(
+            sql,
+            r#"SELECT "user_id", "passkey", "can_leech", "updated_at" FROM "hp_users" WHERE "updated_at" >= ?"#
+        );
+    }
+
+    #[test]
+    fn malformed_rows_are_left_out_and_presets_read_their_factors() {
+        let v = |i: i64| Value::Int(i);
+        let key = |s: &str| Value::Text(s.into());
+        assert!(Source::user(&[v(1), key("abc123"), v(1)]).is_some());
+        for bad in [
+            [v(0), key("abc123"), v(1)],
+            [v(1 << 33), key("abc123"), v(1)],
+            [v(1), key(""), v(1)],
+            [v(1), key("abc 123"), v(1)],
+            [v(1), key(&"a".repeat(65)), v(1)],
+        ] {
+            assert!(Source::user(&bad).is_none(), "{bad:?}");
+        }
+        assert!(!Source::user(&[v(1), key("k"), v(0)]).unwrap().1.can_leech);
+        assert!(
+            Source::user(&[v(1), key("k"), Value::Null])
+                .unwrap()
+                .1
+                .can_leech
+        );
+        let hash = Value::Blob([1; 20].into());
+        let tp = Source::new(&PrivateConfig {
+            schema: PrivateSchema::Torrentpier,
+            ..Default::default()
+        });
+        let gold = tp
+            .torrent(&[v(5), hash.clone(), v(1), v(0)])
+            .unwrap()
+            .unwrap();
+        assert_eq!((gold.1.download_pct, gold.1.upload_pct), (0, 100));
+        let silver = tp
+            .torrent(&[v(5), hash.clone(), v(2), v(0)])
+            .unwrap()
+            .unwrap();
+        assert_eq!(silver.1.download_pct, 50);
+        assert!(tp
+            .torrent(&[v(5), Value::Blob([1; 19].into()), v(0), v(0)])
+            .is_none());
+        let xbt = Source::new(&PrivateConfig {
+            schema: PrivateSchema::Xbt,
+            ..Default::default()
+        });
+        assert_eq!(xbt.torrent(&[v(5), hash.clone(), v(1), v(0)]), Some(None));
+        let own = Source::new(&PrivateConfig::default());
+        let t = own.torrent(&[v(5), hash, v(-5), v(5000)]).unwrap().unwrap();
+        assert_eq!((t.1.download_pct, t.1.upload_pct), (0, 1000));
+    }
+}
