@@ -20,8 +20,9 @@ pub fn allocated() -> usize {
 }
 
 /// Every service that writes through the store, as the binary wires them.
-pub static SERVICES: [&hotpath_store::Service; 3] = [
+pub static SERVICES: [&hotpath_store::Service; 4] = [
     &hotpath_tracker::stored::TRACKER,
+    &hotpath_tracker::private::stored::PRIVATE,
     &hotpath_popups::stored::POPUPS,
     &hotpath_lua::stored::LUA,
 ];
@@ -35,6 +36,8 @@ pub enum AnyChange {
     Popup(hotpath_popups::stored::PopupChange),
     /// The Lua routes'.
     Lua(hotpath_lua::stored::LuaChange),
+    /// Private mode's accounting.
+    Account(hotpath_tracker::private::stored::AccountChange),
 }
 
 impl AnyChange {
@@ -47,6 +50,10 @@ impl AnyChange {
             .map(|(c, len)| (AnyChange::Torrent(c), len))
             .or_else(|| PopupChange::decode(b).map(|(c, len)| (AnyChange::Popup(c), len)))
             .or_else(|| LuaChange::decode(b).map(|(c, len)| (AnyChange::Lua(c), len)))
+            .or_else(|| {
+                hotpath_tracker::private::stored::AccountChange::decode(b)
+                    .map(|(c, len)| (AnyChange::Account(c), len))
+            })
     }
 
     /// The change as its service encodes it.
@@ -55,6 +62,7 @@ impl AnyChange {
             AnyChange::Torrent(c) => c,
             AnyChange::Popup(c) => c,
             AnyChange::Lua(c) => c,
+            AnyChange::Account(c) => c,
         }
     }
 }

@@ -412,6 +412,9 @@ section! {
         pub peer_id_deny: Vec<String> = Vec::new(),
         /// Ports peers may not announce (e.g. ["1-1023", "6881-6889"]).
         pub port_deny: Vec<PortRange> = Vec::new(),
+        /// Clients (peer ids) one user may run on one torrent at once; a further one is
+        /// refused until one stops or times out.
+        pub max_peers_per_user_torrent: u16 = 3,
     }
 }
 

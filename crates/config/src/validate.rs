@@ -259,6 +259,9 @@ fn private(c: &Config, p: &mut Problems) {
     if pr.max_torrents == 0 {
         p.bad("private.max_torrents", "must be at least 1");
     }
+    if pr.max_peers_per_user_torrent == 0 {
+        p.bad("private.max_peers_per_user_torrent", "must be at least 1");
+    }
     for (key, list) in [
         ("private.peer_id_allow", &pr.peer_id_allow),
         ("private.peer_id_deny", &pr.peer_id_deny),

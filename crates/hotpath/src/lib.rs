@@ -154,8 +154,9 @@ pub fn start(config: &Config) -> anyhow::Result<RunningServer> {
 
 /// Every service that writes through the store, as the store knows it: the binary's wiring
 /// (a new service adds itself here, and nowhere in the store).
-pub static STORED: [&hotpath_store::Service; 3] = [
+pub static STORED: [&hotpath_store::Service; 4] = [
     &hotpath_tracker::stored::TRACKER,
+    &hotpath_tracker::private::stored::PRIVATE,
     &hotpath_popups::stored::POPUPS,
     &hotpath_lua::stored::LUA,
 ];

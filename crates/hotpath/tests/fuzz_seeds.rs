@@ -10,6 +10,7 @@ use hotpath_lua::stored::LuaChange;
 use hotpath_popups::stored::{PopupChange, SHOWN};
 use hotpath_store::journal::seal;
 use hotpath_store::Encode;
+use hotpath_tracker::private::stored::AccountChange;
 use hotpath_tracker::stored::TorrentChange;
 use hotpath_tracker::table::{Caps, PeerAnnounce, Selection, SwarmTable, Table};
 use hotpath_wire::bencode::{put_bytes, put_failure, put_int};
@@ -221,7 +222,7 @@ fn bencode(seeds: &mut Seeds) {
 }
 
 fn journal(seeds: &mut Seeds) {
-    let changes: [&dyn Encode; 4] = [
+    let changes: [&dyn Encode; 5] = [
         &TorrentChange {
             info_hash: [9; 20],
             completed: 1,
@@ -247,6 +248,18 @@ fn journal(seeds: &mut Seeds) {
             key: "bob".into(),
             column: "count".into(),
             delta: -2,
+            at: 1_800_000_000,
+        },
+        &AccountChange {
+            user: 7,
+            torrent: 11,
+            uploaded: 2000,
+            downloaded: 500,
+            uploaded_raw: 1000,
+            downloaded_raw: 1000,
+            remaining: 0,
+            completed: 1,
+            flags: AccountChange::SEEDING,
             at: 1_800_000_000,
         },
     ];

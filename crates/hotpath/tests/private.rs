@@ -296,3 +296,151 @@ fn a_schema_the_database_lacks_stops_the_start_with_the_key_to_fix() {
     assert!(e.contains("members"), "{e}");
     assert!(e.contains("private.names"), "{e}");
 }
+
+/// Reads `sql` from the server's SQLite file: every row's integers.
+fn rows(config: &Config, sql: &str) -> Vec<Vec<i64>> {
+    let dir = std::path::Path::new(&config.store.data_dir);
+    let mut db = hotpath_store::backend::connect("", dir).unwrap();
+    let mut out = Vec::new();
+    db.query(sql, &[], &mut |r| {
+        out.push(r.iter().map(Value::int).collect())
+    })
+    .unwrap();
+    out
+}
+
+#[test]
+fn traffic_is_accounted_per_user_and_torrent_and_written_behind() {
+    let c = private_config();
+    let server = start(&c);
+    add_user(&c, 1, KEY, 1);
+    add_user(&c, 2, SEED_ONLY, 1);
+    add_torrent(&c, 10, &FREE, 0);
+    add_torrent(&c, 11, &NORMAL, 100);
+    site(
+        &c,
+        "UPDATE hp_private_torrents SET upload_pct = 200 WHERE torrent_id = 11",
+        &[],
+    );
+    let mut http = Client::connect(server.http_addr().unwrap());
+    let mut admin = Client::connect(server.admin_addr().unwrap());
+    wait_until("the poll", Duration::from_secs(10), || {
+        metric(&mut admin, "hotpath_private_torrents ") == 2.0
+    });
+    let go = |http: &mut Client, key: &str, hash, n, up, down, left, event| {
+        let mut a = announce(hash, n, 40000 + u16::from(n), left, event);
+        a.uploaded = up;
+        a.downloaded = down;
+        let mut q = Vec::new();
+        write_announce(&mut q, &a);
+        let r = http.get(&format!(
+            "/{key}/announce?{}",
+            String::from_utf8(q).unwrap()
+        ));
+        assert_eq!(failure(&r.body), None);
+    };
+    // User 1 seeds NORMAL (double upload); user 2 leeches it and completes; user 2 also
+    // leeches FREE (nothing downloaded counts). First announces credit nothing, whatever
+    // their counters say.
+    go(&mut http, KEY, NORMAL, 1, 5_000, 0, 0, Event::Started);
+    go(
+        &mut http,
+        SEED_ONLY,
+        NORMAL,
+        2,
+        0,
+        9_999,
+        1000,
+        Event::Started,
+    );
+    go(&mut http, KEY, NORMAL, 1, 6_000, 0, 0, Event::None);
+    go(
+        &mut http,
+        SEED_ONLY,
+        NORMAL,
+        2,
+        0,
+        10_999,
+        0,
+        Event::Completed,
+    );
+    go(&mut http, SEED_ONLY, FREE, 3, 0, 0, 500, Event::Started);
+    go(&mut http, SEED_ONLY, FREE, 3, 100, 400, 100, Event::None);
+    // A restarted client (counters went down) credits nothing.
+    go(&mut http, SEED_ONLY, FREE, 3, 0, 10, 90, Event::None);
+    go(&mut http, SEED_ONLY, FREE, 3, 50, 60, 0, Event::Stopped);
+    let totals = "SELECT user_id, uploaded, downloaded, uploaded_raw, downloaded_raw \
+                  FROM hp_user_totals ORDER BY user_id";
+    wait_until("the flush", Duration::from_secs(10), || {
+        rows(&c, totals).len() == 2
+    });
+    server.shutdown().unwrap();
+    assert_eq!(
+        rows(&c, totals),
+        [vec![1, 2000, 0, 1000, 0], vec![2, 150, 1000, 150, 1450]]
+    );
+    let per_torrent = "SELECT user_id, torrent_id, uploaded, downloaded, remaining, seeding, \
+                       active, announces, completed FROM hp_user_torrents \
+                       ORDER BY user_id, torrent_id";
+    assert_eq!(
+        rows(&c, per_torrent),
+        [
+            vec![1, 11, 2000, 0, 0, 1, 1, 2, 0],
+            // A known leecher that reports nothing left completes, whatever its event.
+            vec![2, 10, 150, 0, 0, 1, 0, 4, 1],
+            vec![2, 11, 0, 1000, 0, 1, 1, 2, 1],
+        ]
+    );
+    for at in rows(
+        &c,
+        "SELECT completed_at FROM hp_user_torrents WHERE completed = 1",
+    ) {
+        assert!((at[0] - now()).abs() < 60, "{at:?}");
+    }
+}
+
+#[test]
+fn kill_9_loses_no_acknowledged_accounting() {
+    let mut c = private_config();
+    // Nothing reaches the database before the kill: the journal is all there is.
+    c.store.flush_interval_ms = 600_000;
+    let dir = std::path::PathBuf::from(&c.store.data_dir);
+    let file = dir.join("hotpath.toml");
+    std::fs::write(&file, c.to_commented_toml()).unwrap();
+    let mut p = Proc::spawn(&file, &dir);
+    add_user(&c, 1, KEY, 1);
+    add_torrent(&c, 11, &NORMAL, 100);
+    wait_until("the poll", Duration::from_secs(10), || {
+        p.metric("hotpath_private_torrents") == 1.0
+    });
+    let mut http = Client::connect(p.http);
+    let mut sent = 0;
+    for i in 0..50u64 {
+        let mut a = announce(NORMAL, 1, 40001, 0, Event::None);
+        a.uploaded = i * 1000;
+        let mut q = Vec::new();
+        write_announce(&mut q, &a);
+        let r = http.get(&format!(
+            "/{KEY}/announce?{}",
+            String::from_utf8(q).unwrap()
+        ));
+        assert_eq!(failure(&r.body), None);
+        sent = i * 1000;
+    }
+    assert!(rows(&c, "SELECT uploaded FROM hp_user_totals").is_empty());
+    p.signal("-KILL");
+    // Started again (flushing at once), the journal's records reach the database.
+    let mut c2 = c.clone();
+    c2.store.flush_interval_ms = 100;
+    std::fs::write(&file, c2.to_commented_toml()).unwrap();
+    let mut p = Proc::spawn(&file, &dir);
+    let totals = "SELECT uploaded, uploaded_raw FROM hp_user_totals WHERE user_id = 1";
+    wait_until("the replayed accounting", Duration::from_secs(20), || {
+        !rows(&c, totals).is_empty()
+    });
+    p.signal("-TERM");
+    // The first announce credits nothing; each of the 49 after it 1000 bytes.
+    assert_eq!(rows(&c, totals), [vec![sent as i64, sent as i64]]);
+    let n = rows(&c, "SELECT announces FROM hp_user_torrents");
+    assert_eq!(n, [vec![50]]);
+}

@@ -19,7 +19,8 @@ use hotpath_wire::query::{self, is_global_unicast, Event, Id20};
 use hotpath_wire::udp;
 
 use crate::access::AccessView;
-use crate::private::{Ask, Private, Refusal};
+use crate::private::stored::{AccountChange, ACCOUNT_LEN};
+use crate::private::{Accounted, Ask, Private, Refusal, Torrent, User};
 use crate::table::{Counts, PeerAnnounce, Selection};
 use crate::{Shared, ANNOUNCE, CONNECT, SCRAPE};
 use hotpath_wire::passkey::{self, Route};
@@ -122,6 +123,11 @@ impl TrackerWorker {
         }
     }
 
+    /// Unix seconds at process second `now`.
+    fn unix(&self, now: u32) -> u32 {
+        (self.shared.unix_base + i64::from(now)) as u32
+    }
+
     fn interval(&mut self) -> u32 {
         let cfg = &self.shared.cfg;
         let jitter =
@@ -137,28 +143,58 @@ impl TrackerWorker {
         reason
     }
 
-    /// Applies an announce to the swarm table, journaling the download it completes.
-    fn apply(&mut self, peer: &PeerAnnounce, now: u32) -> Result<Counts, &'static str> {
+    /// Applies an announce to the swarm table, journaling the download it completes; in
+    /// private mode, also what it accounts (`account`, journaled whether or not the swarm
+    /// took the peer: the traffic was made either way).
+    fn apply(
+        &mut self,
+        peer: &PeerAnnounce,
+        now: u32,
+        account: Option<AccountChange>,
+    ) -> Result<Counts, &'static str> {
         if let Some(j) = &self.journal {
             let may_snatch = peer.complete || peer.event == Event::Completed;
             if may_snatch && !j.has_room(TORRENT_LEN) {
                 return Err(j.refuse());
             }
         }
-        let (c, snatched) =
-            self.shared
-                .swarms
-                .announce(peer, now as u16, &mut self.rng, &mut self.sel)?;
+        let result = self
+            .shared
+            .swarms
+            .announce(peer, now as u16, &mut self.rng, &mut self.sel);
+        if let (Some(mut change), Some(j)) = (account, &mut self.journal) {
+            change.completed = u64::from(matches!(result, Ok((_, true))));
+            j.push(&change);
+        }
+        let (c, snatched) = result?;
+        let at = self.unix(now);
         if let (true, Some(j)) = (snatched, &mut self.journal) {
             j.push(&TorrentChange {
                 info_hash: peer.info_hash,
                 completed: 1,
                 seeders: c.seeders,
                 leechers: c.leechers,
-                at: (self.shared.unix_base + i64::from(now)) as u32,
+                at,
             });
         }
         Ok(c)
+    }
+
+    /// Private mode: checks an announce and accounts it. The journal must have room for
+    /// what it records (else the announce is refused, so nothing counted goes unrecorded).
+    fn private_announce(
+        &mut self,
+        p: &Private,
+        ask: Ask<'_>,
+        a: Accounted<'_>,
+    ) -> Result<AccountChange, &'static str> {
+        let (user, torrent): (User, Torrent) = p.check(ask)?;
+        if let Some(j) = &self.journal {
+            if !j.has_room(ACCOUNT_LEN + TORRENT_LEN) {
+                return Err(j.refuse());
+            }
+        }
+        p.account(user, torrent, &a)
     }
 
     fn client_ip(&self, req: &Request<'_, '_>, ctx: &Context) -> Result<IpAddr, &'static str> {
@@ -184,15 +220,28 @@ impl TrackerWorker {
         if let Some(reason) = self.check_access(&a.info_hash) {
             return Err(reason);
         }
-        if let Some(p) = &self.shared.private {
-            p.check(Ask {
-                passkey: key,
-                info_hash: &a.info_hash,
-                peer_id: &a.peer_id,
-                port: a.port,
-                leeching: a.left > 0 && a.event != Event::Stopped,
-            })?;
-        }
+        let account = match self.shared.private.clone() {
+            None => None,
+            Some(p) => Some(self.private_announce(
+                &p,
+                Ask {
+                    passkey: key,
+                    info_hash: &a.info_hash,
+                    peer_id: &a.peer_id,
+                    port: a.port,
+                    leeching: a.left > 0 && a.event != Event::Stopped,
+                },
+                Accounted {
+                    peer_id: &a.peer_id,
+                    uploaded: a.uploaded,
+                    downloaded: a.downloaded,
+                    left: a.left,
+                    stopped: a.event == Event::Stopped,
+                    now: ctx.now,
+                    at: self.unix(ctx.now),
+                },
+            )?),
+        };
         let mut ip = self.client_ip(req, ctx)?;
         let cfg = &self.shared.cfg;
         let ignored = &self.shared.counters.client_addresses_ignored;
@@ -224,7 +273,7 @@ impl TrackerWorker {
         }
         self.sel.clear();
         self.sel.with_ids = !a.compact && !a.no_peer_id && cfg.keep_peer_ids;
-        let c = self.apply(&peer, ctx.now)?;
+        let c = self.apply(&peer, ctx.now, account)?;
         let interval = self.interval();
         let min_interval = self.shared.cfg.min_interval_secs;
         let out = &mut resp.body;
@@ -351,18 +400,36 @@ impl TrackerWorker {
             udp::write_error(out, r.transaction_id, reason, usize::MAX);
             return Outcome::Refused;
         }
-        if let Some(p) = &self.shared.private {
+        let mut account = None;
+        if let Some(p) = self.shared.private.clone() {
             r.options.url_data(&mut self.url_data);
-            let checked = p.check(Ask {
-                passkey: passkey::from_url_data(&self.url_data, &p.passkey_param),
-                info_hash: &r.info_hash,
-                peer_id: &r.peer_id,
-                port: r.port,
-                leeching: r.left > 0 && r.event != Event::Stopped,
-            });
-            if let Err(reason) = checked {
-                udp::write_error(out, r.transaction_id, reason, usize::MAX);
-                return Outcome::Refused;
+            let url_data = std::mem::take(&mut self.url_data);
+            let checked = self.private_announce(
+                &p,
+                Ask {
+                    passkey: passkey::from_url_data(&url_data, &p.passkey_param),
+                    info_hash: &r.info_hash,
+                    peer_id: &r.peer_id,
+                    port: r.port,
+                    leeching: r.left > 0 && r.event != Event::Stopped,
+                },
+                Accounted {
+                    peer_id: &r.peer_id,
+                    uploaded: r.uploaded,
+                    downloaded: r.downloaded,
+                    left: r.left,
+                    stopped: r.event == Event::Stopped,
+                    now: ctx.now,
+                    at: self.unix(ctx.now),
+                },
+            );
+            self.url_data = url_data;
+            match checked {
+                Ok(change) => account = Some(change),
+                Err(reason) => {
+                    udp::write_error(out, r.transaction_id, reason, usize::MAX);
+                    return Outcome::Refused;
+                }
             }
         }
         let cfg = &self.shared.cfg;
@@ -374,7 +441,7 @@ impl TrackerWorker {
         let peer = peer_announce(ip, r.port, &r.info_hash, &r.peer_id, r.left, r.event, want);
         self.sel.clear();
         self.sel.with_ids = false;
-        match self.apply(&peer, ctx.now) {
+        match self.apply(&peer, ctx.now, account) {
             Ok(c) => {
                 let interval = self.interval();
                 udp::write_announce_head(out, r.transaction_id, interval, c.leechers, c.seeders);

@@ -336,6 +336,13 @@ fn sweeper(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
         if i == shards {
             i = 0;
             c.sweeps.add(1);
+            // The ledger forgets peers silent as long, one short lock per shard.
+            if let Some(p) = &shared.private {
+                let now = hotpath_service::process_secs();
+                for s in 0..private::ledger::SHARDS {
+                    p.ledger.sweep(s, now, shared.cfg.peer_timeout_secs);
+                }
+            }
         }
         std::thread::sleep(pause.max(Duration::from_millis(1)));
     }

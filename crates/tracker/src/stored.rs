@@ -8,7 +8,6 @@ use std::any::Any;
 
 // hashbrown's default hasher: this map is keyed by data the workers merge on every commit.
 use hashbrown::HashMap;
-use hotpath_store::migrations::Migration;
 use hotpath_store::table::{col, Merge, Rows, Table, Type, Value};
 use hotpath_store::{Backend, Encode, Queue, Service, StoreError};
 
@@ -154,51 +153,15 @@ impl Queue for TorrentQueue {
     }
 }
 
-/// The tracker, as the store knows it. `hp_torrents` and `hp_access_list` were created by the
-/// store's migrations 1 and 2, before services had their own; its own migrations add the
-/// private tracker's tables:
-///
-/// | table | columns | what |
-/// |---|---|---|
-/// | `hp_users` | `user_id` PK (1 to 4294967295), `passkey` (1 to 64 letters and digits) unique, `can_leech` (0 or 1), `updated_at` (unix s) | the site's users, read by a private tracker (`private.schema = "hotpath"`); set `updated_at` on every change so the next poll reads it |
-/// | `hp_private_torrents` | `torrent_id` PK, `info_hash` (20 bytes) unique, `download_pct` (0 free, 50 half, 100), `upload_pct` (100, 200 double), `updated_at` | the torrents a private tracker serves and how they are credited |
+/// The tracker, as the store knows it. Its tables were created by the store's migrations 1
+/// and 2, before services had their own; it has none of its own (private mode's are in
+/// [`crate::private::stored`]).
 pub static TRACKER: Service = Service {
     name: "tracker",
     tags: &[TAG],
     tables: &[&TORRENTS],
     queue: || Box::<TorrentQueue>::default(),
-    migrations: &[Migration {
-        version: 1,
-        name: "private users, torrents",
-        sqlite: &[
-            "CREATE TABLE hp_users (user_id INTEGER PRIMARY KEY, passkey TEXT NOT NULL UNIQUE, \
-             can_leech INTEGER NOT NULL DEFAULT 1, updated_at INTEGER NOT NULL DEFAULT 0)",
-            "CREATE INDEX hp_users_updated ON hp_users (updated_at)",
-            "CREATE TABLE hp_private_torrents (torrent_id INTEGER PRIMARY KEY, \
-             info_hash BLOB NOT NULL UNIQUE, download_pct INTEGER NOT NULL DEFAULT 100, \
-             upload_pct INTEGER NOT NULL DEFAULT 100, updated_at INTEGER NOT NULL DEFAULT 0)",
-            "CREATE INDEX hp_private_torrents_updated ON hp_private_torrents (updated_at)",
-        ],
-        postgres: &[
-            "CREATE TABLE hp_users (user_id BIGINT PRIMARY KEY, passkey TEXT NOT NULL UNIQUE, \
-             can_leech SMALLINT NOT NULL DEFAULT 1, updated_at BIGINT NOT NULL DEFAULT 0)",
-            "CREATE INDEX hp_users_updated ON hp_users (updated_at)",
-            "CREATE TABLE hp_private_torrents (torrent_id BIGINT PRIMARY KEY, \
-             info_hash BYTEA NOT NULL UNIQUE, download_pct INTEGER NOT NULL DEFAULT 100, \
-             upload_pct INTEGER NOT NULL DEFAULT 100, updated_at BIGINT NOT NULL DEFAULT 0)",
-            "CREATE INDEX hp_private_torrents_updated ON hp_private_torrents (updated_at)",
-        ],
-        mysql: &[
-            "CREATE TABLE hp_users (user_id BIGINT PRIMARY KEY, \
-             passkey VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL UNIQUE, \
-             can_leech SMALLINT NOT NULL DEFAULT 1, updated_at BIGINT NOT NULL DEFAULT 0, \
-             INDEX hp_users_updated (updated_at)) ENGINE=InnoDB",
-            "CREATE TABLE hp_private_torrents (torrent_id BIGINT PRIMARY KEY, \
-             info_hash BINARY(20) NOT NULL UNIQUE, download_pct INT NOT NULL DEFAULT 100, \
-             upload_pct INT NOT NULL DEFAULT 100, updated_at BIGINT NOT NULL DEFAULT 0, \
-             INDEX hp_private_torrents_updated (updated_at)) ENGINE=InnoDB",
-        ],
-    }],
+    migrations: &[],
 };
 
 /// `hp_torrents`.

@@ -6,8 +6,10 @@
 //! Owns: [`Private`] (the registries, the rules, their counters) and [`Refusal`]. Must not:
 //! open sockets, or read the database outside [`source`] and its poller.
 
+pub mod ledger;
 pub mod registry;
 pub mod source;
+pub mod stored;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -18,8 +20,10 @@ use hotpath_metrics::Counter;
 use hotpath_service::Samples;
 use hotpath_wire::query::Id20;
 
+use ledger::{Ledger, Report};
 use registry::{Entry, Registry};
 pub use source::Source;
+use stored::AccountChange;
 
 /// A registered user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,17 +73,20 @@ pub enum Refusal {
     Client,
     /// The announced port is denied.
     Port,
+    /// A new client of a user who runs as many on the torrent as they may.
+    TooManyPeers,
 }
 
 impl Refusal {
     /// Every refusal, in the order of their counters.
-    pub const ALL: [Refusal; 6] = [
+    pub const ALL: [Refusal; 7] = [
         Refusal::Passkey,
         Refusal::UnknownPasskey,
         Refusal::UnknownTorrent,
         Refusal::MayNotLeech,
         Refusal::Client,
         Refusal::Port,
+        Refusal::TooManyPeers,
     ];
 
     /// The `reason` label of its counter.
@@ -91,6 +98,7 @@ impl Refusal {
             Refusal::MayNotLeech => "may_not_leech",
             Refusal::Client => "client",
             Refusal::Port => "port",
+            Refusal::TooManyPeers => "too_many_peers",
         }
     }
 
@@ -103,6 +111,9 @@ impl Refusal {
             Refusal::MayNotLeech => "your account may not download now (seeding is allowed)",
             Refusal::Client => "your BitTorrent client is not allowed on this tracker",
             Refusal::Port => "your client's listening port is not allowed: use another one",
+            Refusal::TooManyPeers => {
+                "you run as many clients on this torrent as you may: stop one first"
+            }
         }
     }
 }
@@ -184,6 +195,25 @@ pub struct Ask<'a> {
     pub leeching: bool,
 }
 
+/// What an announce reports for accounting.
+#[derive(Debug, Clone, Copy)]
+pub struct Accounted<'a> {
+    /// The client's peer id.
+    pub peer_id: &'a Id20,
+    /// Its `uploaded` counter.
+    pub uploaded: u64,
+    /// Its `downloaded` counter.
+    pub downloaded: u64,
+    /// Bytes left.
+    pub left: u64,
+    /// It stops.
+    pub stopped: bool,
+    /// Process second now.
+    pub now: u32,
+    /// Unix seconds now.
+    pub at: u32,
+}
+
 /// The users, the torrents and the rules of a private tracker.
 pub struct Private {
     /// Users by passkey.
@@ -196,6 +226,8 @@ pub struct Private {
     pub passkey_param: Box<[u8]>,
     /// Where users and torrents are read.
     pub source: Source,
+    /// What each peer last reported.
+    pub ledger: Ledger,
     /// Seconds between polls.
     pub poll_secs: u32,
     refused: [Counter; Refusal::ALL.len()],
@@ -213,6 +245,7 @@ impl Private {
             rules: Rules::of(c),
             passkey_param: c.passkey_param().as_bytes().into(),
             source: Source::new(c),
+            ledger: Ledger::new(c.max_peers_per_user_torrent),
             poll_secs: c.poll_secs,
             refused: Default::default(),
             polls: Counter::default(),
@@ -258,6 +291,50 @@ impl Private {
             return Err(self.refuse(Refusal::MayNotLeech));
         }
         Ok((user, torrent))
+    }
+
+    /// Accounts an announce `user` made on `torrent` (checked by [`Private::check`]): what
+    /// its counters add since the peer's last announce, raw and credited by the torrent's
+    /// factors; `completed` is left for the caller. A new client past the user's cap is
+    /// refused (counted) and changes nothing.
+    pub fn account(
+        &self,
+        user: User,
+        torrent: Torrent,
+        a: &Accounted<'_>,
+    ) -> Result<AccountChange, &'static str> {
+        let d = self
+            .ledger
+            .report(Report {
+                torrent: torrent.id,
+                user: user.id,
+                peer_id: a.peer_id,
+                uploaded: a.uploaded,
+                downloaded: a.downloaded,
+                stopped: a.stopped,
+                now: a.now,
+            })
+            .map_err(|_| self.refuse(Refusal::TooManyPeers))?;
+        let credit = |v: u64, pct: u16| (u128::from(v) * u128::from(pct) / 100) as u64;
+        let mut flags = 0;
+        if a.left == 0 {
+            flags |= AccountChange::SEEDING;
+        }
+        if a.stopped {
+            flags |= AccountChange::STOPPED;
+        }
+        Ok(AccountChange {
+            user: user.id,
+            torrent: torrent.id,
+            uploaded: credit(d.uploaded, torrent.upload_pct),
+            downloaded: credit(d.downloaded, torrent.download_pct),
+            uploaded_raw: d.uploaded,
+            downloaded_raw: d.downloaded,
+            remaining: a.left,
+            completed: 0,
+            flags,
+            at: a.at,
+        })
     }
 
     /// Whether a scrape may see `info_hash` (a registered torrent).
@@ -416,12 +493,68 @@ mod tests {
             ..ask(b"seedonly", &hash, &id)
         };
         assert!(p.check(seeding).is_ok());
+        // The fourth client of one user on one torrent (three allowed by default).
+        let (u, t) = p.check(ask(b"goodkey", &hash, &id)).unwrap();
+        let ids: Vec<Id20> = (0..4u8).map(|i| [i; 20]).collect();
+        let report = |peer_id| Accounted {
+            peer_id,
+            uploaded: 0,
+            downloaded: 0,
+            left: 10,
+            stopped: false,
+            now: 5,
+            at: 1000,
+        };
+        for peer_id in &ids[..3] {
+            assert!(p.account(u, t, &report(peer_id)).is_ok());
+        }
+        assert_eq!(
+            p.account(u, t, &report(&ids[3])),
+            Err(Refusal::TooManyPeers.reason())
+        );
         for r in Refusal::ALL {
             assert_eq!(p.refused[r as usize].get(), 1, "{r:?}");
         }
         let reasons: std::collections::HashSet<_> =
             Refusal::ALL.iter().map(|r| r.reason()).collect();
         assert_eq!(reasons.len(), Refusal::ALL.len(), "each reason differs");
+    }
+
+    #[test]
+    fn traffic_is_credited_by_the_torrents_factors() {
+        let p = private();
+        let user = p.users.get(b"goodkey").unwrap();
+        let half = Torrent {
+            id: 3,
+            download_pct: 50,
+            upload_pct: 200,
+        };
+        let id = [1; 20];
+        let at = |up: u64, down: u64, left: u64| Accounted {
+            peer_id: &id,
+            uploaded: up,
+            downloaded: down,
+            left,
+            stopped: false,
+            now: 1,
+            at: 77,
+        };
+        let first = p.account(user, half, &at(500, 500, 10)).unwrap();
+        assert_eq!((first.uploaded_raw, first.uploaded), (0, 0), "new peer");
+        let c = p.account(user, half, &at(1500, 2501, 0)).unwrap();
+        assert_eq!((c.uploaded_raw, c.downloaded_raw), (1000, 2001));
+        assert_eq!(
+            (c.uploaded, c.downloaded),
+            (2000, 1000),
+            "double up, half down"
+        );
+        assert_eq!((c.user, c.torrent, c.remaining, c.at), (1, 3, 0, 77));
+        assert_eq!(c.flags, AccountChange::SEEDING);
+        // Free: nothing downloaded is credited.
+        let free = p.torrents.get(&[7; 20]).unwrap();
+        p.account(user, free, &at(0, 0, 10)).unwrap();
+        let c = p.account(user, free, &at(10, u64::MAX, 0)).unwrap();
+        assert_eq!((c.downloaded_raw, c.downloaded), (u64::MAX, 0));
     }
 
     #[test]

@@ -1,0 +1,264 @@
+//! The ledger: what each peer of each user on each torrent last reported (its `uploaded` and
+//! `downloaded` counters), so an announce is credited only with what it adds.
+//!
+//! A peer is found by (torrent id, user id, keyed hash of its peer id): a client that
+//! changes address keeps its counters; another client, or the same one restarted with a new
+//! peer id, is a new peer. A new peer credits nothing (its counters may hold traffic counted
+//! elsewhere or made up), nor does one whose counters went down (a restarted client); only a
+//! known peer whose counters grew credits the difference. The peers a user may have on one
+//! torrent are capped, as UNIT3D does (`private.max_peers_per_user_torrent`).
+//!
+//! Owns: [`Ledger`]. Must not: do I/O.
+
+use std::hash::BuildHasher;
+
+use hashbrown::{DefaultHashBuilder, HashMap};
+use parking_lot::Mutex;
+
+use hotpath_wire::query::Id20;
+
+/// Shards of the ledger (a power of two).
+pub const SHARDS: usize = 64;
+
+/// A peer's place: torrent id, user id, hash of its peer id.
+type PeerKey = (u32, u32, u64);
+
+/// What a peer last reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    uploaded: u64,
+    downloaded: u64,
+    /// Process second of its last announce.
+    at: u32,
+}
+
+#[derive(Default)]
+struct Shard {
+    peers: HashMap<PeerKey, Seen>,
+    /// Peers per (torrent id, user id).
+    per_user: HashMap<(u32, u32), u16>,
+}
+
+/// What one announce adds, raw (before a torrent's factors).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delta {
+    /// Bytes uploaded since the peer's last announce.
+    pub uploaded: u64,
+    /// Bytes downloaded since.
+    pub downloaded: u64,
+    /// Whether the peer was known (it had announced before and had not stopped).
+    pub known: bool,
+    /// Seconds since its last announce (0 for a new peer).
+    pub since: u32,
+}
+
+/// The user holds as many peers on the torrent as they may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooManyPeers;
+
+/// One announce, as the ledger sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Report<'a> {
+    /// The torrent's id.
+    pub torrent: u32,
+    /// The user's id.
+    pub user: u32,
+    /// The client's peer id.
+    pub peer_id: &'a Id20,
+    /// Its `uploaded` counter.
+    pub uploaded: u64,
+    /// Its `downloaded` counter.
+    pub downloaded: u64,
+    /// It stops (the peer is forgotten after this).
+    pub stopped: bool,
+    /// Process second now.
+    pub now: u32,
+}
+
+/// Every peer's last report, sharded by torrent.
+pub struct Ledger {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: DefaultHashBuilder,
+    max_per_user: u16,
+}
+
+impl Ledger {
+    /// An empty ledger allowing `max_per_user` peers per user per torrent.
+    pub fn new(max_per_user: u16) -> Ledger {
+        Ledger {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: DefaultHashBuilder::default(),
+            max_per_user: max_per_user.max(1),
+        }
+    }
+
+    fn shard(&self, torrent: u32) -> &Mutex<Shard> {
+        // Torrent ids are dense; a multiplicative hash spreads neighbours over the shards.
+        let h = torrent.wrapping_mul(0x9e37_79b9) >> 26;
+        &self.shards[h as usize & (SHARDS - 1)]
+    }
+
+    /// Records an announce and returns what it adds; a new peer past the user's cap on this
+    /// torrent is refused and changes nothing.
+    pub fn report(&self, r: Report<'_>) -> Result<Delta, TooManyPeers> {
+        let key = (r.torrent, r.user, self.hasher.hash_one(r.peer_id));
+        let mut guard = self.shard(r.torrent).lock();
+        let shard = &mut *guard;
+        let now = Seen {
+            uploaded: r.uploaded,
+            downloaded: r.downloaded,
+            at: r.now,
+        };
+        let delta = match shard.peers.get_mut(&key) {
+            Some(last) => {
+                let grew = r.uploaded >= last.uploaded && r.downloaded >= last.downloaded;
+                let d = Delta {
+                    uploaded: if grew { r.uploaded - last.uploaded } else { 0 },
+                    downloaded: if grew {
+                        r.downloaded - last.downloaded
+                    } else {
+                        0
+                    },
+                    known: true,
+                    since: r.now.wrapping_sub(last.at),
+                };
+                *last = now;
+                d
+            }
+            None if r.stopped => return Ok(Delta::default()),
+            None => {
+                let n = shard.per_user.entry((r.torrent, r.user)).or_insert(0);
+                if *n >= self.max_per_user {
+                    return Err(TooManyPeers);
+                }
+                *n += 1;
+                shard.peers.insert(key, now);
+                Delta::default()
+            }
+        };
+        if r.stopped {
+            shard.peers.remove(&key);
+            forget(&mut shard.per_user, (r.torrent, r.user));
+        }
+        Ok(delta)
+    }
+
+    /// Forgets the peers of shard `i` whose last announce is more than `timeout` seconds
+    /// before `now`; returns how many.
+    pub fn sweep(&self, i: usize, now: u32, timeout: u32) -> usize {
+        let mut guard = self.shards[i % SHARDS].lock();
+        let shard = &mut *guard;
+        let before = shard.peers.len();
+        let per_user = &mut shard.per_user;
+        shard.peers.retain(|&(t, u, _), seen| {
+            let keep = now.wrapping_sub(seen.at) <= timeout;
+            if !keep {
+                forget(per_user, (t, u));
+            }
+            keep
+        });
+        if shard.peers.capacity() > 4 * shard.peers.len().max(64) {
+            shard.peers.shrink_to_fit();
+            shard.per_user.shrink_to_fit();
+        }
+        before - shard.peers.len()
+    }
+
+    /// Peers known.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().peers.len()).sum()
+    }
+
+    /// Whether it knows no peer.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn forget(per_user: &mut HashMap<(u32, u32), u16>, k: (u32, u32)) {
+    if let Some(n) = per_user.get_mut(&k) {
+        *n -= 1;
+        if *n == 0 {
+            per_user.remove(&k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rep(peer: u8, up: u64, down: u64, now: u32) -> Report<'static> {
+        let id: &'static Id20 = Box::leak(Box::new([peer; 20]));
+        Report {
+            torrent: 1,
+            user: 7,
+            peer_id: id,
+            uploaded: up,
+            downloaded: down,
+            stopped: false,
+            now,
+        }
+    }
+
+    #[test]
+    fn only_a_known_peer_whose_counters_grew_is_credited() {
+        let l = Ledger::new(3);
+        // First announce: nothing credited, whatever it claims.
+        assert_eq!(l.report(rep(1, 5000, 9000, 10)), Ok(Delta::default()));
+        let d = l.report(rep(1, 6000, 9500, 40)).unwrap();
+        assert_eq!(
+            (d.uploaded, d.downloaded, d.known, d.since),
+            (1000, 500, true, 30)
+        );
+        // A restarted client: counters went down, nothing credited, the new values kept.
+        let d = l.report(rep(1, 10, 20, 50)).unwrap();
+        assert_eq!((d.uploaded, d.downloaded, d.known), (0, 0, true));
+        let d = l.report(rep(1, 110, 20, 60)).unwrap();
+        assert_eq!((d.uploaded, d.downloaded), (100, 0));
+        // Stopping credits its last delta and forgets the peer.
+        let d = l
+            .report(Report {
+                stopped: true,
+                ..rep(1, 210, 20, 70)
+            })
+            .unwrap();
+        assert_eq!(d.uploaded, 100);
+        assert!(l.is_empty());
+        assert_eq!(l.report(rep(1, 1000, 0, 80)), Ok(Delta::default()));
+    }
+
+    #[test]
+    fn a_user_may_hold_only_so_many_peers_on_a_torrent() {
+        let l = Ledger::new(2);
+        l.report(rep(1, 0, 0, 1)).unwrap();
+        l.report(rep(2, 0, 0, 1)).unwrap();
+        assert_eq!(l.report(rep(3, 0, 0, 1)), Err(TooManyPeers));
+        // Known peers still announce; another user or torrent is not affected.
+        assert!(l.report(rep(2, 1, 0, 2)).is_ok());
+        assert!(l
+            .report(Report {
+                user: 8,
+                ..rep(3, 0, 0, 1)
+            })
+            .is_ok());
+        // A stopped peer frees its place.
+        l.report(Report {
+            stopped: true,
+            ..rep(1, 0, 0, 3)
+        })
+        .unwrap();
+        assert!(l.report(rep(3, 0, 0, 4)).is_ok());
+    }
+
+    #[test]
+    fn the_sweep_forgets_silent_peers_and_frees_their_places() {
+        let l = Ledger::new(1);
+        l.report(rep(1, 0, 0, 100)).unwrap();
+        let swept: usize = (0..SHARDS).map(|i| l.sweep(i, 200, 500)).sum();
+        assert_eq!(swept, 0);
+        let swept: usize = (0..SHARDS).map(|i| l.sweep(i, 1000, 500)).sum();
+        assert_eq!(swept, 1);
+        assert!(l.report(rep(2, 0, 0, 1000)).is_ok(), "its place is free");
+    }
+}
