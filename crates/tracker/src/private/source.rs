@@ -13,7 +13,7 @@ use hotpath_store::table::Value;
 use hotpath_store::{Backend, Dialect, StoreError};
 use parking_lot::Mutex;
 
-use super::registry::Registry;
+use super::registry::{Entry, Key, Registry};
 use super::{Torrent, User};
 
 /// The reads of one schema preset.
@@ -152,83 +152,81 @@ impl Source {
         users: &Registry<Box<[u8]>, User>,
         torrents: &Registry<[u8; 20], Torrent>,
     ) -> Result<usize, StoreError> {
-        let dialect = db.dialect();
         let (users_since, torrents_since) = *self.since.lock();
-        let mut skipped = 0;
-        let mut newest = (users_since, torrents_since);
+        let user_table = Table {
+            name: &self.users,
+            cols: &self.user_cols,
+            updated: self.users_updated.as_deref(),
+        };
+        let (a, users_since) =
+            user_table.read_into(db, users_since, full, users, |r| Self::user(r).map(Some))?;
+        let torrent_table = Table {
+            name: &self.torrents,
+            cols: &self.torrent_cols,
+            updated: self.torrents_updated.as_deref(),
+        };
+        let (b, torrents_since) =
+            torrent_table.read_into(db, torrents_since, full, torrents, |r| self.torrent(r))?;
+        *self.since.lock() = (users_since, torrents_since);
+        Ok(a + b)
+    }
+}
 
-        let since = users_since.filter(|_| !full && self.users_updated.is_some());
-        let sql = Self::select(
-            dialect,
-            &self.users,
-            &self.user_cols,
-            self.users_updated.as_deref(),
-            since.is_some(),
-        );
-        let params: Vec<Value> = since.map(Value::Int).into_iter().collect();
-        let mut rows = Vec::new();
-        let mut top = None;
-        db.query(&sql, &params, &mut |r| {
-            if self.users_updated.is_some() {
-                top = top.max(Some(r[3].int()));
-            }
-            match Self::user(r) {
-                Some(u) => rows.push(u),
-                None => skipped += 1,
-            }
-        })?;
-        if since.is_some() {
-            for (k, u) in rows {
-                if users.put(&k, u).is_err() {
-                    skipped += 1;
-                }
-            }
-        } else {
-            skipped += users.replace_all(rows);
-        }
-        if self.users_updated.is_some() {
-            newest.0 = top.max(users_since).or(Some(0));
-        }
+/// One table a private tracker reads.
+struct Table<'a> {
+    name: &'a str,
+    cols: &'a [String],
+    updated: Option<&'a str>,
+}
 
-        let since = torrents_since.filter(|_| !full && self.torrents_updated.is_some());
-        let sql = Self::select(
-            dialect,
-            &self.torrents,
-            &self.torrent_cols,
-            self.torrents_updated.as_deref(),
-            since.is_some(),
+impl Table<'_> {
+    /// Reads the table into `registry` (every row, or the rows whose updated_at reached
+    /// `since` unless `full`); `row` makes an entry of a row, or says the row is malformed
+    /// (`None`) or not served (`Some(None)`: the entry of its id, `r[0]`, goes). Returns the
+    /// rows left out and the largest updated_at seen.
+    fn read_into<K: Key, V: Entry>(
+        &self,
+        db: &mut dyn Backend,
+        since: Option<i64>,
+        full: bool,
+        registry: &Registry<K, V>,
+        row: impl Fn(&[Value]) -> Option<Option<(K, V)>>,
+    ) -> Result<(usize, Option<i64>), StoreError> {
+        let changed_since = since.filter(|_| !full && self.updated.is_some());
+        let sql = Source::select(
+            db.dialect(),
+            self.name,
+            self.cols,
+            self.updated,
+            changed_since.is_some(),
         );
-        let params: Vec<Value> = since.map(Value::Int).into_iter().collect();
-        let mut rows = Vec::new();
-        let mut gone = Vec::new();
-        let mut top = None;
+        let params: Vec<Value> = changed_since.map(Value::Int).into_iter().collect();
+        let (mut rows, mut gone, mut skipped, mut top) = (Vec::new(), Vec::new(), 0, None);
+        let at = self.cols.len();
         db.query(&sql, &params, &mut |r| {
-            if self.torrents_updated.is_some() {
-                top = top.max(Some(r[4].int()));
+            if self.updated.is_some() {
+                top = top.max(Some(r[at].int()));
             }
-            match self.torrent(r) {
-                Some(Some(t)) => rows.push(t),
+            match row(r) {
+                Some(Some(entry)) => rows.push(entry),
                 Some(None) => gone.push(r[0].int()),
                 None => skipped += 1,
             }
         })?;
-        if since.is_some() {
+        if changed_since.is_some() {
             for id in gone {
-                torrents.remove_id(id as u32);
+                registry.remove_id(id as u32);
             }
-            for (k, t) in rows {
-                if torrents.put(&k, t).is_err() {
+            for (k, v) in rows {
+                if registry.put(k.as_ref(), v).is_err() {
                     skipped += 1;
                 }
             }
         } else {
-            skipped += torrents.replace_all(rows);
+            skipped += registry.replace_all(rows);
         }
-        if self.torrents_updated.is_some() {
-            newest.1 = top.max(torrents_since).or(Some(0));
-        }
-        *self.since.lock() = newest;
-        Ok(skipped)
+        let newest = self.updated.and(top.max(since).or(Some(0)));
+        Ok((skipped, newest))
     }
 }
 
