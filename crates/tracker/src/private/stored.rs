@@ -166,8 +166,8 @@ impl Queue for AccountQueue {
         u.1 = u.1.max(c.at);
         let t = self.on_torrents.entry((c.user, c.torrent)).or_default();
         t.counts.add(Counts::of(&c));
-        t.announces += 1;
-        t.completed += c.completed;
+        t.announces = t.announces.saturating_add(1);
+        t.completed = t.completed.saturating_add(c.completed);
         if c.completed > 0 {
             t.completed_at = t.completed_at.max(c.at);
         }
@@ -377,6 +377,22 @@ mod tests {
         assert!(AccountChange::decode(&b[..ACCOUNT_LEN - 1]).is_none());
         b[0] = 1;
         assert!(AccountQueue::default().apply(&b).is_none());
+    }
+
+    #[test]
+    fn hostile_counts_saturate_instead_of_overflowing() {
+        // A journal anyone could write: counts at the top of their range merge, saturated.
+        let mut q = Queues::new(&[&PRIVATE]).unwrap();
+        let top = AccountChange {
+            completed: u64::MAX,
+            ..change(1, 2, u64::MAX / 2, 9)
+        };
+        q.push(&top).unwrap();
+        q.push(&top).unwrap();
+        let b = q.take();
+        let t = b.part(&USER_TORRENTS).unwrap();
+        assert_eq!(t.row(0)[10], Value::Int(i64::MAX), "completed");
+        assert_eq!(t.row(0)[4], Value::Int(i64::MAX), "uploaded_raw");
     }
 
     #[test]
