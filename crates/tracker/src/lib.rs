@@ -1,11 +1,13 @@
-//! hotpath's BitTorrent tracker: open mode, in memory, over HTTP (BEP 3, 7, 23, 48) and UDP
-//! (BEP 15, 41).
+//! hotpath's BitTorrent tracker, open or private, in memory, over HTTP (BEP 3, 7, 23, 48) and
+//! UDP (BEP 15, 41).
 //!
 //! Owns: the swarm table ([`swarm`], [`table`]), peer selection and expiry, the access list
 //! ([`access`]), UDP connection ids ([`connid`]), and the handlers that turn parsed requests
 //! into answers ([`handler`]), and what it hands the write-behind store ([`persist`]): completed
-//! downloads through each worker's journal, seeders/leechers snapshots on an interval. Must
-//! not: open sockets (the server does) or speak SQL (the store crate does, fed by changes).
+//! downloads through each worker's journal, seeders/leechers snapshots on an interval; private
+//! mode ([`private`]): users, torrents, rules and accounting. Must not: open sockets (the
+//! server does), or reach a database other than through the store's `Backend` (its reads are
+//! in [`stored`] and [`private::source`], its writes are changes the store writes).
 
 pub mod access;
 pub mod connid;
