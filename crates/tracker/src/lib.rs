@@ -178,7 +178,7 @@ impl Tracker {
             return Err(TrackerError::AccessNeedsStore);
         }
         let private = (cfg.mode == hotpath_config::TrackerMode::Private)
-            .then(|| Arc::new(private::Private::new(&config.private)));
+            .then(|| Arc::new(private::Private::new(&config.private, cfg.max_peers)));
         if let Some(p) = &private {
             let db = persist.as_ref().ok_or(TrackerError::PrivateNeedsStore)?;
             if db.online() {

@@ -11,6 +11,7 @@
 //! Owns: [`Ledger`]. Must not: do I/O.
 
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hashbrown::{DefaultHashBuilder, HashMap};
 use parking_lot::Mutex;
@@ -52,9 +53,14 @@ pub struct Delta {
     pub since: u32,
 }
 
-/// The user holds as many peers on the torrent as they may.
+/// Why a new peer was not taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TooManyPeers;
+pub enum TooManyPeers {
+    /// The user holds as many peers on the torrent as they may.
+    User,
+    /// The ledger holds as many peers as it may (`tracker.max_peers`).
+    Ledger,
+}
 
 /// One announce, as the ledger sees it.
 #[derive(Debug, Clone, Copy)]
@@ -80,15 +86,20 @@ pub struct Ledger {
     shards: Box<[Mutex<Shard>]>,
     hasher: DefaultHashBuilder,
     max_per_user: u16,
+    /// Peers held, and the most it may hold.
+    len: AtomicUsize,
+    max: usize,
 }
 
 impl Ledger {
-    /// An empty ledger allowing `max_per_user` peers per user per torrent.
-    pub fn new(max_per_user: u16) -> Ledger {
+    /// An empty ledger of at most `max` peers, `max_per_user` per user per torrent.
+    pub fn new(max_per_user: u16, max: usize) -> Ledger {
         Ledger {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: DefaultHashBuilder::default(),
             max_per_user: max_per_user.max(1),
+            len: AtomicUsize::new(0),
+            max,
         }
     }
 
@@ -127,17 +138,22 @@ impl Ledger {
             }
             None if r.stopped => return Ok(Delta::default()),
             None => {
+                if self.len.load(Ordering::Relaxed) >= self.max {
+                    return Err(TooManyPeers::Ledger);
+                }
                 let n = shard.per_user.entry((r.torrent, r.user)).or_insert(0);
                 if *n >= self.max_per_user {
-                    return Err(TooManyPeers);
+                    return Err(TooManyPeers::User);
                 }
                 *n += 1;
                 shard.peers.insert(key, now);
+                self.len.fetch_add(1, Ordering::Relaxed);
                 Delta::default()
             }
         };
         if r.stopped {
             shard.peers.remove(&key);
+            self.len.fetch_sub(1, Ordering::Relaxed);
             forget(&mut shard.per_user, (r.torrent, r.user));
         }
         Ok(delta)
@@ -161,12 +177,14 @@ impl Ledger {
             shard.peers.shrink_to_fit();
             shard.per_user.shrink_to_fit();
         }
-        before - shard.peers.len()
+        let gone = before - shard.peers.len();
+        self.len.fetch_sub(gone, Ordering::Relaxed);
+        gone
     }
 
     /// Peers known.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().peers.len()).sum()
+        self.len.load(Ordering::Relaxed)
     }
 
     /// Whether it knows no peer.
@@ -203,7 +221,7 @@ mod tests {
 
     #[test]
     fn only_a_known_peer_whose_counters_grew_is_credited() {
-        let l = Ledger::new(3);
+        let l = Ledger::new(3, 100);
         // First announce: nothing credited, whatever it claims.
         assert_eq!(l.report(rep(1, 5000, 9000, 10)), Ok(Delta::default()));
         let d = l.report(rep(1, 6000, 9500, 40)).unwrap();
@@ -230,10 +248,10 @@ mod tests {
 
     #[test]
     fn a_user_may_hold_only_so_many_peers_on_a_torrent() {
-        let l = Ledger::new(2);
+        let l = Ledger::new(2, 100);
         l.report(rep(1, 0, 0, 1)).unwrap();
         l.report(rep(2, 0, 0, 1)).unwrap();
-        assert_eq!(l.report(rep(3, 0, 0, 1)), Err(TooManyPeers));
+        assert_eq!(l.report(rep(3, 0, 0, 1)), Err(TooManyPeers::User));
         // Known peers still announce; another user or torrent is not affected.
         assert!(l.report(rep(2, 1, 0, 2)).is_ok());
         assert!(l
@@ -253,12 +271,39 @@ mod tests {
 
     #[test]
     fn the_sweep_forgets_silent_peers_and_frees_their_places() {
-        let l = Ledger::new(1);
+        let l = Ledger::new(1, 100);
         l.report(rep(1, 0, 0, 100)).unwrap();
         let swept: usize = (0..SHARDS).map(|i| l.sweep(i, 200, 500)).sum();
         assert_eq!(swept, 0);
         let swept: usize = (0..SHARDS).map(|i| l.sweep(i, 1000, 500)).sum();
         assert_eq!(swept, 1);
         assert!(l.report(rep(2, 0, 0, 1000)).is_ok(), "its place is free");
+    }
+
+    #[test]
+    fn the_whole_ledger_is_capped() {
+        // One passkey on many torrents cannot grow it past its cap.
+        let l = Ledger::new(3, 5);
+        for t in 0..5 {
+            l.report(Report {
+                torrent: t,
+                ..rep(1, 0, 0, 1)
+            })
+            .unwrap();
+        }
+        let more = Report {
+            torrent: 9,
+            ..rep(1, 0, 0, 1)
+        };
+        assert_eq!(l.report(more), Err(TooManyPeers::Ledger));
+        assert_eq!(l.len(), 5);
+        // Known peers still announce, and a stop makes room.
+        assert!(l.report(rep(1, 5, 0, 2)).is_ok());
+        l.report(Report {
+            stopped: true,
+            ..rep(1, 5, 0, 3)
+        })
+        .unwrap();
+        assert!(l.report(more).is_ok());
     }
 }

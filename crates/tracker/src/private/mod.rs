@@ -20,7 +20,7 @@ use hotpath_metrics::Counter;
 use hotpath_service::Samples;
 use hotpath_wire::query::Id20;
 
-use ledger::{Ledger, Report};
+use ledger::{Ledger, Report, TooManyPeers};
 use registry::{Entry, Registry};
 pub use source::Source;
 use stored::AccountChange;
@@ -75,11 +75,13 @@ pub enum Refusal {
     Port,
     /// A new client of a user who runs as many on the torrent as they may.
     TooManyPeers,
+    /// A new client when the ledger holds `tracker.max_peers` clients.
+    LedgerFull,
 }
 
 impl Refusal {
     /// Every refusal, in the order of their counters.
-    pub const ALL: [Refusal; 7] = [
+    pub const ALL: [Refusal; 8] = [
         Refusal::Passkey,
         Refusal::UnknownPasskey,
         Refusal::UnknownTorrent,
@@ -87,6 +89,7 @@ impl Refusal {
         Refusal::Client,
         Refusal::Port,
         Refusal::TooManyPeers,
+        Refusal::LedgerFull,
     ];
 
     /// The `reason` label of its counter.
@@ -99,6 +102,7 @@ impl Refusal {
             Refusal::Client => "client",
             Refusal::Port => "port",
             Refusal::TooManyPeers => "too_many_peers",
+            Refusal::LedgerFull => "ledger_full",
         }
     }
 
@@ -114,6 +118,7 @@ impl Refusal {
             Refusal::TooManyPeers => {
                 "you run as many clients on this torrent as you may: stop one first"
             }
+            Refusal::LedgerFull => "tracker is full: try again later",
         }
     }
 }
@@ -237,15 +242,16 @@ pub struct Private {
 }
 
 impl Private {
-    /// Empty registries for `[private]` (filled by [`Private::poll`]).
-    pub fn new(c: &PrivateConfig) -> Private {
+    /// Empty registries for `[private]` (filled by [`Private::poll`]), and a ledger of at
+    /// most `max_peers` clients (`tracker.max_peers`).
+    pub fn new(c: &PrivateConfig, max_peers: usize) -> Private {
         Private {
             users: Registry::new(c.max_users),
             torrents: Registry::new(c.max_torrents),
             rules: Rules::of(c),
             passkey_param: c.passkey_param().as_bytes().into(),
             source: Source::new(c),
-            ledger: Ledger::new(c.max_peers_per_user_torrent),
+            ledger: Ledger::new(c.max_peers_per_user_torrent, max_peers),
             poll_secs: c.poll_secs,
             refused: Default::default(),
             polls: Counter::default(),
@@ -314,7 +320,12 @@ impl Private {
                 stopped: a.stopped,
                 now: a.now,
             })
-            .map_err(|_| self.refuse(Refusal::TooManyPeers))?;
+            .map_err(|e| {
+                self.refuse(match e {
+                    TooManyPeers::User => Refusal::TooManyPeers,
+                    TooManyPeers::Ledger => Refusal::LedgerFull,
+                })
+            })?;
         let credit = |v: u64, pct: u16| (u128::from(v) * u128::from(pct) / 100) as u64;
         let mut flags = 0;
         if a.left == 0 {
@@ -417,7 +428,7 @@ mod tests {
             ..Default::default()
         };
         c.port_deny = vec![PortRange::try_from("6881-6889".to_string()).unwrap()];
-        let p = Private::new(&c);
+        let p = Private::new(&c, 1000);
         p.users
             .put(
                 b"goodkey",
@@ -512,8 +523,8 @@ mod tests {
             p.account(u, t, &report(&ids[3])),
             Err(Refusal::TooManyPeers.reason())
         );
-        for r in Refusal::ALL {
-            assert_eq!(p.refused[r as usize].get(), 1, "{r:?}");
+        for r in &Refusal::ALL[..7] {
+            assert_eq!(p.refused[*r as usize].get(), 1, "{r:?}");
         }
         let reasons: std::collections::HashSet<_> =
             Refusal::ALL.iter().map(|r| r.reason()).collect();
