@@ -260,6 +260,7 @@ pub static LUA_ROWS: Table = Table {
         col("at", Type::Int, Merge::Keep),
         col("data", Type::Text, Merge::Keep),
     ],
+    update_only: false,
     keeps_older: None,
 };
 
@@ -273,6 +274,7 @@ pub static LUA_COUNTERS: Table = Table {
         col("value", Type::Int, Merge::Add),
         col("updated_at", Type::Int, Merge::Max),
     ],
+    update_only: false,
     keeps_older: None,
 };
 

@@ -303,6 +303,7 @@ pub static POPUP_USERS: Table = Table {
         col("last_action", Type::Int, Merge::Replace),
         col("updated_at", Type::Int, Merge::Replace),
     ],
+    update_only: false,
     keeps_older: Some(|older, newer| {
         PopupUserRow::from_row(older).2.order() > PopupUserRow::from_row(newer).2.order()
     }),
@@ -317,6 +318,7 @@ pub static POPUP_EVENTS: Table = Table {
         col("popup_id", Type::Int, Merge::Keep),
         col("action", Type::Int, Merge::Keep),
     ],
+    update_only: false,
     keeps_older: None,
 };
 
@@ -328,6 +330,7 @@ pub static POPUP_DAILY: Table = Table {
         col("day", Type::Int, Merge::Key),
         col("shows", Type::Int, Merge::Add),
     ],
+    update_only: false,
     keeps_older: None,
 };
 
@@ -339,6 +342,7 @@ pub static DEFINITIONS: Table = Table {
         col("definition", Type::Text, Merge::Replace),
         col("updated_at", Type::Int, Merge::Replace),
     ],
+    update_only: false,
     keeps_older: None,
 };
 

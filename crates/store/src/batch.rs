@@ -13,6 +13,7 @@ pub static JOURNAL: Table = Table {
         col("worker", Type::Int, Merge::Key),
         col("seq", Type::Int, Merge::Max),
     ],
+    update_only: false,
     keeps_older: None,
 };
 

@@ -15,6 +15,7 @@ pub static STATS: Table = Table {
         col("first_seen", Type::Int, Merge::Keep),
         col("last_seen", Type::Int, Merge::Max),
     ],
+    update_only: false,
     keeps_older: None,
 };
 
@@ -27,6 +28,7 @@ pub static LOG: Table = Table {
         col("what", Type::Int, Merge::Keep),
         col("how", Type::Int, Merge::Keep),
     ],
+    update_only: false,
     keeps_older: None,
 };
 
@@ -40,5 +42,6 @@ pub static COUNTS: Table = Table {
         col("value", Type::Int, Merge::Add),
         col("updated_at", Type::Int, Merge::Max),
     ],
+    update_only: false,
     keeps_older: None,
 };

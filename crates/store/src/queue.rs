@@ -120,6 +120,12 @@ impl Queues {
             if services[..i].iter().any(|o| o.name == s.name) {
                 return Err(format!("two services are named {}", s.name));
             }
+            if let Some(t) = s.tables.iter().find(|t| t.update_only && t.keys() == 0) {
+                return Err(format!(
+                    "service {}: table {} is update-only but has no key",
+                    s.name, t.name
+                ));
+            }
             for &tag in s.tags {
                 if by_tag[usize::from(tag)] != 0 {
                     let other = services[usize::from(by_tag[usize::from(tag)]) - 1].name;

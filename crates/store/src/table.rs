@@ -122,12 +122,19 @@ pub type KeepsOlder = fn(older: &[Value], newer: &[Value]) -> bool;
 /// A table a service writes behind. Its leading [`Merge::Key`] columns are its primary key;
 /// a table without any is append-only (each row is inserted; an auto-increment id, not
 /// listed, numbers them).
+///
+/// A table marked [`update_only`](Table::update_only) belongs to someone else (a site's users
+/// table, whose other columns the store cannot fill): its rows update the row of their key
+/// where there is one and are dropped where there is none, and a [`Value::Null`] leaves its
+/// column as it is.
 #[derive(Debug)]
 pub struct Table {
     /// Its name in the database.
     pub name: &'static str,
     /// The columns the store writes, key columns first.
     pub columns: &'static [Column],
+    /// Rows only update the rows already there (see above); it must have a key.
+    pub update_only: bool,
     /// For a table whose rows are states that may arrive out of order (several workers'
     /// journals replayed one after the other): whether the `older` of two rows of one key
     /// stays though the newer came later. `None`: the later always wins, per column rule.
@@ -156,7 +163,9 @@ impl Table {
         for ((c, o), n) in self.columns.iter().zip(older).zip(newer) {
             match c.merge {
                 Merge::Key | Merge::Keep => {}
-                Merge::Replace => std::mem::swap(o, n),
+                // A NULL (an update-only table's "as it is") does not replace a value.
+                Merge::Replace if *n != Value::Null => std::mem::swap(o, n),
+                Merge::Replace => {}
                 Merge::Add => *o = Value::Int(o.int().saturating_add(n.int())),
                 Merge::Max => {
                     if *n > *o {
@@ -367,11 +376,13 @@ mod tests {
             col("first", Type::Int, Merge::Keep),
             col("last", Type::Int, Merge::Max),
         ],
+        update_only: false,
         keeps_older: None,
     };
     static LOG: Table = Table {
         name: "t_log",
         columns: &[col("what", Type::Text, Merge::Keep)],
+        update_only: false,
         keeps_older: None,
     };
 

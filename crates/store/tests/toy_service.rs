@@ -77,6 +77,7 @@ static COUNTERS: Table = Table {
         col("name", Type::Text, Merge::Key),
         col("n", Type::Int, Merge::Add),
     ],
+    update_only: false,
     keeps_older: None,
 };
 

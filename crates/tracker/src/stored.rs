@@ -175,6 +175,7 @@ pub static TORRENTS: Table = Table {
         col("first_seen", Type::Int, Merge::Keep),
         col("last_active", Type::Int, Merge::Max),
     ],
+    update_only: false,
     keeps_older: None,
 };
 

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::batch::Batch;
-use crate::table::{Merge, Rows, Table, Value};
+use crate::table::{Merge, Rows, Table, Type, Value};
 use crate::{Fault, StoreError};
 
 /// An SQL dialect.
@@ -76,31 +76,63 @@ impl Dialect {
         }
     }
 
-    /// `INSERT … VALUES (…), (…) <upsert tail>` for `rows` rows of `cols` columns.
-    fn multi_insert(self, head: &str, cols: usize, rows: usize, tail: &str) -> String {
-        let mut sql = String::with_capacity(head.len() + tail.len() + rows * cols * 4);
-        sql.push_str(head);
+    /// `name` quoted for this dialect (a schema-qualified name part by part), so a column
+    /// named like a reserved word (XBT's `left`) is written as it is. Names come from
+    /// declarations or from a config that allows only letters, digits, `_` and `.`.
+    pub fn quote(self, name: &str) -> String {
+        let q = if self == Dialect::Mysql { '`' } else { '"' };
+        let mut out = String::with_capacity(name.len() + 4);
+        for (i, part) in name.split('.').enumerate() {
+            if i > 0 {
+                out.push('.');
+            }
+            out.push(q);
+            out.push_str(part);
+            out.push(q);
+        }
+        out
+    }
+
+    /// The SQL type a placeholder of `ty` is cast to in an update's `VALUES` list, where
+    /// PostgreSQL has no column to infer it from.
+    fn cast(ty: Type) -> &'static str {
+        match ty {
+            Type::Int => "::BIGINT",
+            Type::Text => "::TEXT",
+            Type::Blob => "::BYTEA",
+        }
+    }
+
+    /// `(…), (…)`: `rows` rows of `table`'s placeholders, numbered from 1.
+    fn placeholders(self, table: &Table, rows: usize) -> String {
+        let cast = self == Dialect::Postgres && table.update_only;
+        let mut sql = String::with_capacity(rows * table.width() * 6);
         let mut n = 0;
         for r in 0..rows {
-            sql.push_str(if r == 0 { " VALUES (" } else { ", (" });
-            for c in 0..cols {
-                if c > 0 {
+            sql.push_str(if r == 0 { "(" } else { ", (" });
+            for (i, c) in table.columns.iter().enumerate() {
+                if i > 0 {
                     sql.push(',');
                 }
                 n += 1;
                 self.placeholder(&mut sql, n);
+                if cast {
+                    sql.push_str(Self::cast(c.ty));
+                }
             }
             sql.push(')');
         }
-        sql.push(' ');
-        sql.push_str(tail);
         sql
     }
 
     /// `INSERT INTO <table> (<columns>)`.
-    fn insert_head(table: &Table) -> String {
-        let names: Vec<&str> = table.columns.iter().map(|c| c.name).collect();
-        format!("INSERT INTO {} ({})", table.name, names.join(", "))
+    fn insert_head(self, table: &Table) -> String {
+        let names: Vec<String> = table.columns.iter().map(|c| self.quote(c.name)).collect();
+        format!(
+            "INSERT INTO {} ({})",
+            self.quote(table.name),
+            names.join(", ")
+        )
     }
 
     /// What an insert into `table` does when a row of its key is there already, by its
@@ -110,10 +142,10 @@ impl Dialect {
         if keys == 0 {
             return String::new();
         }
-        let t = table.name;
+        let t = self.quote(table.name);
         let mut set = Vec::new();
         for c in &table.columns[keys..] {
-            let n = c.name;
+            let n = self.quote(c.name);
             let expr = match (self, c.merge) {
                 (_, Merge::Key | Merge::Keep) => continue,
                 (Dialect::Mysql, Merge::Replace) => format!("{n} = VALUES({n})"),
@@ -126,7 +158,10 @@ impl Dialect {
             };
             set.push(expr);
         }
-        let key: Vec<&str> = table.columns[..keys].iter().map(|c| c.name).collect();
+        let key: Vec<String> = table.columns[..keys]
+            .iter()
+            .map(|c| self.quote(c.name))
+            .collect();
         match self {
             Dialect::Mysql if set.is_empty() => {
                 format!("ON DUPLICATE KEY UPDATE {0} = {0}", key[0])
@@ -141,58 +176,140 @@ impl Dialect {
         }
     }
 
-    /// The insert (an upsert, for a table with a key) of `rows` rows of `table`, with
-    /// placeholders.
-    pub fn insert(self, table: &Table, rows: usize) -> String {
-        let head = Self::insert_head(table);
-        self.multi_insert(&head, table.width(), rows, &self.conflict(table))
+    /// The `SET` list of an update of `table` from the rows `hp_v` (a NULL leaves its column
+    /// as it is), and the `WHERE` (or `ON`) condition matching `hp_t`'s key.
+    fn update_set(self, table: &Table) -> (String, String) {
+        let keys = table.keys();
+        // MySQL's multi-table UPDATE names the target's columns through its alias.
+        let target = if self == Dialect::Mysql { "hp_t." } else { "" };
+        let set: Vec<String> = table.columns[keys..]
+            .iter()
+            .filter(|c| c.merge != Merge::Keep)
+            .map(|c| {
+                let n = self.quote(c.name);
+                let (t, v) = (format!("hp_t.{n}"), format!("hp_v.{n}"));
+                let expr = match c.merge {
+                    Merge::Add => format!("{t} + COALESCE({v}, 0)"),
+                    Merge::Max if self == Dialect::Sqlite => {
+                        format!("max({t}, COALESCE({v}, {t}))")
+                    }
+                    Merge::Max => format!("GREATEST({t}, COALESCE({v}, {t}))"),
+                    _ => format!("COALESCE({v}, {t})"),
+                };
+                format!("{target}{n} = {expr}")
+            })
+            .collect();
+        let on: Vec<String> = table.columns[..keys]
+            .iter()
+            .map(|c| {
+                let n = self.quote(c.name);
+                format!("hp_t.{n} = hp_v.{n}")
+            })
+            .collect();
+        (set.join(", "), on.join(" AND "))
     }
 
-    /// The inserts of `rows` with the values written into the text (integers, and text and
-    /// bytes as hex strings, so nothing needs escaping), each of at most
+    /// The update of an [`update_only`](Table::update_only) table from `values`, its rows as
+    /// a `VALUES` list (SQLite, PostgreSQL) or `SELECT … UNION ALL SELECT …` (MySQL).
+    fn update(self, table: &Table, values: &str) -> String {
+        let (set, on) = self.update_set(table);
+        let t = self.quote(table.name);
+        let names: Vec<String> = table.columns.iter().map(|c| self.quote(c.name)).collect();
+        let names = names.join(", ");
+        match self {
+            Dialect::Sqlite => format!(
+                "WITH hp_v ({names}) AS (VALUES {values}) UPDATE {t} AS hp_t SET {set} \
+                 FROM hp_v WHERE {on}"
+            ),
+            Dialect::Postgres => format!(
+                "UPDATE {t} AS hp_t SET {set} FROM (VALUES {values}) AS hp_v ({names}) \
+                 WHERE {on}"
+            ),
+            Dialect::Mysql => {
+                format!("UPDATE {t} AS hp_t JOIN ({values}) AS hp_v ON {on} SET {set}")
+            }
+        }
+    }
+
+    /// The insert (an upsert, for a table with a key; an update, for an update-only table)
+    /// of `rows` rows of `table`, with placeholders.
+    pub fn insert(self, table: &Table, rows: usize) -> String {
+        let values = self.placeholders(table, rows);
+        if table.update_only {
+            return self.update(table, &values);
+        }
+        format!(
+            "{} VALUES {values} {}",
+            self.insert_head(table),
+            self.conflict(table)
+        )
+    }
+
+    /// The inserts (or updates) of `rows` with the values written into the text (integers,
+    /// and text and bytes as hex strings, so nothing needs escaping), each of at most
     /// [`rows_per_statement`](Dialect::rows_per_statement) rows and about `max_bytes`:
     /// `(statement, rows)`. For MySQL, whose prepared statements cost a round trip and a
     /// column definition per placeholder.
     pub fn literal_inserts(self, rows: &Rows, max_bytes: usize) -> Vec<(String, usize)> {
         use std::fmt::Write as _;
-        let head = Self::insert_head(rows.table);
-        let tail = self.conflict(rows.table);
+        let table = rows.table;
+        // An update lists its rows as SELECTs (the first naming the columns) on MySQL.
+        let selects = table.update_only && self == Dialect::Mysql;
+        let names: Vec<String> = table.columns.iter().map(|c| self.quote(c.name)).collect();
+        let finish = |values: &str| {
+            if table.update_only {
+                self.update(table, values)
+            } else {
+                format!(
+                    "{} VALUES {values} {}",
+                    self.insert_head(table),
+                    self.conflict(table)
+                )
+            }
+        };
         let mut out = Vec::new();
-        let (mut sql, mut n) = (String::new(), 0);
+        let (mut values, mut n) = (String::new(), 0);
         for row in rows.iter() {
-            sql.push_str(if n == 0 { &head } else { "," });
-            sql.push_str(if n == 0 { " VALUES (" } else { "(" });
+            values.push_str(match (selects, n) {
+                (true, 0) => "SELECT ",
+                (true, _) => " UNION ALL SELECT ",
+                (false, 0) => "(",
+                (false, _) => ",(",
+            });
             for (i, v) in row.iter().enumerate() {
                 if i > 0 {
-                    sql.push(',');
+                    values.push(',');
                 }
                 match v {
-                    Value::Null => sql.push_str("NULL"),
+                    Value::Null => values.push_str("NULL"),
                     Value::Int(i) => {
-                        let _ = write!(sql, "{i}");
+                        let _ = write!(values, "{i}");
                     }
                     Value::Text(_) | Value::Blob(_) => {
-                        sql.push_str("X'");
+                        values.push_str("X'");
                         for b in v.bytes() {
-                            let _ = write!(sql, "{b:02x}");
+                            let _ = write!(values, "{b:02x}");
                         }
-                        sql.push('\'');
+                        values.push('\'');
                     }
                 }
+                if selects && n == 0 {
+                    values.push_str(" AS ");
+                    values.push_str(&names[i]);
+                }
             }
-            sql.push(')');
+            if !selects {
+                values.push(')');
+            }
             n += 1;
-            if n == self.rows_per_statement() || sql.len() >= max_bytes {
-                sql.push(' ');
-                sql.push_str(&tail);
-                out.push((std::mem::take(&mut sql), n));
+            if n == self.rows_per_statement() || values.len() >= max_bytes {
+                out.push((finish(&values), n));
+                values.clear();
                 n = 0;
             }
         }
         if n > 0 {
-            sql.push(' ');
-            sql.push_str(&tail);
-            out.push((sql, n));
+            out.push((finish(&values), n));
         }
         out
     }
@@ -457,21 +574,69 @@ mod tests {
         let pg = Dialect::Postgres.insert(&JOURNAL, 2);
         assert_eq!(
             pg,
-            "INSERT INTO hp_journal (worker, seq) VALUES ($1,$2), ($3,$4) ON CONFLICT (worker) \
-             DO UPDATE SET seq = GREATEST(hp_journal.seq, excluded.seq)"
+            "INSERT INTO \"hp_journal\" (\"worker\", \"seq\") VALUES ($1,$2), ($3,$4) ON CONFLICT \
+             (\"worker\") DO UPDATE SET \"seq\" = GREATEST(\"hp_journal\".\"seq\", excluded.\"seq\")"
         );
         let my = Dialect::Mysql.insert(&STATS, 2);
         assert!(my.contains("VALUES (?,?,?,?,?,?), (?,?,?,?,?,?) ON DUPLICATE KEY"));
         assert!(my.ends_with(
-            "UPDATE total = total + VALUES(total), a = VALUES(a), b = VALUES(b), \
-             last_seen = GREATEST(last_seen, VALUES(last_seen))"
+            "UPDATE `total` = `total` + VALUES(`total`), `a` = VALUES(`a`), `b` = VALUES(`b`), \
+             `last_seen` = GREATEST(`last_seen`, VALUES(`last_seen`))"
         ));
         let sq = Dialect::Sqlite.insert(&STATS, 1);
         assert_eq!(sq.matches('?').count(), 6);
-        assert!(sq.contains("last_seen = max(t_stats.last_seen, excluded.last_seen)"));
-        assert!(!sq.contains("first_seen ="), "first_seen is kept");
+        assert!(sq.contains(r#""last_seen" = max("t_stats"."last_seen", excluded."last_seen")"#));
+        assert!(!sq.contains(r#""first_seen" ="#), "first_seen is kept");
         let events = Dialect::Postgres.insert(&LOG, 1);
         assert!(events.ends_with("VALUES ($1,$2,$3,$4) "), "{events}");
+    }
+
+    /// A site's table: the store updates rows that are there and fills no other column.
+    static SITE: Table = Table {
+        name: "site.users",
+        columns: &[
+            crate::table::col("uid", Type::Int, Merge::Key),
+            crate::table::col("left", Type::Int, Merge::Replace),
+            crate::table::col("uploaded", Type::Int, Merge::Add),
+            crate::table::col("mtime", Type::Int, Merge::Max),
+        ],
+        update_only: true,
+        keeps_older: None,
+    };
+
+    #[test]
+    fn update_only_tables_update_and_quote_reserved_names() {
+        let pg = Dialect::Postgres.insert(&SITE, 2);
+        assert_eq!(
+            pg,
+            "UPDATE \"site\".\"users\" AS hp_t SET \"left\" = COALESCE(hp_v.\"left\", hp_t.\"left\"), \
+             \"uploaded\" = hp_t.\"uploaded\" + COALESCE(hp_v.\"uploaded\", 0), \"mtime\" = \
+             GREATEST(hp_t.\"mtime\", COALESCE(hp_v.\"mtime\", hp_t.\"mtime\")) FROM (VALUES \
+             ($1::BIGINT,$2::BIGINT,$3::BIGINT,$4::BIGINT), ($5::BIGINT,$6::BIGINT,$7::BIGINT,\
+             $8::BIGINT)) AS hp_v (\"uid\", \"left\", \"uploaded\", \"mtime\") WHERE hp_t.\"uid\" = \
+             hp_v.\"uid\""
+        );
+        let sq = Dialect::Sqlite.insert(&SITE, 1);
+        assert!(
+            sq.starts_with(
+                "WITH hp_v (\"uid\", \"left\", \"uploaded\", \"mtime\") AS \
+             (VALUES (?,?,?,?)) UPDATE \"site\".\"users\" AS hp_t SET"
+            ),
+            "{sq}"
+        );
+        assert!(sq.contains("max(hp_t.\"mtime\", COALESCE(hp_v.\"mtime\", hp_t.\"mtime\"))"));
+        let mut rows = Rows::new(&SITE);
+        rows.push([Value::Int(1), Value::Null, Value::Int(5), Value::Int(9)]);
+        rows.push([Value::Int(2), Value::Int(0), Value::Null, Value::Int(9)]);
+        let my = Dialect::Mysql.literal_inserts(&rows, 1 << 20);
+        assert_eq!(
+            my[0].0,
+            "UPDATE `site`.`users` AS hp_t JOIN (SELECT 1 AS `uid`,NULL AS `left`,5 AS \
+             `uploaded`,9 AS `mtime` UNION ALL SELECT 2,0,NULL,9) AS hp_v ON hp_t.`uid` = \
+             hp_v.`uid` SET hp_t.`left` = COALESCE(hp_v.`left`, hp_t.`left`), hp_t.`uploaded` = \
+             hp_t.`uploaded` + COALESCE(hp_v.`uploaded`, 0), hp_t.`mtime` = \
+             GREATEST(hp_t.`mtime`, COALESCE(hp_v.`mtime`, hp_t.`mtime`))"
+        );
     }
 
     #[test]
@@ -513,7 +678,7 @@ mod tests {
         assert_eq!(split.iter().map(|s| s.1).collect::<Vec<_>>(), [1, 1]);
         assert!(split.iter().all(|s| s
             .0
-            .contains("ON DUPLICATE KEY UPDATE value = value + VALUES(value)")));
+            .contains("ON DUPLICATE KEY UPDATE `value` = `value` + VALUES(`value`)")));
     }
 
     #[test]

@@ -241,6 +241,7 @@ pub static USER_TOTALS: Table = Table {
         col("downloaded_raw", Type::Int, Merge::Add),
         col("updated_at", Type::Int, Merge::Max),
     ],
+    update_only: false,
     keeps_older: None,
 };
 
@@ -264,6 +265,7 @@ pub static USER_TORRENTS: Table = Table {
     ],
     // Of two rows of one key (a failed batch under newer changes, replays of two workers'
     // journals), the state of the later announce stays; the counts add either way.
+    update_only: false,
     keeps_older: None,
 };
 
