@@ -51,6 +51,14 @@ fuzz_target!(|data: &[u8]| {
     if whole {
         assert_eq!(raw.take(), batch);
     }
+    // So do the queues writing a site's tables (XBT's, TorrentPier's).
+    for services in hotpath_fuzz::site_services() {
+        let mut q = Queues::new(&services).unwrap();
+        q.apply(&again).expect("encoded changes merge");
+        let b = q.take();
+        assert_eq!(b.changes, n);
+        assert!(b.rows() as u64 <= 3 * n);
+    }
 
     if let Ok(floor) = parse_floor(data) {
         let mut entries: Vec<_> = floor.iter().collect();

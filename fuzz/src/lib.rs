@@ -27,6 +27,27 @@ pub static SERVICES: [&hotpath_store::Service; 4] = [
     &hotpath_lua::stored::LUA,
 ];
 
+/// [`SERVICES`] with private mode writing each site preset's tables instead of hotpath's
+/// (XBT's, XBT's before 2019, TorrentPier's).
+pub fn site_services() -> Vec<[&'static hotpath_store::Service; 4]> {
+    use hotpath_config::{PrivateConfig, PrivateSchema};
+    [
+        PrivateSchema::Xbt,
+        PrivateSchema::XbtFiles,
+        PrivateSchema::Torrentpier,
+    ]
+    .map(|schema| {
+        let site = hotpath_tracker::private::stored::service(&PrivateConfig {
+            schema,
+            ..PrivateConfig::default()
+        });
+        let mut all = SERVICES;
+        all[1] = site;
+        all
+    })
+    .to_vec()
+}
+
 /// A change of any of [`SERVICES`], decoded by the service its tag names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AnyChange {
@@ -38,6 +59,8 @@ pub enum AnyChange {
     Lua(hotpath_lua::stored::LuaChange),
     /// Private mode's accounting.
     Account(hotpath_tracker::private::stored::AccountChange),
+    /// Private mode's torrent counts.
+    Counts(hotpath_tracker::private::stored::CountsChange),
 }
 
 impl AnyChange {
@@ -54,6 +77,10 @@ impl AnyChange {
                 hotpath_tracker::private::stored::AccountChange::decode(b)
                     .map(|(c, len)| (AnyChange::Account(c), len))
             })
+            .or_else(|| {
+                hotpath_tracker::private::stored::CountsChange::decode(b)
+                    .map(|(c, len)| (AnyChange::Counts(c), len))
+            })
     }
 
     /// The change as its service encodes it.
@@ -63,6 +90,7 @@ impl AnyChange {
             AnyChange::Popup(c) => c,
             AnyChange::Lua(c) => c,
             AnyChange::Account(c) => c,
+            AnyChange::Counts(c) => c,
         }
     }
 }

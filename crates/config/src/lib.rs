@@ -274,21 +274,37 @@ impl PrivateSchema {
                 ("users", "xbt_users"),
                 ("users.id", "uid"),
                 ("users.passkey", "torrent_pass"),
-                ("users.can_leech", "can_leech"),
+                // Commented out in XBT's own schema: a site that has it names it.
+                ("users.can_leech", ""),
                 ("torrents", "xbt_torrents"),
                 ("torrents.id", "tid"),
                 ("torrents.info_hash", "info_hash"),
                 ("torrents.flags", "flags"),
+                ("users.uploaded", "uploaded"),
+                ("users.downloaded", "downloaded"),
+                ("torrents.seeders", "seeders"),
+                ("torrents.leechers", "leechers"),
+                ("torrents.completed", "completed"),
+                ("peers", "xbt_peers"),
+                ("peers.torrent_id", "tid"),
             ],
             PrivateSchema::XbtFiles => &[
                 ("users", "xbt_users"),
                 ("users.id", "uid"),
                 ("users.passkey", "torrent_pass"),
-                ("users.can_leech", "can_leech"),
+                // Commented out in XBT's own schema: a site that has it names it.
+                ("users.can_leech", ""),
                 ("torrents", "xbt_files"),
                 ("torrents.id", "fid"),
                 ("torrents.info_hash", "info_hash"),
                 ("torrents.flags", "flags"),
+                ("users.uploaded", "uploaded"),
+                ("users.downloaded", "downloaded"),
+                ("torrents.seeders", "seeders"),
+                ("torrents.leechers", "leechers"),
+                ("torrents.completed", "completed"),
+                ("peers", "xbt_files_users"),
+                ("peers.torrent_id", "fid"),
             ],
             PrivateSchema::Torrentpier => &[
                 ("users", "bb_bt_users"),
@@ -298,8 +314,24 @@ impl PrivateSchema {
                 ("torrents.id", "topic_id"),
                 ("torrents.info_hash", "info_hash"),
                 ("torrents.tor_type", "tor_type"),
+                ("peers", "bb_bt_tracker"),
             ],
         }
+    }
+
+    /// Whether a site's tables may lack logical name `key`'s column (named "" then: a user
+    /// may leech, a torrent counts as normal, every poll reads every row).
+    pub fn optional(key: &str) -> bool {
+        matches!(
+            key,
+            "users.can_leech"
+                | "users.updated_at"
+                | "torrents.updated_at"
+                | "torrents.flags"
+                | "torrents.tor_type"
+                | "torrents.download_pct"
+                | "torrents.upload_pct"
+        )
     }
 
     /// The query parameter that carries the passkey when `private.passkey_param` is empty.
@@ -392,7 +424,8 @@ section! {
         /// "torrentpier" (bb_bt_users, bb_bt_torrents).
         pub schema: PrivateSchema = PrivateSchema::Hotpath,
         /// Table and column names that differ from the preset's, by logical name, e.g.
-        /// { users = "members", "users.passkey" = "pk" } (README lists each preset's names).
+        /// { users = "members", "users.passkey" = "pk" } (README lists each preset's names);
+        /// "" for an optional column the site's table lacks (e.g. "users.can_leech").
         pub names: std::collections::BTreeMap<String, String> = Default::default(),
         /// The query parameter that may carry the passkey. Empty: the preset's ("uk" for
         /// torrentpier, "passkey" otherwise).
@@ -422,14 +455,12 @@ impl PrivateConfig {
     /// The name in the database of logical name `key` (e.g. "users.passkey"): the override
     /// in `names`, or the preset's.
     pub fn name(&self, key: &str) -> Option<&str> {
-        if let Some(n) = self.names.get(key) {
-            return Some(n);
-        }
-        self.schema
-            .names()
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| *v)
+        let n = match self.names.get(key) {
+            Some(n) => n,
+            None => self.schema.names().iter().find(|(k, _)| *k == key)?.1,
+        };
+        // "": a column the site's tables lack.
+        Some(n).filter(|n| !n.is_empty())
     }
 
     /// The query parameter that may carry the passkey.
@@ -907,6 +938,10 @@ mod tests {
                 "private.names",
             ),
             (
+                "[private]\nnames = { \"users.passkey\" = \"\" }\n",
+                "private.names",
+            ),
+            (
                 "[private]\nschema = \"xbt\"\nnames = { \"torrents.tor_type\" = \"t\" }\n",
                 "private.names",
             ),
@@ -941,6 +976,12 @@ mod tests {
         // They print back as written.
         let again = Config::parse(&c.to_commented_toml()).unwrap();
         assert_eq!(again, c);
+        let c = Config::parse("[private]\nnames = { \"users.can_leech\" = \"\" }\n").unwrap();
+        assert_eq!(
+            c.private.name("users.can_leech"),
+            None,
+            "a column the site lacks"
+        );
         let c = Config::parse("[private]\nschema = \"xbt_files\"\n").unwrap();
         assert_eq!(c.private.name("torrents.id"), Some("fid"));
         assert_eq!(c.private.passkey_param(), "passkey");

@@ -2,8 +2,8 @@
 //! every problem it finds (the key's full name and what is allowed).
 
 use crate::{
-    AccessListMode, Config, ConfigError, ServerConfig, StatsdConfig, StoreConfig, TrackerConfig,
-    TrackerMode,
+    AccessListMode, Config, ConfigError, PrivateSchema, ServerConfig, StatsdConfig, StoreConfig,
+    TrackerConfig, TrackerMode,
 };
 
 /// The problems found so far.
@@ -213,7 +213,12 @@ fn private(c: &Config, p: &mut Problems) {
                     list.join(", ")
                 ),
             );
-        } else if !is_sql_name(name) {
+        } else if name.is_empty() && !PrivateSchema::optional(key) {
+            p.bad(
+                "private.names",
+                format!("{key} may not be empty: the tracker cannot work without it"),
+            );
+        } else if !name.is_empty() && !is_sql_name(name) {
             p.bad(
                 "private.names",
                 format!(

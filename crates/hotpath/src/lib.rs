@@ -153,7 +153,8 @@ pub fn start(config: &Config) -> anyhow::Result<RunningServer> {
 }
 
 /// Every service that writes through the store, as the store knows it: the binary's wiring
-/// (a new service adds itself here, and nowhere in the store).
+/// (a new service adds itself here, and nowhere in the store). Private mode writes hotpath's
+/// own tables here; [`stored`] gives the list for a config.
 pub static STORED: [&hotpath_store::Service; 4] = [
     &hotpath_tracker::stored::TRACKER,
     &hotpath_tracker::private::stored::PRIVATE,
@@ -161,12 +162,21 @@ pub static STORED: [&hotpath_store::Service; 4] = [
     &hotpath_lua::stored::LUA,
 ];
 
+/// [`STORED`] with private mode writing the tables of `config`'s schema preset (a site's
+/// own, for XBT's and TorrentPier's).
+pub fn stored(config: &Config) -> Vec<&'static hotpath_store::Service> {
+    let mut all = STORED.to_vec();
+    all[1] = hotpath_tracker::private::stored::service(&config.private);
+    all
+}
+
 /// The services the config asks for, on one store when `store.enabled` (connected, migrated,
 /// journal replayed): the tracker always, the popup service when `popups.enabled`. Returns
 /// the tracker too (its swarms are saved after the server stops).
 fn services(config: &Config) -> anyhow::Result<(Arc<Tracker>, Arc<dyn Service>)> {
     let store = if config.store.enabled {
-        let (store, _) = hotpath_store::Store::open(&config.store, &STORED).context("store")?;
+        let (store, _) =
+            hotpath_store::Store::open(&config.store, &stored(config)).context("store")?;
         log::info!("store: {}", store.name);
         Some(Arc::new(store))
     } else {
@@ -222,7 +232,8 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
         backend::connect(&cfg.url, std::path::Path::new(&cfg.data_dir)).context("store.url")?;
     match action {
         DbAction::Migrate => {
-            let applied = migrations::migrate(&mut *b, &STORED).with_context(|| name.clone())?;
+            let applied =
+                migrations::migrate(&mut *b, &stored(config)).with_context(|| name.clone())?;
             if applied.is_empty() {
                 println!(
                     "{name}: schema is current (version {})",
@@ -235,7 +246,7 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
             }
             Ok(0)
         }
-        DbAction::Refused { replay } => refused(&mut *b, &name, cfg, replay),
+        DbAction::Refused { replay } => refused(&mut *b, &name, config, replay),
         DbAction::Status => {
             if let Some(file) = backend::sqlite_file(&cfg.url, std::path::Path::new(&cfg.data_dir))
             {
@@ -243,13 +254,14 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
                     println!(
                         "{name}: no database yet (`hotpath serve` or `hotpath db migrate` creates it)"
                     );
-                    for m in migrations::known(&STORED) {
+                    for m in migrations::known(&stored(config)) {
                         println!("  {:>8}  {:<32} PENDING", migration_label(&m), m.name);
                     }
                     return Ok(1);
                 }
             }
-            let status = migrations::status(&mut *b, &STORED).with_context(|| name.clone())?;
+            let status =
+                migrations::status(&mut *b, &stored(config)).with_context(|| name.clone())?;
             println!("{name}");
             let mut pending = 0;
             for s in &status {
@@ -318,14 +330,15 @@ fn migration_label(m: &hotpath_store::migrations::MigrationState) -> String {
 fn refused(
     b: &mut dyn hotpath_store::Backend,
     name: &str,
-    cfg: &hotpath_config::StoreConfig,
+    config: &Config,
     replay: bool,
 ) -> anyhow::Result<u8> {
     use hotpath_store::refused;
+    let cfg = &config.store;
     let dir = std::path::Path::new(&cfg.data_dir);
     let file = refused::path(dir);
     if replay {
-        let tables = hotpath_store::queue::tables(&STORED);
+        let tables = hotpath_store::queue::tables(&stored(config));
         let r = refused::replay(b, &tables, dir, name).with_context(|| name.to_string())?;
         println!(
             "{}: {} entries ({} copies dropped), {} rows written, {} refused again{}",

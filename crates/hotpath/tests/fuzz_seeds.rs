@@ -10,7 +10,7 @@ use hotpath_lua::stored::LuaChange;
 use hotpath_popups::stored::{PopupChange, SHOWN};
 use hotpath_store::journal::seal;
 use hotpath_store::Encode;
-use hotpath_tracker::private::stored::AccountChange;
+use hotpath_tracker::private::stored::{AccountChange, Client, CountsChange};
 use hotpath_tracker::stored::TorrentChange;
 use hotpath_tracker::table::{Caps, PeerAnnounce, Selection, SwarmTable, Table};
 use hotpath_wire::bencode::{put_bytes, put_failure, put_int};
@@ -222,7 +222,7 @@ fn bencode(seeds: &mut Seeds) {
 }
 
 fn journal(seeds: &mut Seeds) {
-    let changes: [&dyn Encode; 5] = [
+    let changes: [&dyn Encode; 7] = [
         &TorrentChange {
             info_hash: [9; 20],
             completed: 1,
@@ -261,6 +261,34 @@ fn journal(seeds: &mut Seeds) {
             completed: 1,
             flags: AccountChange::SEEDING,
             at: 1_800_000_000,
+            client: None,
+        },
+        &AccountChange {
+            user: 8,
+            torrent: 11,
+            uploaded: 20,
+            downloaded: 5,
+            uploaded_raw: 10,
+            downloaded_raw: 10,
+            remaining: 100,
+            completed: 0,
+            flags: AccountChange::STOPPED,
+            at: 1_800_000_001,
+            client: Some(Client {
+                peer_id: *b"-TR4050-abcdefghijkl",
+                ip: "2001:db8::9".parse().unwrap(),
+                port: 51413,
+                uploaded: 10,
+                downloaded: 10,
+                speed_up: 1,
+                speed_down: 1,
+            }),
+        },
+        &CountsChange {
+            torrent: 11,
+            seeders: 3,
+            leechers: 4,
+            at: 1_800_000_002,
         },
     ];
     let mut payload = Vec::new();

@@ -248,7 +248,7 @@ pub static LUA: Service = Service {
     name: "lua",
     tags: &[TAG_ROW, TAG_ADD],
     tables: &[&LUA_ROWS, &LUA_COUNTERS],
-    queue: || Box::<LuaQueue>::default(),
+    queue: &|| Box::<LuaQueue>::default(),
     migrations: &[],
 };
 

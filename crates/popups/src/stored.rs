@@ -287,7 +287,7 @@ pub static POPUPS: Service = Service {
     name: "popups",
     tags: &[TAG],
     tables: &[&POPUP_USERS, &POPUP_EVENTS, &POPUP_DAILY],
-    queue: || Box::<PopupQueue>::default(),
+    queue: &|| Box::<PopupQueue>::default(),
     migrations: &[],
 };
 

@@ -75,8 +75,9 @@ pub struct Service {
     pub tables: &'static [&'static Table],
     /// Its schema, version 1 first (see [`crate::migrations`]); its name keys them.
     pub migrations: &'static [Migration],
-    /// A new, empty queue.
-    pub queue: fn() -> Box<dyn Queue>,
+    /// A new, empty queue (a closure, so a service whose tables the config names can make
+    /// queues that write them).
+    pub queue: &'static (dyn Fn() -> Box<dyn Queue> + Send + Sync),
 }
 
 impl std::fmt::Debug for Service {

@@ -85,7 +85,7 @@ static TOY: Service = Service {
     name: "toy",
     tags: &[TAG],
     tables: &[&COUNTERS],
-    queue: || Box::<Counters>::default(),
+    queue: &|| Box::<Counters>::default(),
     migrations: &[Migration {
         version: 1,
         name: "counters",
@@ -208,7 +208,7 @@ fn a_version_4_database_takes_the_service_migrations(d: Dialect) {
         name: "other",
         tags: &[201],
         tables: &[],
-        queue: || Box::<Counters>::default(),
+        queue: &|| Box::<Counters>::default(),
         migrations: &[Migration {
             version: 1,
             name: "nothing",
@@ -241,7 +241,7 @@ fn two_services_may_not_share_a_name_or_a_tag() {
         name: "twin",
         tags: &[TAG],
         tables: &[],
-        queue: || Box::<Counters>::default(),
+        queue: &|| Box::<Counters>::default(),
         migrations: &[],
     };
     let db = test_db(Dialect::Sqlite, "toytag");

@@ -19,7 +19,7 @@ use hotpath_wire::query::{self, is_global_unicast, Event, Id20};
 use hotpath_wire::udp;
 
 use crate::access::AccessView;
-use crate::private::stored::{AccountChange, ACCOUNT_LEN};
+use crate::private::stored::{AccountChange, ACCOUNT_MAX_LEN};
 use crate::private::{Accounted, Ask, Private, Refusal, Torrent, User};
 use crate::table::{Counts, PeerAnnounce, Selection};
 use crate::{Shared, ANNOUNCE, CONNECT, SCRAPE};
@@ -190,7 +190,7 @@ impl TrackerWorker {
     ) -> Result<AccountChange, &'static str> {
         let (user, torrent): (User, Torrent) = p.check(ask)?;
         if let Some(j) = &self.journal {
-            if !j.has_room(ACCOUNT_LEN + TORRENT_LEN) {
+            if !j.has_room(ACCOUNT_MAX_LEN + TORRENT_LEN) {
                 return Err(j.refuse());
             }
         }
@@ -220,6 +220,17 @@ impl TrackerWorker {
         if let Some(reason) = self.check_access(&a.info_hash) {
             return Err(reason);
         }
+        let mut ip = self.client_ip(req, ctx)?;
+        // Addresses a client gives are taken only when the config allows it and only when
+        // they are global unicast: else anyone could make a swarm send its peers to a third
+        // party, or to the tracker's own network.
+        if let Some(given) = a.ip {
+            if self.shared.cfg.accept_ip_param && is_global_unicast(given) {
+                ip = given;
+            } else {
+                self.shared.counters.client_addresses_ignored.add(1);
+            }
+        }
         let account = match self.shared.private.clone() {
             None => None,
             Some(p) => Some(self.private_announce(
@@ -233,6 +244,8 @@ impl TrackerWorker {
                 },
                 Accounted {
                     peer_id: &a.peer_id,
+                    ip,
+                    port: a.port,
                     uploaded: a.uploaded,
                     downloaded: a.downloaded,
                     left: a.left,
@@ -242,19 +255,8 @@ impl TrackerWorker {
                 },
             )?),
         };
-        let mut ip = self.client_ip(req, ctx)?;
         let cfg = &self.shared.cfg;
         let ignored = &self.shared.counters.client_addresses_ignored;
-        // Addresses a client gives are taken only when the config allows it and only when
-        // they are global unicast: else anyone could make a swarm send its peers to a third
-        // party, or to the tracker's own network.
-        if let Some(given) = a.ip {
-            if cfg.accept_ip_param && is_global_unicast(given) {
-                ip = given;
-            } else {
-                ignored.add(1);
-            }
-        }
         let want = a
             .numwant
             .unwrap_or(cfg.numwant_default)
@@ -415,6 +417,8 @@ impl TrackerWorker {
                 },
                 Accounted {
                     peer_id: &r.peer_id,
+                    ip,
+                    port: r.port,
                     uploaded: r.uploaded,
                     downloaded: r.downloaded,
                     left: r.left,

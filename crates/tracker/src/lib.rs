@@ -295,7 +295,11 @@ fn first_poll(
         cause,
     };
     let mut conn = db.connect().map_err(err)?;
-    p.poll(&mut *conn, true).map_err(err)
+    let held = p.poll(&mut *conn, true).map_err(err)?;
+    if let Some(sql) = p.source.reset_counts(conn.dialect()) {
+        conn.execute(&sql).map_err(err)?;
+    }
+    Ok(held)
 }
 
 /// Adds the completed counts the database holds (and the journal's replay) to the swarm

@@ -4,6 +4,7 @@
 //! not journaled: a crash loses at most one interval of them), and the swarms themselves,
 //! saved at a graceful shutdown and loaded at the next start ([`save_swarms`], [`load_swarms`]).
 
+use std::collections::HashSet;
 use std::io::Write as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use hotpath_store::{Backend, Batch, StoreError};
 
+use crate::private::stored::CountsChange;
 use crate::stored::{Key, TorrentChange, TrackerDb, TORRENTS};
 
 use crate::{Shared, TrackerError};
@@ -20,13 +22,24 @@ use crate::{Shared, TrackerError};
 const CHUNK: usize = 4096;
 
 /// Hands the store every swarm's counts (torrents with peers only) every
-/// `tracker.snapshot_interval_secs`, until `stop`.
+/// `tracker.snapshot_interval_secs`, until `stop`. In private mode under a preset that keeps
+/// seeders and leechers in the site's torrents table (XBT's), also each registered torrent's,
+/// by its id, with zeros for a torrent whose last peer left since the last snapshot; the
+/// first of those a few seconds after start.
 pub fn snapshotter(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
     let Some(db) = shared.persist.clone() else {
         return;
     };
     let every = Duration::from_secs(u64::from(shared.cfg.snapshot_interval_secs));
-    let mut due = Instant::now() + every;
+    let counts = shared.private.clone().filter(|p| p.torrent_counts);
+    let first = if counts.is_some() {
+        every.min(Duration::from_secs(5))
+    } else {
+        every
+    };
+    let mut due = Instant::now() + first;
+    // The registered torrents written with peers last time.
+    let mut had_peers: HashSet<u32> = HashSet::new();
     while !stop.load(Ordering::Acquire) {
         if Instant::now() < due {
             std::thread::sleep(Duration::from_millis(100));
@@ -35,6 +48,8 @@ pub fn snapshotter(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
         due += every;
         let at = (shared.unix_base + i64::from(hotpath_service::process_secs())) as u32;
         let mut changes = Vec::with_capacity(CHUNK);
+        let mut private = Vec::new();
+        let mut has_peers = HashSet::with_capacity(had_peers.len());
         shared.swarms.for_each(&mut |hash, c| {
             if c.seeders + c.leechers == 0 {
                 return;
@@ -50,8 +65,31 @@ pub fn snapshotter(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
                 db.submit(&changes);
                 changes.clear();
             }
+            if let Some(t) = counts.as_ref().and_then(|p| p.torrents.get(hash)) {
+                has_peers.insert(t.id);
+                private.push(CountsChange {
+                    torrent: t.id,
+                    seeders: c.seeders,
+                    leechers: c.leechers,
+                    at,
+                });
+                if private.len() == CHUNK {
+                    db.submit(&private);
+                    private.clear();
+                }
+            }
         });
         db.submit(&changes);
+        for &torrent in had_peers.difference(&has_peers) {
+            private.push(CountsChange {
+                torrent,
+                seeders: 0,
+                leechers: 0,
+                at,
+            });
+        }
+        db.submit(&private);
+        had_peers = has_peers;
     }
 }
 

@@ -160,7 +160,7 @@ pub static TRACKER: Service = Service {
     name: "tracker",
     tags: &[TAG],
     tables: &[&TORRENTS],
-    queue: || Box::<TorrentQueue>::default(),
+    queue: &|| Box::<TorrentQueue>::default(),
     migrations: &[],
 };
 

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hotpath_config::{PortRange, PrivateConfig};
+use hotpath_config::{PortRange, PrivateConfig, PrivateSchema};
 use hotpath_metrics::Counter;
 use hotpath_service::Samples;
 use hotpath_wire::query::Id20;
@@ -23,7 +23,7 @@ use hotpath_wire::query::Id20;
 use ledger::{Ledger, Report, TooManyPeers};
 use registry::{Entry, Registry};
 pub use source::Source;
-use stored::AccountChange;
+use stored::{AccountChange, Client};
 
 /// A registered user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,6 +205,10 @@ pub struct Ask<'a> {
 pub struct Accounted<'a> {
     /// The client's peer id.
     pub peer_id: &'a Id20,
+    /// Its address (as the swarm takes it).
+    pub ip: std::net::IpAddr,
+    /// Its port.
+    pub port: u16,
     /// Its `uploaded` counter.
     pub uploaded: u64,
     /// Its `downloaded` counter.
@@ -235,6 +239,12 @@ pub struct Private {
     pub ledger: Ledger,
     /// Seconds between polls.
     pub poll_secs: u32,
+    /// Whether the preset keeps a row per client (TorrentPier): the accounted changes carry
+    /// the client.
+    pub client_rows: bool,
+    /// Whether the preset keeps seeders and leechers in the torrents table (XBT): the
+    /// snapshots carry them.
+    pub torrent_counts: bool,
     refused: [Counter; Refusal::ALL.len()],
     polls: Counter,
     poll_errors: Counter,
@@ -253,6 +263,8 @@ impl Private {
             source: Source::new(c),
             ledger: Ledger::new(c.max_peers_per_user_torrent, max_peers),
             poll_secs: c.poll_secs,
+            client_rows: c.schema == PrivateSchema::Torrentpier,
+            torrent_counts: matches!(c.schema, PrivateSchema::Xbt | PrivateSchema::XbtFiles),
             refused: Default::default(),
             polls: Counter::default(),
             poll_errors: Counter::default(),
@@ -345,6 +357,19 @@ impl Private {
             completed: 0,
             flags,
             at: a.at,
+            client: self.client_rows.then(|| {
+                let speed =
+                    |v: u64| (v / u64::from(d.since.max(1))).min(u64::from(u32::MAX)) as u32;
+                Client {
+                    peer_id: *a.peer_id,
+                    ip: a.ip,
+                    port: a.port,
+                    uploaded: a.uploaded,
+                    downloaded: a.downloaded,
+                    speed_up: speed(d.uploaded),
+                    speed_down: speed(d.downloaded),
+                }
+            }),
         })
     }
 
@@ -509,6 +534,8 @@ mod tests {
         let ids: Vec<Id20> = (0..4u8).map(|i| [i; 20]).collect();
         let report = |peer_id| Accounted {
             peer_id,
+            ip: [127, 0, 0, 1].into(),
+            port: 6881,
             uploaded: 0,
             downloaded: 0,
             left: 10,
@@ -543,6 +570,8 @@ mod tests {
         let id = [1; 20];
         let at = |up: u64, down: u64, left: u64| Accounted {
             peer_id: &id,
+            ip: [127, 0, 0, 1].into(),
+            port: 6881,
             uploaded: up,
             downloaded: down,
             left,

@@ -26,19 +26,11 @@ pub struct Source {
     torrents: String,
     torrent_cols: [String; 4],
     torrents_updated: Option<String>,
+    /// The torrents table's seeders and leechers columns, where the preset keeps them.
+    counts: Option<[String; 2]>,
     /// The largest `updated_at` of each table's last read (users, torrents); `None` until
     /// a full read.
     since: Mutex<(Option<i64>, Option<i64>)>,
-}
-
-/// `name` quoted for `dialect` (a schema-qualified name part by part). Names are checked by
-/// the config (letters, digits, `_`), so quoting only keeps reserved words and case intact.
-fn quoted(dialect: Dialect, name: &str) -> String {
-    let q = if dialect == Dialect::Mysql { '`' } else { '"' };
-    name.split('.')
-        .map(|part| format!("{q}{part}{q}"))
-        .collect::<Vec<_>>()
-        .join(".")
 }
 
 impl Source {
@@ -70,6 +62,9 @@ impl Source {
             torrents: must("torrents"),
             torrent_cols: [must("torrents.id"), must("torrents.info_hash"), a, b],
             torrents_updated: name("torrents.updated_at"),
+            counts: name("torrents.seeders")
+                .zip(name("torrents.leechers"))
+                .map(|(s, l)| [s, l]),
             since: Mutex::new((None, None)),
         }
     }
@@ -84,17 +79,27 @@ impl Source {
     ) -> String {
         let col = |c: &str| match c.strip_prefix('#') {
             Some(constant) => constant.to_string(),
-            None => quoted(dialect, c),
+            None => dialect.quote(c),
         };
         let mut list: Vec<String> = cols.iter().map(|c| col(c)).collect();
         if let Some(u) = updated {
             list.push(col(u));
         }
-        let mut sql = format!("SELECT {} FROM {}", list.join(", "), quoted(dialect, table));
+        let mut sql = format!("SELECT {} FROM {}", list.join(", "), dialect.quote(table));
         if let (Some(u), true) = (updated, since) {
             sql.push_str(&format!(" WHERE {} >= ?", col(u)));
         }
         sql
+    }
+
+    /// The statement that sets every torrent's seeders and leechers to 0, for a preset that
+    /// keeps them (XBT's, as XBT does at start: the swarms' snapshots write them again).
+    pub fn reset_counts(&self, dialect: Dialect) -> Option<String> {
+        let [s, l] = self.counts.as_ref()?.clone().map(|c| dialect.quote(&c));
+        Some(format!(
+            "UPDATE {} SET {s} = 0, {l} = 0 WHERE {s} <> 0 OR {l} <> 0",
+            dialect.quote(&self.torrents)
+        ))
     }
 
     /// The SQL of the users read and the torrents read for `dialect` (full reads).
@@ -241,6 +246,18 @@ mod tests {
             ..Default::default()
         };
         let [u, t] = Source::new(&c).statements(Dialect::Mysql);
+        // XBT's own schema has no can_leech: everyone may leech unless the site names one.
+        assert_eq!(u, "SELECT `uid`, `torrent_pass`, 1 FROM `xbt_users`");
+        assert_eq!(
+            Source::new(&c).reset_counts(Dialect::Mysql).unwrap(),
+            "UPDATE `xbt_torrents` SET `seeders` = 0, `leechers` = 0 WHERE `seeders` <> 0 OR \
+             `leechers` <> 0"
+        );
+        let mut named = c.clone();
+        named
+            .names
+            .insert("users.can_leech".into(), "can_leech".into());
+        let [u, _] = Source::new(&named).statements(Dialect::Mysql);
         assert_eq!(
             u,
             "SELECT `uid`, `torrent_pass`, `can_leech` FROM `xbt_users`"

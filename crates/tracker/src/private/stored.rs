@@ -1,6 +1,11 @@
 //! Private mode as the write-behind store knows it: each accounted announce is an
-//! [`AccountChange`] (journal tag 5), merged per user and per (user, torrent) and written as
-//! `+=` deltas and the latest state.
+//! [`AccountChange`] (journal tag 5, or 6 with its client for a preset that keeps a row per
+//! client), merged per user, per (user, torrent), per torrent and per client, and written as
+//! `+=` deltas and the latest state into the preset's tables: hotpath's own (below, made by
+//! [`PRIVATE`]'s migration), XBT's or TorrentPier's (the site's: [`service`] makes a service
+//! writing them under `[private]`'s names, with no migration). A [`CountsChange`] (tag 7,
+//! submitted without the journal) carries a swarm's seeders and leechers for XBT's torrents
+//! table.
 //!
 //! | table | columns | what |
 //! |---|---|---|
@@ -9,20 +14,53 @@
 //! | `hp_user_totals` | `user_id` PK, `uploaded`, `downloaded` (credited), `uploaded_raw`, `downloaded_raw` (as reported), `updated_at` | each user's totals, added to |
 //! | `hp_user_torrents` | (`user_id`, `torrent_id`) PK, the four counts as above, `remaining` (bytes left at the last announce), `seeding` (0 or 1), `active` (0 once stopped), `announces`, `completed` (downloads finished), `completed_at` (unix s of the last), `updated_at` | each user's traffic and state per torrent: the snatch list is the rows with `completed` > 0 |
 //!
-//! Owns: [`AccountChange`], [`AccountQueue`], the tables and [`PRIVATE`]. Must not: do I/O.
+//! Owns: [`AccountChange`], [`CountsChange`], [`AccountQueue`], the tables, [`PRIVATE`] and
+//! [`service`]. Must not: do I/O.
 
 use std::any::Any;
+use std::net::IpAddr;
 
 use hashbrown::HashMap;
+use hotpath_config::{PrivateConfig, PrivateSchema};
 use hotpath_store::migrations::Migration;
-use hotpath_store::table::{col, Merge, Rows, Table, Type, Value};
+use hotpath_store::table::{col, Column, Merge, Rows, Table, Type, Value};
 use hotpath_store::{Encode, Queue, Service};
 
-/// Private mode's journal tag.
+/// An accounted announce.
 const TAG: u8 = 5;
+/// An accounted announce with its client (for a preset that writes peer rows).
+const TAG_CLIENT: u8 = 6;
+/// A torrent's seeders and leechers (a snapshot, submitted without the journal).
+const TAG_COUNTS: u8 = 7;
 
-/// Encoded size of an [`AccountChange`].
+/// Encoded size of an [`AccountChange`] without its client.
 pub const ACCOUNT_LEN: usize = 1 + 4 + 4 + 6 * 8 + 1 + 4;
+/// Encoded size of a [`Client`].
+const CLIENT_LEN: usize = 20 + 16 + 1 + 2 + 8 + 8 + 4 + 4;
+/// Most bytes an [`AccountChange`] takes in the journal (with its client).
+pub const ACCOUNT_MAX_LEN: usize = ACCOUNT_LEN + CLIENT_LEN;
+/// Encoded size of a [`CountsChange`].
+const COUNTS_LEN: usize = 1 + 4 * 4;
+
+/// The client behind an accounted announce, for the presets that keep a row per client
+/// (TorrentPier's `bb_bt_tracker`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Client {
+    /// Its peer id.
+    pub peer_id: [u8; 20],
+    /// Its address.
+    pub ip: IpAddr,
+    /// Its port.
+    pub port: u16,
+    /// Its `uploaded` counter as reported.
+    pub uploaded: u64,
+    /// Its `downloaded` counter as reported.
+    pub downloaded: u64,
+    /// Bytes per second uploaded since its last announce.
+    pub speed_up: u32,
+    /// Bytes per second downloaded since.
+    pub speed_down: u32,
+}
 
 /// One accounted announce.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -47,6 +85,8 @@ pub struct AccountChange {
     pub flags: u8,
     /// Unix seconds.
     pub at: u32,
+    /// The client, where the preset keeps a row per client.
+    pub client: Option<Client>,
 }
 
 impl AccountChange {
@@ -57,11 +97,40 @@ impl AccountChange {
 
     /// Decodes the change at the start of `b` and its length; `None` when it is not one.
     pub fn decode(b: &[u8]) -> Option<(AccountChange, usize)> {
-        if *b.first()? != TAG || b.len() < ACCOUNT_LEN {
+        let tag = *b.first()?;
+        let len = match tag {
+            TAG => ACCOUNT_LEN,
+            TAG_CLIENT => ACCOUNT_MAX_LEN,
+            _ => return None,
+        };
+        if b.len() < len {
             return None;
         }
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        let client = if tag == TAG_CLIENT {
+            let c = ACCOUNT_LEN;
+            let ip: [u8; 16] = b[c + 20..c + 36].try_into().unwrap();
+            // One encoding per client: an IPv4 address padded with zeros, a family of 0 or 1.
+            let ip = match b[c + 36] {
+                0 if ip[4..].iter().all(|&x| x == 0) => {
+                    IpAddr::from(<[u8; 4]>::try_from(&ip[..4]).unwrap())
+                }
+                1 => IpAddr::from(ip),
+                _ => return None,
+            };
+            Some(Client {
+                peer_id: b[c..c + 20].try_into().unwrap(),
+                ip,
+                port: u16::from_le_bytes([b[c + 37], b[c + 38]]),
+                uploaded: u64_at(c + 39),
+                downloaded: u64_at(c + 47),
+                speed_up: u32_at(c + 55),
+                speed_down: u32_at(c + 59),
+            })
+        } else {
+            None
+        };
         let c = AccountChange {
             user: u32_at(1),
             torrent: u32_at(5),
@@ -73,18 +142,27 @@ impl AccountChange {
             completed: u64_at(49),
             flags: b[57],
             at: u32_at(58),
+            client,
         };
-        Some((c, ACCOUNT_LEN))
+        Some((c, len))
     }
 }
 
 impl Encode for AccountChange {
     fn encoded_len(&self) -> usize {
-        ACCOUNT_LEN
+        if self.client.is_some() {
+            ACCOUNT_MAX_LEN
+        } else {
+            ACCOUNT_LEN
+        }
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
-        out.push(TAG);
+        out.push(if self.client.is_some() {
+            TAG_CLIENT
+        } else {
+            TAG
+        });
         out.extend_from_slice(&self.user.to_le_bytes());
         out.extend_from_slice(&self.torrent.to_le_bytes());
         for v in [
@@ -99,6 +177,69 @@ impl Encode for AccountChange {
         }
         out.push(self.flags);
         out.extend_from_slice(&self.at.to_le_bytes());
+        if let Some(c) = &self.client {
+            out.extend_from_slice(&c.peer_id);
+            let (ip, v6) = match c.ip {
+                IpAddr::V4(a) => {
+                    let mut ip = [0; 16];
+                    ip[..4].copy_from_slice(&a.octets());
+                    (ip, 0)
+                }
+                IpAddr::V6(a) => (a.octets(), 1),
+            };
+            out.extend_from_slice(&ip);
+            out.push(v6);
+            out.extend_from_slice(&c.port.to_le_bytes());
+            out.extend_from_slice(&c.uploaded.to_le_bytes());
+            out.extend_from_slice(&c.downloaded.to_le_bytes());
+            out.extend_from_slice(&c.speed_up.to_le_bytes());
+            out.extend_from_slice(&c.speed_down.to_le_bytes());
+        }
+    }
+}
+
+/// A torrent's seeders and leechers now (for the presets that keep them in the torrents
+/// table: XBT's). Submitted every `tracker.snapshot_interval_secs`, not journaled: the next
+/// snapshot writes it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CountsChange {
+    /// The torrent's id.
+    pub torrent: u32,
+    /// Seeders now.
+    pub seeders: u32,
+    /// Leechers now.
+    pub leechers: u32,
+    /// Unix seconds.
+    pub at: u32,
+}
+
+impl CountsChange {
+    /// Decodes the change at the start of `b` and its length; `None` when it is not one.
+    pub fn decode(b: &[u8]) -> Option<(CountsChange, usize)> {
+        if *b.first()? != TAG_COUNTS || b.len() < COUNTS_LEN {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let c = CountsChange {
+            torrent: u32_at(1),
+            seeders: u32_at(5),
+            leechers: u32_at(9),
+            at: u32_at(13),
+        };
+        Some((c, COUNTS_LEN))
+    }
+}
+
+impl Encode for CountsChange {
+    fn encoded_len(&self) -> usize {
+        COUNTS_LEN
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(TAG_COUNTS);
+        for v in [self.torrent, self.seeders, self.leechers, self.at] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
     }
 }
 
@@ -135,8 +276,13 @@ impl Counts {
             self.uploaded_raw,
             self.downloaded_raw,
         ]
-        .map(|v| Value::Int(v.min(i64::MAX as u64) as i64))
+        .map(int)
     }
+}
+
+/// A count as the databases hold it (signed 64 bits, saturated).
+fn int(v: u64) -> Value {
+    Value::Int(v.min(i64::MAX as u64) as i64)
 }
 
 /// A user's merged state on one torrent.
@@ -151,21 +297,76 @@ struct OnTorrent {
     at: u32,
 }
 
-/// The merge queue: totals per user, state per (user, torrent).
-#[derive(Debug, Default)]
-pub struct AccountQueue {
-    users: HashMap<u32, (Counts, u32)>,
-    on_torrents: HashMap<(u32, u32), OnTorrent>,
+/// A torrent's merged counts (XBT's torrents table).
+#[derive(Debug, Clone, Copy, Default)]
+struct TorrentState {
+    /// Seeders and leechers of the latest snapshot, if one came.
+    counts: Option<(u32, u32)>,
+    completed: u64,
+    at: u32,
 }
 
-impl Queue for AccountQueue {
-    fn apply(&mut self, bytes: &[u8]) -> Option<usize> {
-        let (c, len) = AccountChange::decode(bytes)?;
+/// One client's merged row (TorrentPier's `bb_bt_tracker`).
+#[derive(Debug, Clone, Copy)]
+struct ClientRow {
+    client: Option<Client>,
+    counts: Counts,
+    remaining: u64,
+    flags: u8,
+    at: u32,
+}
+
+/// The tables a preset writes.
+#[derive(Debug)]
+enum Writes {
+    /// `hp_user_totals`, `hp_user_torrents`.
+    Hotpath,
+    /// XBT's users (`+=`), peers (upserted) and torrents (counts) tables.
+    Xbt {
+        users: &'static Table,
+        peers: &'static Table,
+        torrents: &'static Table,
+    },
+    /// TorrentPier's `bb_bt_tracker`, a row per client (upserted); the site's cron adds
+    /// `up_add`/`down_add` to the users' totals and deletes rows whose `update_time` is old.
+    Torrentpier { tracker: &'static Table },
+}
+
+/// The merge queue: totals per user, state per (user, torrent), counts per torrent and rows
+/// per client, written as the preset's tables take them.
+#[derive(Debug)]
+pub struct AccountQueue {
+    writes: &'static Writes,
+    users: HashMap<u32, (Counts, u32)>,
+    on_torrents: HashMap<(u32, u32), OnTorrent>,
+    torrents: HashMap<u32, TorrentState>,
+    clients: HashMap<(u32, u32, [u8; 20]), ClientRow>,
+}
+
+impl Default for AccountQueue {
+    fn default() -> AccountQueue {
+        AccountQueue::new(&Writes::Hotpath)
+    }
+}
+
+impl AccountQueue {
+    fn new(writes: &'static Writes) -> AccountQueue {
+        AccountQueue {
+            writes,
+            users: HashMap::new(),
+            on_torrents: HashMap::new(),
+            torrents: HashMap::new(),
+            clients: HashMap::new(),
+        }
+    }
+
+    fn account(&mut self, c: &AccountChange) {
+        let counts = Counts::of(c);
         let u = self.users.entry(c.user).or_default();
-        u.0.add(Counts::of(&c));
+        u.0.add(counts);
         u.1 = u.1.max(c.at);
         let t = self.on_torrents.entry((c.user, c.torrent)).or_default();
-        t.counts.add(Counts::of(&c));
+        t.counts.add(counts);
         t.announces = t.announces.saturating_add(1);
         t.completed = t.completed.saturating_add(c.completed);
         if c.completed > 0 {
@@ -178,14 +379,41 @@ impl Queue for AccountQueue {
             t.flags = c.flags;
             t.at = c.at;
         }
-        Some(len)
+        if c.completed > 0 {
+            let s = self.torrents.entry(c.torrent).or_default();
+            s.completed = s.completed.saturating_add(c.completed);
+            s.at = s.at.max(c.at);
+        }
+        if matches!(self.writes, Writes::Torrentpier { .. }) {
+            // A change journaled without its client (by another preset's run) still
+            // credits: a row of its own, stopped, which the site's cron counts and deletes.
+            let id = c.client.map_or([0; 20], |k| k.peer_id);
+            let r = self
+                .clients
+                .entry((c.torrent, c.user, id))
+                .or_insert(ClientRow {
+                    client: None,
+                    counts: Counts::default(),
+                    remaining: 0,
+                    flags: AccountChange::STOPPED,
+                    at: 0,
+                });
+            r.counts.add(counts);
+            if c.at >= r.at {
+                r.client = c.client;
+                r.remaining = c.remaining;
+                r.flags = c.flags
+                    | if c.client.is_none() {
+                        AccountChange::STOPPED
+                    } else {
+                        0
+                    };
+                r.at = c.at;
+            }
+        }
     }
 
-    fn rows(&self) -> usize {
-        self.users.len() + self.on_torrents.len()
-    }
-
-    fn take(&mut self) -> Vec<Rows> {
+    fn hotpath_rows(&mut self) -> Vec<Rows> {
         let mut users: Vec<_> = self.users.drain().collect();
         users.sort_unstable_by_key(|u| u.0);
         let mut rows = Rows::with_capacity(&USER_TOTALS, users.len());
@@ -198,7 +426,6 @@ impl Queue for AccountQueue {
         let mut trows = Rows::with_capacity(&USER_TORRENTS, ts.len());
         for ((user, torrent), t) in ts {
             let [a, b, c, d] = t.counts.values();
-            let int = |v: u64| Value::Int(v.min(i64::MAX as u64) as i64);
             trows.push([
                 user.into(),
                 torrent.into(),
@@ -218,16 +445,325 @@ impl Queue for AccountQueue {
         vec![rows, trows]
     }
 
+    fn xbt_rows(
+        &mut self,
+        users_t: &'static Table,
+        peers_t: &'static Table,
+        torrents_t: &'static Table,
+    ) -> Vec<Rows> {
+        let mut users: Vec<_> = self.users.drain().collect();
+        users.sort_unstable_by_key(|u| u.0);
+        let mut urows = Rows::with_capacity(users_t, users.len());
+        for (id, (c, _)) in users {
+            urows.push([id.into(), int(c.uploaded), int(c.downloaded)]);
+        }
+        let mut ts: Vec<_> = self.on_torrents.drain().collect();
+        ts.sort_unstable_by_key(|t| (t.0 .1, t.0 .0));
+        let mut prows = Rows::with_capacity(peers_t, ts.len());
+        for ((user, torrent), t) in ts {
+            prows.push([
+                torrent.into(),
+                user.into(),
+                Value::Int(i64::from(t.flags & AccountChange::STOPPED == 0)),
+                int(t.completed),
+                int(t.counts.downloaded_raw),
+                int(t.remaining),
+                int(t.counts.uploaded_raw),
+                t.at.into(),
+            ]);
+        }
+        let mut tors: Vec<_> = self.torrents.drain().collect();
+        tors.sort_unstable_by_key(|t| t.0);
+        let mut trows = Rows::with_capacity(torrents_t, tors.len());
+        for (id, t) in tors {
+            let (s, l) = t
+                .counts
+                .map_or((Value::Null, Value::Null), |(s, l)| (s.into(), l.into()));
+            trows.push([id.into(), s, l, int(t.completed), t.at.into()]);
+        }
+        vec![urows, prows, trows]
+    }
+
+    fn torrentpier_rows(&mut self, table: &'static Table) -> Vec<Rows> {
+        self.users.clear();
+        self.on_torrents.clear();
+        self.torrents.clear();
+        let mut cs: Vec<_> = self
+            .clients
+            .drain()
+            .map(|((t, u, id), r)| (peer_hash(t, u, &id), t, u, r))
+            .collect();
+        cs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut rows = Rows::with_capacity(table, cs.len());
+        for (hash, torrent, user, r) in cs {
+            let stopped = r.flags & AccountChange::STOPPED != 0;
+            let seeder = Value::Int(i64::from(r.flags & AccountChange::SEEDING));
+            let (ip, ipv6, port, peer_id, up, down, su, sd) = match r.client {
+                Some(c) => {
+                    let (v4, v6) = match c.ip {
+                        IpAddr::V4(a) => (Value::from(&*a.to_string()), Value::Null),
+                        IpAddr::V6(a) => (Value::Null, Value::from(&*a.to_string())),
+                    };
+                    (
+                        v4,
+                        v6,
+                        Value::from(u32::from(c.port)),
+                        Value::from(&*printable(&c.peer_id)),
+                        int(c.uploaded),
+                        int(c.downloaded),
+                        Value::from(c.speed_up),
+                        Value::from(c.speed_down),
+                    )
+                }
+                None => (
+                    Value::Null,
+                    Value::Null,
+                    Value::Int(0),
+                    Value::from(""),
+                    Value::Int(0),
+                    Value::Int(0),
+                    Value::Int(0),
+                    Value::Int(0),
+                ),
+            };
+            rows.push([
+                Value::from(&*hash),
+                torrent.into(),
+                user.into(),
+                peer_id,
+                ip,
+                ipv6,
+                port,
+                seeder.clone(),
+                up,
+                down,
+                int(r.remaining),
+                su,
+                sd,
+                int(r.counts.uploaded),
+                int(r.counts.downloaded),
+                // A stopped client's row is left for the site's cron to count and delete.
+                if stopped { Value::Int(0) } else { r.at.into() },
+                seeder,
+            ]);
+        }
+        vec![rows]
+    }
+}
+
+/// A client's key in `bb_bt_tracker` (32 characters): its torrent and user in hex, then a
+/// hash of its peer id, so rows of two users never meet and one client keeps its row across
+/// restarts.
+pub fn peer_hash(torrent: u32, user: u32, peer_id: &[u8; 20]) -> String {
+    use std::hash::Hasher as _;
+    // A fixed key: the row must be found again after a restart. Collisions could only merge
+    // two clients of one user on one torrent.
+    let mut h = siphasher::sip::SipHasher13::new_with_keys(0x6870_7065_6572, 0x726f_7773);
+    h.write(peer_id);
+    format!("{torrent:08x}{user:08x}{:016x}", h.finish())
+}
+
+/// A peer id as text a site's VARCHAR takes: printable ASCII kept, any other byte as `.`.
+fn printable(peer_id: &[u8; 20]) -> String {
+    peer_id
+        .iter()
+        .map(|&b| {
+            if (0x20..0x7f).contains(&b) {
+                b as char
+            } else {
+                '.'
+            }
+        })
+        .collect()
+}
+
+impl Queue for AccountQueue {
+    fn apply(&mut self, bytes: &[u8]) -> Option<usize> {
+        if let Some((c, len)) = CountsChange::decode(bytes) {
+            let s = self.torrents.entry(c.torrent).or_default();
+            if c.at >= s.at || s.counts.is_none() {
+                s.counts = Some((c.seeders, c.leechers));
+            }
+            s.at = s.at.max(c.at);
+            return Some(len);
+        }
+        let (c, len) = AccountChange::decode(bytes)?;
+        self.account(&c);
+        Some(len)
+    }
+
+    fn rows(&self) -> usize {
+        match self.writes {
+            Writes::Hotpath => self.users.len() + self.on_torrents.len(),
+            Writes::Xbt { .. } => self.users.len() + self.on_torrents.len() + self.torrents.len(),
+            Writes::Torrentpier { .. } => self.clients.len(),
+        }
+    }
+
+    fn take(&mut self) -> Vec<Rows> {
+        match *self.writes {
+            Writes::Hotpath => {
+                self.torrents.clear();
+                self.hotpath_rows()
+            }
+            Writes::Xbt {
+                users,
+                peers,
+                torrents,
+            } => self.xbt_rows(users, peers, torrents),
+            Writes::Torrentpier { tracker } => self.torrentpier_rows(tracker),
+        }
+    }
+
     fn empty_like(&self) -> Box<dyn Queue> {
         Box::new(AccountQueue {
+            writes: self.writes,
             users: HashMap::with_capacity(self.users.len()),
             on_torrents: HashMap::with_capacity(self.on_torrents.len()),
+            torrents: HashMap::with_capacity(self.torrents.len()),
+            clients: HashMap::with_capacity(self.clients.len()),
         })
     }
 
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// Leaks `s` (a name from the config, made once per preset and names).
+fn leak(s: &str) -> &'static str {
+    Box::leak(s.to_string().into_boxed_str())
+}
+
+/// A table of leaked `columns`.
+fn table(name: &str, columns: Vec<Column>, update_only: bool) -> &'static Table {
+    Box::leak(Box::new(Table {
+        name: leak(name),
+        columns: Box::leak(columns.into_boxed_slice()),
+        update_only,
+        keeps_older: None,
+    }))
+}
+
+/// The service of a site preset's names.
+fn site_service(c: &PrivateConfig) -> &'static Service {
+    let name = |k: &str| c.name(k).expect("every site preset names what it writes");
+    let (service_name, writes): (&'static str, Writes) = match c.schema {
+        PrivateSchema::Hotpath => return &PRIVATE,
+        PrivateSchema::Xbt | PrivateSchema::XbtFiles => {
+            let users = table(
+                name("users"),
+                vec![
+                    col(leak(name("users.id")), Type::Int, Merge::Key),
+                    col(leak(name("users.uploaded")), Type::Int, Merge::Add),
+                    col(leak(name("users.downloaded")), Type::Int, Merge::Add),
+                ],
+                true,
+            );
+            let peers = table(
+                name("peers"),
+                vec![
+                    col(leak(name("peers.torrent_id")), Type::Int, Merge::Key),
+                    col("uid", Type::Int, Merge::Key),
+                    col("active", Type::Int, Merge::Replace),
+                    col("completed", Type::Int, Merge::Add),
+                    col("downloaded", Type::Int, Merge::Add),
+                    col("left", Type::Int, Merge::Replace),
+                    col("uploaded", Type::Int, Merge::Add),
+                    col("mtime", Type::Int, Merge::Max),
+                ],
+                false,
+            );
+            let torrents = table(
+                name("torrents"),
+                vec![
+                    col(leak(name("torrents.id")), Type::Int, Merge::Key),
+                    col(leak(name("torrents.seeders")), Type::Int, Merge::Replace),
+                    col(leak(name("torrents.leechers")), Type::Int, Merge::Replace),
+                    col(leak(name("torrents.completed")), Type::Int, Merge::Add),
+                    col("mtime", Type::Int, Merge::Max),
+                ],
+                true,
+            );
+            (
+                "private_xbt",
+                Writes::Xbt {
+                    users,
+                    peers,
+                    torrents,
+                },
+            )
+        }
+        PrivateSchema::Torrentpier => {
+            let r = Merge::Replace;
+            let tracker = table(
+                name("peers"),
+                vec![
+                    col("peer_hash", Type::Text, Merge::Key),
+                    col("topic_id", Type::Int, r),
+                    col("user_id", Type::Int, r),
+                    col("peer_id", Type::Text, r),
+                    col("ip", Type::Text, r),
+                    col("ipv6", Type::Text, r),
+                    col("port", Type::Int, r),
+                    col("seeder", Type::Int, r),
+                    col("uploaded", Type::Int, r),
+                    col("downloaded", Type::Int, r),
+                    col("remain", Type::Int, r),
+                    col("speed_up", Type::Int, r),
+                    col("speed_down", Type::Int, r),
+                    col("up_add", Type::Int, Merge::Add),
+                    col("down_add", Type::Int, Merge::Add),
+                    col("update_time", Type::Int, r),
+                    col("complete", Type::Int, r),
+                ],
+                false,
+            );
+            ("private_torrentpier", Writes::Torrentpier { tracker })
+        }
+    };
+    let writes: &'static Writes = Box::leak(Box::new(writes));
+    let tables: Vec<&'static Table> = match *writes {
+        Writes::Hotpath => unreachable!("returned above"),
+        Writes::Xbt {
+            users,
+            peers,
+            torrents,
+        } => vec![users, peers, torrents],
+        Writes::Torrentpier { tracker } => vec![tracker],
+    };
+    Box::leak(Box::new(Service {
+        name: service_name,
+        tags: &[TAG, TAG_CLIENT, TAG_COUNTS],
+        tables: Box::leak(tables.into_boxed_slice()),
+        // The site's tables are the site's: no migration.
+        migrations: &[],
+        queue: Box::leak(Box::new(move || {
+            Box::new(AccountQueue::new(writes)) as Box<dyn Queue>
+        })),
+    }))
+}
+
+/// Private mode as the store knows it under `[private]`'s preset and names: [`PRIVATE`] for
+/// hotpath's tables; for a site's (XBT's, TorrentPier's), a service writing them, made once
+/// per distinct preset and names.
+pub fn service(c: &PrivateConfig) -> &'static Service {
+    type Made = Vec<((PrivateSchema, Vec<(String, String)>), &'static Service)>;
+    static MADE: parking_lot::Mutex<Made> = parking_lot::Mutex::new(Vec::new());
+    let key = (
+        c.schema,
+        c.names
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<Vec<_>>(),
+    );
+    let mut made = MADE.lock();
+    if let Some((_, s)) = made.iter().find(|(k, _)| *k == key) {
+        return s;
+    }
+    let s = site_service(c);
+    made.push((key, s));
+    s
 }
 
 /// `hp_user_totals`.
@@ -272,9 +808,9 @@ pub static USER_TORRENTS: Table = Table {
 /// Private mode, as the store knows it.
 pub static PRIVATE: Service = Service {
     name: "private",
-    tags: &[TAG],
+    tags: &[TAG, TAG_CLIENT, TAG_COUNTS],
     tables: &[&USER_TOTALS, &USER_TORRENTS],
-    queue: || Box::<AccountQueue>::default(),
+    queue: &|| Box::<AccountQueue>::default(),
     migrations: &[Migration {
         version: 1,
         name: "private users, torrents and accounting",
@@ -362,7 +898,183 @@ mod tests {
             completed: 0,
             flags: AccountChange::SEEDING,
             at,
+            client: None,
         }
+    }
+
+    fn client(ip: &str, up: u64) -> Client {
+        Client {
+            peer_id: *b"-TR4050-\x01abcdefghijk",
+            ip: ip.parse().unwrap(),
+            port: 51413,
+            uploaded: up,
+            downloaded: 7,
+            speed_up: 3,
+            speed_down: 4,
+        }
+    }
+
+    fn config(schema: &str) -> PrivateConfig {
+        let text = format!("[private]\nschema = \"{schema}\"\n");
+        hotpath_config::Config::parse(&text).unwrap().private
+    }
+
+    #[test]
+    fn clients_and_counts_round_trip_through_their_encodings() {
+        for ip in ["203.0.113.5", "2001:db8::7"] {
+            let c = AccountChange {
+                client: Some(client(ip, u64::MAX)),
+                ..change(7, 9, 100, 1234)
+            };
+            let mut b = Vec::new();
+            c.encode(&mut b);
+            assert_eq!(b.len(), ACCOUNT_MAX_LEN);
+            assert_eq!(AccountChange::decode(&b), Some((c, ACCOUNT_MAX_LEN)));
+            assert!(AccountChange::decode(&b[..ACCOUNT_MAX_LEN - 1]).is_none());
+            // A family byte that is neither, or an IPv4 address with bytes after it, is not
+            // a change: each client has one encoding.
+            let family = ACCOUNT_LEN + 36;
+            let mut bad = b.clone();
+            bad[family] = 2;
+            assert!(AccountChange::decode(&bad).is_none());
+            if b[family] == 0 {
+                let mut bad = b.clone();
+                bad[family - 1] = 1;
+                assert!(AccountChange::decode(&bad).is_none());
+            }
+        }
+        let n = CountsChange {
+            torrent: 3,
+            seeders: 4,
+            leechers: 5,
+            at: 6,
+        };
+        let mut b = Vec::new();
+        n.encode(&mut b);
+        assert_eq!(CountsChange::decode(&b), Some((n, COUNTS_LEN)));
+        assert!(CountsChange::decode(&b[..COUNTS_LEN - 1]).is_none());
+    }
+
+    #[test]
+    fn xbt_gets_credited_users_raw_peers_and_torrent_counts() {
+        let s = service(&config("xbt"));
+        assert_eq!(s.name, "private_xbt");
+        assert!(s.migrations.is_empty(), "the site's tables are the site's");
+        let names: Vec<_> = s.tables.iter().map(|t| t.name).collect();
+        assert_eq!(names, ["xbt_users", "xbt_peers", "xbt_torrents"]);
+        assert!(std::ptr::eq(s, service(&config("xbt"))), "made once");
+        let mut q = Queues::new(&[s]).unwrap();
+        q.push(&change(1, 10, 100, 50)).unwrap();
+        q.push(&AccountChange {
+            completed: 1,
+            ..change(1, 10, 10, 60)
+        })
+        .unwrap();
+        q.push(&CountsChange {
+            torrent: 10,
+            seeders: 2,
+            leechers: 1,
+            at: 61,
+        })
+        .unwrap();
+        let b = q.take();
+        let users = b.part(s.tables[0]).unwrap();
+        assert_eq!(users.row(0), [1i64, 110, 55].map(Value::Int));
+        let peers = b.part(s.tables[1]).unwrap();
+        assert_eq!(
+            peers.row(0),
+            [10i64, 1, 1, 1, 110, 60, 220, 60].map(Value::Int),
+            "tid, uid, active, completed, downloaded, left, uploaded (raw), mtime"
+        );
+        let torrents = b.part(s.tables[2]).unwrap();
+        assert_eq!(torrents.row(0), [10i64, 2, 1, 1, 61].map(Value::Int));
+        // A completion without a snapshot leaves seeders and leechers as they are.
+        q.push(&AccountChange {
+            completed: 1,
+            ..change(2, 11, 1, 70)
+        })
+        .unwrap();
+        let b = q.take();
+        let t = b.part(s.tables[2]).unwrap();
+        assert_eq!(
+            t.row(0),
+            [
+                Value::Int(11),
+                Value::Null,
+                Value::Null,
+                Value::Int(1),
+                Value::Int(70)
+            ]
+        );
+        let xf = service(&config("xbt_files"));
+        assert_eq!(xf.tables[1].name, "xbt_files_users");
+        assert_eq!(xf.tables[1].columns[0].name, "fid");
+    }
+
+    #[test]
+    fn torrentpier_gets_a_row_per_client_that_its_cron_credits() {
+        let s = service(&config("torrentpier"));
+        let tracker = s.tables[0];
+        assert_eq!(tracker.name, "bb_bt_tracker");
+        let mut q = Queues::new(&[s]).unwrap();
+        let c = client("203.0.113.5", 1000);
+        q.push(&AccountChange {
+            client: Some(c),
+            ..change(1, 10, 100, 50)
+        })
+        .unwrap();
+        q.push(&AccountChange {
+            client: Some(Client {
+                uploaded: 1100,
+                ..c
+            }),
+            ..change(1, 10, 10, 60)
+        })
+        .unwrap();
+        // Another client of the same user on the same torrent, over IPv6, stopping.
+        q.push(&AccountChange {
+            client: Some(Client {
+                peer_id: [b'x'; 20],
+                ..client("2001:db8::7", 5)
+            }),
+            flags: AccountChange::STOPPED,
+            ..change(1, 10, 1, 61)
+        })
+        .unwrap();
+        // A change journaled without its client (another preset's run).
+        q.push(&change(2, 10, 40, 62)).unwrap();
+        assert_eq!(q.rows(), 3);
+        let b = q.take();
+        let rows = b.part(tracker).unwrap();
+        assert_eq!(rows.len(), 3);
+        let by_hash = |t: u32, u: u32, id: &[u8; 20]| {
+            let h = peer_hash(t, u, id);
+            assert_eq!(h.len(), 32);
+            rows.iter().find(|r| r[0].text() == h).unwrap().to_vec()
+        };
+        let first = by_hash(10, 1, &c.peer_id);
+        assert_eq!(
+            first[3].text(),
+            "-TR4050-.abcdefghijk",
+            "peer id, printable"
+        );
+        assert_eq!(first[4].text(), "203.0.113.5");
+        assert_eq!(first[5], Value::Null, "no IPv6");
+        assert_eq!(
+            first[6..],
+            [51413i64, 1, 1100, 7, 60, 3, 4, 110, 55, 60, 1].map(Value::Int),
+            "port, seeder, uploaded, downloaded, remain, speeds, up_add, down_add, \
+             update_time, complete"
+        );
+        let stopped = by_hash(10, 1, &[b'x'; 20]);
+        assert_eq!(stopped[5].text(), "2001:db8::7");
+        assert_eq!(
+            stopped[15],
+            Value::Int(0),
+            "update_time 0: the cron deletes it"
+        );
+        let orphan = by_hash(10, 2, &[0; 20]);
+        assert_eq!(orphan[13..16], [40i64, 20, 0].map(Value::Int));
     }
 
     #[test]
