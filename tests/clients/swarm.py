@@ -34,6 +34,9 @@ def settings(port):
         | lt.alert.category_t.status_notification,
         "announce_to_all_trackers": True,
         "user_agent": "hotpath-test",
+        # A loopback tracker whose path is not exactly /announce (a passkey in it) is taken
+        # for a request forgery and blocked; these tests run on loopback only.
+        "ssrf_mitigation": False,
         # Loopback peers must not be treated as "local" and skipped.
         "enable_incoming_utp": True,
         "enable_outgoing_utp": True,
@@ -121,12 +124,23 @@ def main():
     p.add_argument("--timeout", type=float, default=90)
     p.add_argument("--seed-port", type=int, default=0)
     p.add_argument("--leech-port", type=int, default=0)
+    p.add_argument("--leech-tracker", help="the leecher's tracker URL (another passkey), "
+                   "in place of the torrent's")
+    p.add_argument("--hash-only", action="store_true",
+                   help="print the info hash of the payload's torrent and stop")
+    p.add_argument("--reannounce", action="store_true",
+                   help="after the download, have both clients announce their final "
+                   "counters and report them")
     args = p.parse_args()
     deadline = time.time() + args.timeout
     log = []
 
     seed_dir, payload, torrent_path = make_torrent(args.workdir, args.tracker, args.size)
     info = lt.torrent_info(torrent_path)
+    if args.hash_only:
+        # The payload is seeded with a fixed seed: the same size gives the same info hash.
+        print(json.dumps({"ok": True, "info_hash": str(info.info_hashes().v1)}))
+        return 0
 
     seeder = session(args.seed_port)
     sh = seeder.add_torrent({"ti": info, "save_path": seed_dir})
@@ -144,6 +158,9 @@ def main():
     if args.leecher == "libtorrent":
         leecher = session(args.leech_port)
         lh = leecher.add_torrent({"ti": info, "save_path": leech_dir})
+        if args.leech_tracker:
+            lh.replace_trackers([lt.announce_entry(args.leech_tracker)])
+            lh.force_reannounce()
         while not lh.status().is_seeding:
             drain(leecher, log)
             drain(seeder, log)
@@ -176,8 +193,20 @@ def main():
     downloaded = scrape_downloaded(args.scrape, v1, deadline)
     if downloaded < 1:
         return fail("the tracker never counted the completed download", log)
+    counters = {}
+    if args.reannounce and args.leecher == "libtorrent":
+        # Each client's counters reach the tracker with its next announce.
+        for name, ses, h in (("seeder", seeder, sh), ("leecher", leecher, lh)):
+            drain(ses, log)
+            # Inside the tracker's min interval: libtorrent waits unless told not to.
+            h.force_reannounce(0, -1, lt.reannounce_flags_t.ignore_min_interval)
+            wait_announced(ses, h, deadline, log)
+            st = h.status()
+            counters[name] = {"uploaded": st.total_payload_upload,
+                              "downloaded": st.total_payload_download}
     print(json.dumps({
         "ok": True,
+        "counters": counters,
         "leecher": args.leecher,
         "bytes": args.size,
         "sha1": sha1(got),

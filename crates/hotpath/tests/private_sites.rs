@@ -77,19 +77,7 @@ const K2: &str = "k2k2k2k2k2k2k2k2k2k2k2k2k2k2k2k2";
 fn xbt_tables_get_what_xbt_writes() {
     let db = test_db(Dialect::Mysql, "xbt");
     let mut site = connect(&db);
-    for ddl in [
-        "CREATE TABLE xbt_users (uid INT NOT NULL AUTO_INCREMENT, torrent_pass CHAR(32) NOT \
-         NULL, downloaded BIGINT UNSIGNED NOT NULL DEFAULT 0, uploaded BIGINT UNSIGNED NOT \
-         NULL DEFAULT 0, PRIMARY KEY (uid))",
-        "CREATE TABLE xbt_torrents (tid INT NOT NULL AUTO_INCREMENT, info_hash BINARY(20) NOT \
-         NULL, seeders INT NOT NULL DEFAULT 0, leechers INT NOT NULL DEFAULT 0, completed INT \
-         NOT NULL DEFAULT 0, flags INT NOT NULL DEFAULT 0, mtime INT NOT NULL, ctime INT NOT \
-         NULL, PRIMARY KEY (tid), UNIQUE KEY (info_hash))",
-        "CREATE TABLE xbt_peers (tid INT NOT NULL, uid INT NOT NULL, active TINYINT NOT NULL, \
-         completed INT NOT NULL, downloaded BIGINT UNSIGNED NOT NULL, `left` BIGINT UNSIGNED \
-         NOT NULL, uploaded BIGINT UNSIGNED NOT NULL, mtime INT NOT NULL, PRIMARY KEY (tid, \
-         uid), KEY (uid))",
-    ] {
+    for ddl in XBT_SCHEMA {
         site.execute(ddl).unwrap();
     }
     site.execute_with(
@@ -179,50 +167,11 @@ fn xbt_tables_get_what_xbt_writes() {
 const T1: &str = "tp1tp1tp1tp1tp1tp1tp";
 const T2: &str = "tp2tp2tp2tp2tp2tp2tp";
 
-/// What TorrentPier's cron does with `bb_bt_tracker`: adds up_add and down_add to the users'
-/// totals, zeroes them, deletes rows not updated since `expire`.
-fn torrentpier_cron(site: &mut dyn Backend, expire: i64) {
-    site.execute(
-        "UPDATE bb_bt_users u JOIN (SELECT user_id, SUM(up_add) AS up, SUM(down_add) AS down \
-         FROM bb_bt_tracker GROUP BY user_id) t ON u.user_id = t.user_id SET u.u_up_total = \
-         u.u_up_total + t.up, u.u_down_total = u.u_down_total + t.down",
-    )
-    .unwrap();
-    site.execute("UPDATE bb_bt_tracker SET up_add = 0, down_add = 0")
-        .unwrap();
-    site.execute(&format!(
-        "DELETE FROM bb_bt_tracker WHERE update_time < {expire}"
-    ))
-    .unwrap();
-}
-
 #[test]
 fn torrentpier_gets_peer_rows_its_cron_credits() {
     let db = test_db(Dialect::Mysql, "tp");
     let mut site = connect(&db);
-    for ddl in [
-        "CREATE TABLE bb_bt_users (user_id MEDIUMINT NOT NULL DEFAULT 0, auth_key CHAR(20) \
-         CHARACTER SET utf8mb3 COLLATE utf8mb3_bin NOT NULL DEFAULT '', u_up_total BIGINT \
-         UNSIGNED NOT NULL DEFAULT 0, u_down_total BIGINT UNSIGNED NOT NULL DEFAULT 0, \
-         PRIMARY KEY (user_id), UNIQUE KEY (auth_key))",
-        "CREATE TABLE bb_bt_torrents (topic_id MEDIUMINT UNSIGNED NOT NULL DEFAULT 0, \
-         info_hash VARBINARY(20) DEFAULT NULL, poster_id MEDIUMINT NOT NULL DEFAULT 0, \
-         tor_type TINYINT(1) NOT NULL DEFAULT 0, complete_count MEDIUMINT UNSIGNED NOT NULL \
-         DEFAULT 0, PRIMARY KEY (topic_id), UNIQUE KEY (info_hash))",
-        "CREATE TABLE bb_bt_tracker (peer_hash VARCHAR(32) CHARACTER SET utf8mb3 COLLATE \
-         utf8mb3_bin NOT NULL DEFAULT '', topic_id MEDIUMINT UNSIGNED NOT NULL DEFAULT 0, \
-         peer_id VARCHAR(20) NOT NULL DEFAULT '0', user_id MEDIUMINT NOT NULL DEFAULT 0, ip \
-         VARCHAR(42) DEFAULT NULL, ipv6 VARCHAR(42) DEFAULT NULL, port SMALLINT UNSIGNED NOT \
-         NULL DEFAULT 0, client VARCHAR(51) NOT NULL DEFAULT 'Unknown', seeder TINYINT(1) NOT \
-         NULL DEFAULT 0, releaser TINYINT(1) NOT NULL DEFAULT 0, tor_type TINYINT(1) NOT NULL \
-         DEFAULT 0, uploaded BIGINT UNSIGNED NOT NULL DEFAULT 0, downloaded BIGINT UNSIGNED \
-         NOT NULL DEFAULT 0, remain BIGINT UNSIGNED NOT NULL DEFAULT 0, speed_up INT UNSIGNED \
-         NOT NULL DEFAULT 0, speed_down INT UNSIGNED NOT NULL DEFAULT 0, up_add BIGINT \
-         UNSIGNED NOT NULL DEFAULT 0, down_add BIGINT UNSIGNED NOT NULL DEFAULT 0, update_time \
-         INT NOT NULL DEFAULT 0, complete_percent BIGINT NOT NULL DEFAULT 0, complete INT NOT \
-         NULL DEFAULT 0, PRIMARY KEY (peer_hash), KEY (topic_id), KEY (user_id)) \
-         DEFAULT CHARSET utf8mb4",
-    ] {
+    for ddl in TORRENTPIER_SCHEMA {
         site.execute(ddl).unwrap();
     }
     site.execute_with(
