@@ -133,9 +133,19 @@ impl Client {
         }
     }
 
+    /// Sends a GET and reads its response, which must come: waits up to 20 s for it (a 2-core
+    /// machine running the whole suite can stall a server for more than the 5 s a probe for
+    /// silence waits).
     pub fn get(&mut self, target: &str) -> Resp {
         self.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
-        self.read().expect("a response")
+        self.stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let r = self.read();
+        self.stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        r.expect("a response")
     }
 
     /// Whether the server closed the connection (read returns 0 or an error) within `wait`.
