@@ -95,7 +95,7 @@ impl Source {
     /// The statement that sets every torrent's seeders and leechers to 0, for a preset that
     /// keeps them (XBT's, as XBT does at start: the swarms' snapshots write them again).
     pub fn reset_counts(&self, dialect: Dialect) -> Option<String> {
-        let [s, l] = self.counts.as_ref()?.clone().map(|c| dialect.quote(&c));
+        let [s, l] = self.counts.as_ref()?.each_ref().map(|c| dialect.quote(c));
         Some(format!(
             "UPDATE {} SET {s} = 0, {l} = 0 WHERE {s} <> 0 OR {l} <> 0",
             dialect.quote(&self.torrents)

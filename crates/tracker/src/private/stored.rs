@@ -360,8 +360,14 @@ impl AccountQueue {
         }
     }
 
+    /// Merges an accounted announce into the maps its preset writes from (this runs on the
+    /// workers' commits: nothing a preset does not write is kept).
     fn account(&mut self, c: &AccountChange) {
         let counts = Counts::of(c);
+        if matches!(self.writes, Writes::Torrentpier { .. }) {
+            self.client_row(c, counts);
+            return;
+        }
         let u = self.users.entry(c.user).or_default();
         u.0.add(counts);
         u.1 = u.1.max(c.at);
@@ -379,37 +385,39 @@ impl AccountQueue {
             t.flags = c.flags;
             t.at = c.at;
         }
-        if c.completed > 0 {
+        if c.completed > 0 && matches!(self.writes, Writes::Xbt { .. }) {
             let s = self.torrents.entry(c.torrent).or_default();
             s.completed = s.completed.saturating_add(c.completed);
             s.at = s.at.max(c.at);
         }
-        if matches!(self.writes, Writes::Torrentpier { .. }) {
-            // A change journaled without its client (by another preset's run) still
-            // credits: a row of its own, stopped, which the site's cron counts and deletes.
-            let id = c.client.map_or([0; 20], |k| k.peer_id);
-            let r = self
-                .clients
-                .entry((c.torrent, c.user, id))
-                .or_insert(ClientRow {
-                    client: None,
-                    counts: Counts::default(),
-                    remaining: 0,
-                    flags: AccountChange::STOPPED,
-                    at: 0,
-                });
-            r.counts.add(counts);
-            if c.at >= r.at {
-                r.client = c.client;
-                r.remaining = c.remaining;
-                r.flags = c.flags
-                    | if c.client.is_none() {
-                        AccountChange::STOPPED
-                    } else {
-                        0
-                    };
-                r.at = c.at;
-            }
+    }
+
+    /// TorrentPier: merges an accounted announce into its client's row. A change journaled
+    /// without its client (by another preset's run) still credits: a row of its own, stopped,
+    /// which the site's cron counts and deletes.
+    fn client_row(&mut self, c: &AccountChange, counts: Counts) {
+        let id = c.client.map_or([0; 20], |k| k.peer_id);
+        let r = self
+            .clients
+            .entry((c.torrent, c.user, id))
+            .or_insert(ClientRow {
+                client: None,
+                counts: Counts::default(),
+                remaining: 0,
+                flags: AccountChange::STOPPED,
+                at: 0,
+            });
+        r.counts.add(counts);
+        if c.at >= r.at {
+            r.client = c.client;
+            r.remaining = c.remaining;
+            r.flags = c.flags
+                | if c.client.is_none() {
+                    AccountChange::STOPPED
+                } else {
+                    0
+                };
+            r.at = c.at;
         }
     }
 
@@ -485,9 +493,6 @@ impl AccountQueue {
     }
 
     fn torrentpier_rows(&mut self, table: &'static Table) -> Vec<Rows> {
-        self.users.clear();
-        self.on_torrents.clear();
-        self.torrents.clear();
         let mut cs: Vec<_> = self
             .clients
             .drain()
@@ -580,6 +585,10 @@ fn printable(peer_id: &[u8; 20]) -> String {
 impl Queue for AccountQueue {
     fn apply(&mut self, bytes: &[u8]) -> Option<usize> {
         if let Some((c, len)) = CountsChange::decode(bytes) {
+            // Only XBT's torrents table keeps them; another preset reads them and drops them.
+            if !matches!(self.writes, Writes::Xbt { .. }) {
+                return Some(len);
+            }
             let s = self.torrents.entry(c.torrent).or_default();
             if c.at >= s.at || s.counts.is_none() {
                 s.counts = Some((c.seeders, c.leechers));
@@ -602,10 +611,7 @@ impl Queue for AccountQueue {
 
     fn take(&mut self) -> Vec<Rows> {
         match *self.writes {
-            Writes::Hotpath => {
-                self.torrents.clear();
-                self.hotpath_rows()
-            }
+            Writes::Hotpath => self.hotpath_rows(),
             Writes::Xbt {
                 users,
                 peers,
@@ -648,7 +654,8 @@ fn table(name: &str, columns: Vec<Column>, update_only: bool) -> &'static Table 
 /// The service of a site preset's names.
 fn site_service(c: &PrivateConfig) -> &'static Service {
     let name = |k: &str| c.name(k).expect("every site preset names what it writes");
-    let (service_name, writes): (&'static str, Writes) = match c.schema {
+    let (service_name, writes, tables): (&'static str, Writes, Vec<&'static Table>) = match c.schema
+    {
         PrivateSchema::Hotpath => return &PRIVATE,
         PrivateSchema::Xbt | PrivateSchema::XbtFiles => {
             let users = table(
@@ -692,6 +699,7 @@ fn site_service(c: &PrivateConfig) -> &'static Service {
                     peers,
                     torrents,
                 },
+                vec![users, peers, torrents],
             )
         }
         PrivateSchema::Torrentpier => {
@@ -719,19 +727,14 @@ fn site_service(c: &PrivateConfig) -> &'static Service {
                 ],
                 false,
             );
-            ("private_torrentpier", Writes::Torrentpier { tracker })
+            (
+                "private_torrentpier",
+                Writes::Torrentpier { tracker },
+                vec![tracker],
+            )
         }
     };
     let writes: &'static Writes = Box::leak(Box::new(writes));
-    let tables: Vec<&'static Table> = match *writes {
-        Writes::Hotpath => unreachable!("returned above"),
-        Writes::Xbt {
-            users,
-            peers,
-            torrents,
-        } => vec![users, peers, torrents],
-        Writes::Torrentpier { tracker } => vec![tracker],
-    };
     Box::leak(Box::new(Service {
         name: service_name,
         tags: &[TAG, TAG_CLIENT, TAG_COUNTS],
@@ -1043,6 +1046,16 @@ mod tests {
         .unwrap();
         // A change journaled without its client (another preset's run).
         q.push(&change(2, 10, 40, 62)).unwrap();
+        // Counts a journal could hold though this preset writes none: read, not kept.
+        q.push(&CountsChange {
+            torrent: 10,
+            seeders: 1,
+            leechers: 1,
+            at: 62,
+        })
+        .unwrap();
+        let held = q.get::<AccountQueue>().unwrap();
+        assert!(held.torrents.is_empty() && held.users.is_empty());
         assert_eq!(q.rows(), 3);
         let b = q.take();
         let rows = b.part(tracker).unwrap();
