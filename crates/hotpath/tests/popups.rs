@@ -37,15 +37,7 @@ fn write_config_for(db: &TestDb, url: &str, extra: &str) -> PathBuf {
 }
 
 fn request(c: &mut Client, method: &str, target: &str, auth: Option<&str>, body: &str) -> Resp {
-    let auth = auth.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    c.send(
-        format!(
-            "{method} {target} HTTP/1.1\r\nHost: t\r\n{auth}Content-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .as_bytes(),
-    );
-    c.read().expect("a response")
+    c.request(method, target, auth, body)
 }
 
 fn admin(c: &mut Client, method: &str, target: &str, body: &str) -> Resp {

@@ -342,7 +342,11 @@ impl Handler {
                 Some(Handled::Parked) => return None,
                 None => self.not_found(),
             },
-            (ListenerKind::Admin, _) => self.not_found(),
+            (ListenerKind::Admin, _) => match self.service.admin(req, &ctx, &mut self.resp) {
+                Some(Handled::Answered(kind, outcome)) => (kind, outcome),
+                Some(Handled::Parked) => return None,
+                None => self.not_found(),
+            },
         };
         let keep = req.keep_alive && !self.resp.close && !self.stopping;
         let head = Head {

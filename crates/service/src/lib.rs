@@ -197,6 +197,19 @@ pub trait ServiceWorker {
         resp: &mut HttpResponse,
     ) -> Option<Handled>;
 
+    /// Handles an HTTP request that came to the admin listener (`server.admin`) and that the
+    /// server does not answer itself (`/metrics`, `/stats`, `/healthz`); `None` when the
+    /// service has no admin endpoint at that path (the server then answers 404). Admin
+    /// endpoints check their own bearer token ([`bearer`]).
+    fn admin(
+        &mut self,
+        _req: &Request<'_, '_>,
+        _ctx: &Context,
+        _resp: &mut HttpResponse,
+    ) -> Option<Handled> {
+        None
+    }
+
     /// Hands the worker the means to wake its event loop (called once, before any request).
     /// Only services that park requests need it.
     fn set_wake(&mut self, _wake: Wake) {}
@@ -333,6 +346,17 @@ impl ServiceWorker for CompositeWorker {
         self.workers.iter_mut().find_map(|w| w.http(req, ctx, resp))
     }
 
+    fn admin(
+        &mut self,
+        req: &Request<'_, '_>,
+        ctx: &Context,
+        resp: &mut HttpResponse,
+    ) -> Option<Handled> {
+        self.workers
+            .iter_mut()
+            .find_map(|w| w.admin(req, ctx, resp))
+    }
+
     fn set_wake(&mut self, wake: Wake) {
         for w in &mut self.workers {
             w.set_wake(wake.clone());
@@ -416,6 +440,53 @@ pub fn process_secs() -> u32 {
         .get_or_init(std::time::Instant::now)
         .elapsed()
         .as_secs() as u32
+}
+
+/// Checks a request's `Authorization: Bearer TOKEN` against `token`, in time that does not
+/// depend on where they differ. On failure fills `resp` with the JSON answer to give (403
+/// naming `key`, the config key that turns the endpoint on, when `token` is empty; 401 with
+/// `WWW-Authenticate` when the token is missing or wrong) and returns it.
+pub fn bearer(
+    req: &Request<'_, '_>,
+    token: &str,
+    key: &str,
+    resp: &mut HttpResponse,
+) -> Result<(), Handled> {
+    if token.is_empty() {
+        let text = format!("this admin API is off: set {key}");
+        return Err(json_error(resp, 403, Kind::ADMIN, &text));
+    }
+    let given = req
+        .header("authorization")
+        .and_then(|v| v.strip_prefix(b"Bearer "))
+        .unwrap_or(b"");
+    if !same_secret(given, token.as_bytes()) {
+        resp.extra_headers
+            .extend_from_slice(b"WWW-Authenticate: Bearer realm=\"hotpath\"\r\n");
+        return Err(json_error(
+            resp,
+            401,
+            Kind::ADMIN,
+            "missing or wrong bearer token",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether two secrets are equal, comparing every byte whatever the first difference.
+pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// Fills `resp` with `{"error": message}` and `status`, refused as `kind`.
+pub fn json_error(resp: &mut HttpResponse, status: u16, kind: Kind, message: &str) -> Handled {
+    resp.status = status;
+    resp.content_type = "application/json";
+    resp.body.clear();
+    resp.body.extend_from_slice(b"{\"error\":");
+    serde_json::to_writer(&mut resp.body, message).expect("a string serializes");
+    resp.body.extend_from_slice(b"}\n");
+    Handled::Answered(kind, Outcome::Refused)
 }
 
 #[cfg(test)]

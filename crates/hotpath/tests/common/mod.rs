@@ -148,6 +148,33 @@ impl Client {
         r.expect("a response")
     }
 
+    /// Sends `method target` with `body` (and `Authorization: Bearer TOKEN` when `bearer`
+    /// names one) and reads its response, waiting as [`Client::get`] does.
+    pub fn request(
+        &mut self,
+        method: &str,
+        target: &str,
+        bearer: Option<&str>,
+        body: &str,
+    ) -> Resp {
+        let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+        self.send(
+            format!(
+                "{method} {target} HTTP/1.1\r\nHost: t\r\n{auth}Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        self.stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let r = self.read();
+        self.stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        r.expect("a response")
+    }
+
     /// Whether the server closed the connection (read returns 0 or an error) within `wait`.
     pub fn closed_within(&mut self, wait: Duration) -> bool {
         self.stream.set_read_timeout(Some(wait)).unwrap();

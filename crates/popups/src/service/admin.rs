@@ -104,17 +104,8 @@ impl PopupsWorker {
     ) -> Option<Handled> {
         const K: Kind = Kind::ADMIN;
         let token = &self.shared.cfg.admin_token;
-        if token.is_empty() {
-            return refuse(resp, 403, K, "the admin API is off: set popups.admin_token");
-        }
-        let given = req
-            .header("authorization")
-            .and_then(|v| v.strip_prefix(b"Bearer "))
-            .unwrap_or(b"");
-        if !same_secret(given, token.as_bytes()) {
-            resp.extra_headers
-                .extend_from_slice(b"WWW-Authenticate: Bearer realm=\"hotpath\"\r\n");
-            return refuse(resp, 401, K, "missing or wrong bearer token");
+        if let Err(refused) = hotpath_service::bearer(req, token, "popups.admin_token", resp) {
+            return Some(refused);
         }
         // A parked write or statistics request, asked again: its answer is in.
         let key = job_key(self.index, ctx.peer, req);
@@ -262,9 +253,4 @@ pub(super) fn job_key(worker: usize, peer: SocketAddr, req: &Request<'_, '_>) ->
         h.write(part);
     }
     h.finish()
-}
-
-/// Compares secrets in time that does not depend on where they differ.
-pub(super) fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
