@@ -448,6 +448,20 @@ section! {
         /// Clients (peer ids) one user may run on one torrent at once; a further one is
         /// refused until one stops or times out.
         pub max_peers_per_user_torrent: u16 = 3,
+        /// A known client announcing again sooner than the minimum interval
+        /// (tracker.min_interval_secs, or the one pushed) is still accounted but gets no
+        /// peers, and over HTTP a `warning message` saying how long to wait. Started,
+        /// completed and stopped announces are never held back.
+        pub enforce_min_interval: bool = true,
+        /// Bearer token of the push API on the admin listener (`/admin/tracker/…`:
+        /// users, passkeys, torrents, freeleech, tokens, client lists, intervals). Empty:
+        /// the push API answers 403.
+        pub admin_token: String = String::new(),
+        /// Freeleech tokens (a user's freeleech on one torrent) held at once; a further one
+        /// is refused with 507 until some are removed or expire.
+        pub max_tokens: usize = 1_000_000,
+        /// Users with personal freeleech held at once; a further one is refused with 507.
+        pub max_personal_freeleech: usize = 100_000,
     }
 }
 
@@ -885,6 +899,7 @@ mod tests {
                 "popups.enabled",
             ),
             ("[popups]\nadmin_token = \"short\"\n", "popups.admin_token"),
+            ("[private]\nadmin_token = \"short\"\n", "private.admin_token"),
             ("[popups]\nreload_ms = 5\n", "popups.reload_ms"),
             ("[popups]\nload_batch = 0\n", "popups.load_batch"),
             (

@@ -267,6 +267,12 @@ fn private(c: &Config, p: &mut Problems) {
     if pr.max_peers_per_user_torrent == 0 {
         p.bad("private.max_peers_per_user_torrent", "must be at least 1");
     }
+    if !pr.admin_token.is_empty() && pr.admin_token.len() < 16 {
+        p.bad(
+            "private.admin_token",
+            "must be at least 16 characters (or empty)",
+        );
+    }
     for (key, list) in [
         ("private.peer_id_allow", &pr.peer_id_allow),
         ("private.peer_id_deny", &pr.peer_id_deny),

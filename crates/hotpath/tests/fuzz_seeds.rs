@@ -460,6 +460,75 @@ fn files(seeds: &mut Seeds, repo: &Path) {
     );
 }
 
+fn push_api(seeds: &mut Seeds) {
+    use hotpath_tracker::private::push::{encode_line, Push};
+    let hash = "0123456789abcdef0123456789abcdef01234567";
+    let req = |method: u8, path: &str, body: &str| {
+        [&[method], path.as_bytes(), b"\0", body.as_bytes()].concat()
+    };
+    seeds.put(
+        "push_api",
+        "user",
+        req(
+            1,
+            "/admin/tracker/users/7",
+            r#"{"passkey":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1","can_leech":false}"#,
+        ),
+    );
+    seeds.put(
+        "push_api",
+        "torrent",
+        req(
+            1,
+            "/admin/tracker/torrents/9",
+            &format!(r#"{{"info_hash":"{hash}","download_pct":50,"upload_pct":200}}"#),
+        ),
+    );
+    seeds.put(
+        "push_api",
+        "token",
+        req(1, "/admin/tracker/tokens/7/9", r#"{"until":2000}"#),
+    );
+    seeds.put(
+        "push_api",
+        "clients",
+        req(
+            1,
+            "/admin/tracker/clients",
+            r#"{"allow":["-TR","-qB"],"deny":["-TR2"]}"#,
+        ),
+    );
+    seeds.put(
+        "push_api",
+        "intervals",
+        req(
+            1,
+            "/admin/tracker/intervals",
+            r#"{"interval_secs":1800,"min_interval_secs":900}"#,
+        ),
+    );
+    seeds.put(
+        "push_api",
+        "delete",
+        req(2, "/admin/tracker/users/7/freeleech", ""),
+    );
+    seeds.put(
+        "push_api",
+        "batch",
+        req(3, "/admin/tracker/batch", r#"[{"op":"token","user":1,"torrent":2},{"op":"personal_freeleech","user":3,"until":0},{"op":"freeleech","download_pct":0,"upload_pct":100},{"op":"remove_token","user":1,"torrent":2}]"#),
+    );
+    let mut line = Vec::new();
+    encode_line(
+        &Push::Token {
+            user: 1,
+            torrent: 2,
+            until: 0,
+        },
+        &mut line,
+    );
+    seeds.put("push_api", "log_line", line);
+}
+
 fn all() -> Seeds {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut seeds = Seeds::default();
@@ -470,6 +539,7 @@ fn all() -> Seeds {
     journal(&mut seeds);
     snapshot(&mut seeds);
     popups(&mut seeds);
+    push_api(&mut seeds);
     files(&mut seeds, &repo);
     seeds
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::*;
 use hotpath_config::{Config, PortRange, TrackerMode};
 use hotpath_store::table::Value;
-use hotpath_wire::query::{write_announce, Event};
+use hotpath_wire::query::{write_announce, Announce, Event};
 use hotpath_wire::udp::{self, Response};
 
 const FREE: [u8; 20] = [0x51; 20];
@@ -443,4 +443,205 @@ fn kill_9_loses_no_acknowledged_accounting() {
     assert_eq!(rows(&c, totals), [vec![sent as i64, sent as i64]]);
     let n = rows(&c, "SELECT announces FROM hp_user_torrents");
     assert_eq!(n, [vec![50]]);
+}
+
+const TOKEN: &str = "push-token-push-token";
+
+/// The body of a JSON answer.
+fn json(r: &Resp) -> serde_json::Value {
+    serde_json::from_slice(&r.body)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&r.body)))
+}
+
+#[test]
+fn the_push_api_changes_what_the_next_announce_sees_and_outlives_a_restart() {
+    let mut c = private_config();
+    c.private.admin_token = TOKEN.into();
+    // Only the pushes change the registries in this test: the tables are read once, at
+    // start, while empty.
+    c.private.poll_secs = 3600;
+    let server = start(&c);
+    let mut http = Client::connect(server.http_addr().unwrap());
+    let mut admin = Client::connect(server.admin_addr().unwrap());
+    let push = |admin: &mut Client, method: &str, path: &str, body: &str| {
+        admin.request(method, path, Some(TOKEN), body)
+    };
+    // Who may push, and where.
+    let r = admin.request("GET", "/admin/tracker", None, "");
+    assert_eq!(r.status, 401);
+    assert!(r.head.contains("WWW-Authenticate: Bearer"));
+    let r = admin.request("GET", "/admin/tracker", Some("push-token-push-tokeX"), "");
+    assert_eq!(r.status, 401);
+    let r = http.request("GET", "/admin/tracker", Some(TOKEN), "");
+    assert_eq!(r.status, 404, "the public listener has no push API");
+    // A user and a torrent pushed are served on the next announce.
+    let q = announce_query(NORMAL, 1, 51413, 1000);
+    let r = http.get(&format!("/{KEY}/announce?{q}"));
+    assert_eq!(
+        failure(&r.body).as_deref(),
+        Some("unknown passkey: download the .torrent file again")
+    );
+    let r = push(
+        &mut admin,
+        "PUT",
+        "/admin/tracker/users/1",
+        &format!(r#"{{"passkey":"{KEY}"}}"#),
+    );
+    assert_eq!((r.status, json(&r)["applied"].as_u64()), (200, Some(1)));
+    let hash: String = NORMAL.iter().map(|b| format!("{b:02x}")).collect();
+    let body = format!(r#"{{"info_hash":"{hash}","upload_pct":200}}"#);
+    assert_eq!(
+        push(&mut admin, "PUT", "/admin/tracker/torrents/11", &body).status,
+        200
+    );
+    let r = http.get(&format!("/{KEY}/announce?{q}"));
+    assert_eq!(failure(&r.body), None);
+    // A seeder of user 2, so that answers have a peer to give.
+    let body = format!(r#"{{"passkey":"{SEED_ONLY}","can_leech":false}}"#);
+    assert_eq!(
+        push(&mut admin, "PUT", "/admin/tracker/users/2", &body).status,
+        200
+    );
+    let seed = announce_query(NORMAL, 2, 51414, 0);
+    assert_eq!(
+        failure(&http.get(&format!("/{SEED_ONLY}/announce?{seed}")).body),
+        None
+    );
+    // A passkey changed through the push API: the old one is refused at once.
+    let new_key = "cccccccccccccccccccccccccccccc33";
+    let body = format!(r#"{{"passkey":"{new_key}"}}"#);
+    assert_eq!(
+        push(&mut admin, "PUT", "/admin/tracker/users/1", &body).status,
+        200
+    );
+    let r = http.get(&format!("/{KEY}/announce?{q}"));
+    assert_eq!(
+        failure(&r.body).as_deref(),
+        Some("unknown passkey: download the .torrent file again")
+    );
+    // A regular announce on time gets peers; one sooner than the minimum interval is
+    // accounted but gets none, and a warning.
+    let mut a = announce(NORMAL, 1, 51413, 1000, Event::None);
+    let regular = |a: &Announce| {
+        let mut q = Vec::new();
+        write_announce(&mut q, a);
+        format!("/{new_key}/announce?{}", String::from_utf8(q).unwrap())
+    };
+    a.downloaded = 4000;
+    let r = http.get(&regular(&a));
+    assert_eq!(failure(&r.body), None);
+    let v = hotpath_wire::bencode::decode(&r.body).unwrap();
+    assert!(
+        v.get("warning message").is_some(),
+        "{:?}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert!(peers(&r.body, "peers").is_empty());
+    // Freeleech: a token on torrent 11 for user 1, the site's double upload.
+    assert_eq!(
+        push(&mut admin, "PUT", "/admin/tracker/tokens/1/11", "").status,
+        200
+    );
+    let body = r#"{"download_pct":100,"upload_pct":200}"#;
+    assert_eq!(
+        push(&mut admin, "PUT", "/admin/tracker/freeleech", body).status,
+        200
+    );
+    a.downloaded = 9000;
+    a.uploaded = 500;
+    assert_eq!(failure(&http.get(&regular(&a)).body), None);
+    // Pushed intervals are what clients are told, and the client lists are replaced.
+    let body = r#"{"interval_secs":600,"min_interval_secs":0}"#;
+    assert_eq!(
+        push(&mut admin, "PUT", "/admin/tracker/intervals", body).status,
+        200
+    );
+    a.uploaded = 600;
+    let r = http.get(&regular(&a));
+    assert_eq!(failure(&r.body), None);
+    let interval = int(&r.body, "interval");
+    assert!((600..=660).contains(&interval), "{interval}");
+    assert_eq!(int(&r.body, "min interval"), 0);
+    assert_eq!(
+        peers(&r.body, "peers").len(),
+        6,
+        "on time again: the seeder"
+    );
+    let body = r#"{"deny":["-HP0001"]}"#;
+    assert_eq!(
+        push(&mut admin, "PUT", "/admin/tracker/clients", body).status,
+        200
+    );
+    let r = http.get(&regular(&a));
+    assert_eq!(
+        failure(&r.body).as_deref(),
+        Some("your BitTorrent client is not allowed on this tracker")
+    );
+    // Hostile bodies get an error naming the field, and change nothing.
+    for (path, body, names) in [
+        ("/admin/tracker/users/1", r#"{"passkey":"a;b"}"#, "passkey"),
+        (
+            "/admin/tracker/torrents/5",
+            r#"{"info_hash":"00"}"#,
+            "info_hash",
+        ),
+        (
+            "/admin/tracker/freeleech",
+            r#"{"download_pct":"0"}"#,
+            "download_pct",
+        ),
+        (
+            "/admin/tracker/users/1",
+            r#"{"passkey":"abc","is_admin":1}"#,
+            "is_admin",
+        ),
+    ] {
+        let r = push(&mut admin, "PUT", path, body);
+        assert_eq!(r.status, 400, "{path} {body}");
+        let e = json(&r)["error"].as_str().unwrap().to_string();
+        assert!(e.contains(names), "{e}");
+    }
+    let s = json(&push(&mut admin, "GET", "/admin/tracker", ""));
+    assert_eq!(
+        (
+            s["users"].as_u64(),
+            s["torrents"].as_u64(),
+            s["tokens"].as_u64()
+        ),
+        (Some(2), Some(1), Some(1))
+    );
+    assert_eq!(s["freeleech"]["upload_pct"].as_u64(), Some(200));
+    let u = json(&push(&mut admin, "GET", "/admin/tracker/users/1", ""));
+    assert_eq!(u["passkey"].as_str(), Some(new_key));
+    assert_eq!(
+        push(&mut admin, "GET", "/admin/tracker/users/9", "").status,
+        404
+    );
+    let pushes = metric(&mut admin, "hotpath_private_pushes_total ");
+    assert_eq!(pushes, 8.0);
+    assert_eq!(metric(&mut admin, "hotpath_private_too_soon_total "), 2.0);
+    wait_until("the flush", Duration::from_secs(10), || {
+        !rows(&c, "SELECT uploaded FROM hp_user_totals WHERE user_id = 1").is_empty()
+    });
+    server.shutdown().unwrap();
+    // Credited: the 4000 bytes before the token, none of the 5000 after it; uploads of
+    // 500 and 100 bytes at double the rate.
+    assert_eq!(
+        rows(&c, "SELECT uploaded, downloaded, uploaded_raw, downloaded_raw FROM hp_user_totals WHERE user_id = 1"),
+        [vec![1200, 4000, 600, 9000]]
+    );
+    // A restart: what was pushed beside the site's tables is there again.
+    let server = start(&c);
+    let mut admin = Client::connect(server.admin_addr().unwrap());
+    let s = json(&push(&mut admin, "GET", "/admin/tracker", ""));
+    assert_eq!(s["tokens"].as_u64(), Some(1));
+    assert_eq!(s["interval_secs"].as_u64(), Some(600));
+    assert_eq!(s["clients"]["deny"][0].as_str(), Some("-HP0001"));
+    assert_eq!(s["freeleech"]["upload_pct"].as_u64(), Some(200));
+    assert_eq!(
+        s["users"].as_u64(),
+        Some(0),
+        "users come from the site's tables"
+    );
+    server.shutdown().unwrap();
 }

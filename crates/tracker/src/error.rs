@@ -50,6 +50,15 @@ pub enum TrackerError {
         /// The store's error.
         cause: StoreError,
     },
+    /// The push log could not be read, or rewritten.
+    #[error("private: push log {}: {source}", path.display())]
+    PushLog {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
     /// The access list's rows could not be read from the database.
     #[error("access list from {db}: {source}")]
     AccessDb {

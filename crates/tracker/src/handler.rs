@@ -19,6 +19,7 @@ use hotpath_wire::query::{self, is_global_unicast, Event, Id20};
 use hotpath_wire::udp;
 
 use crate::access::AccessView;
+use crate::private::push::{self, ApiError, Call};
 use crate::private::stored::{AccountChange, ACCOUNT_MAX_LEN};
 use crate::private::{Accounted, Ask, Private, Refusal, Torrent, User};
 use crate::table::{Counts, PeerAnnounce, Selection};
@@ -128,11 +129,23 @@ impl TrackerWorker {
         (self.shared.unix_base + i64::from(now)) as u32
     }
 
-    fn interval(&mut self) -> u32 {
+    /// The intervals clients are told (interval, min interval): the config's, or those
+    /// pushed to a private tracker.
+    fn intervals(&self) -> (u32, u32) {
         let cfg = &self.shared.cfg;
-        let jitter =
-            (u64::from(cfg.interval_secs) * u64::from(cfg.interval_jitter_percent) / 100) as u32;
-        cfg.interval_secs + self.rng.u32(..=jitter)
+        let config = (cfg.interval_secs, cfg.min_interval_secs);
+        match &self.shared.private {
+            Some(p) => p.intervals(config),
+            None => config,
+        }
+    }
+
+    /// The interval to tell a client, with its jitter.
+    fn interval(&mut self) -> u32 {
+        let base = self.intervals().0;
+        let jitter = (u64::from(base) * u64::from(self.shared.cfg.interval_jitter_percent) / 100)
+            .min(u64::from(u32::MAX - base)) as u32;
+        base + self.rng.u32(..=jitter)
     }
 
     fn check_access(&mut self, info_hash: &Id20) -> Option<&'static str> {
@@ -182,19 +195,21 @@ impl TrackerWorker {
 
     /// Private mode: checks an announce and accounts it. The journal must have room for
     /// what it records (else the announce is refused, so nothing counted goes unrecorded).
+    /// With the change comes, for an announce sooner than the minimum interval, how many
+    /// seconds it came too soon (it then gets no peers).
     fn private_announce(
         &mut self,
         p: &Private,
         ask: Ask<'_>,
         a: Accounted<'_>,
-    ) -> Result<AccountChange, &'static str> {
+    ) -> Result<(AccountChange, Option<u32>), &'static str> {
         let (user, torrent): (User, Torrent) = p.check(ask)?;
         if let Some(j) = &self.journal {
             if !j.has_room(ACCOUNT_MAX_LEN + TORRENT_LEN) {
                 return Err(j.refuse());
             }
         }
-        p.account(user, torrent, &a)
+        p.account(user, torrent, &a, self.intervals().1)
     }
 
     fn client_ip(&self, req: &Request<'_, '_>, ctx: &Context) -> Result<IpAddr, &'static str> {
@@ -231,36 +246,46 @@ impl TrackerWorker {
                 self.shared.counters.client_addresses_ignored.add(1);
             }
         }
-        let account = match self.shared.private.clone() {
-            None => None,
-            Some(p) => Some(self.private_announce(
-                &p,
-                Ask {
-                    passkey: key,
-                    info_hash: &a.info_hash,
-                    peer_id: &a.peer_id,
-                    port: a.port,
-                    leeching: a.left > 0 && a.event != Event::Stopped,
-                },
-                Accounted {
-                    peer_id: &a.peer_id,
-                    ip,
-                    port: a.port,
-                    uploaded: a.uploaded,
-                    downloaded: a.downloaded,
-                    left: a.left,
-                    stopped: a.event == Event::Stopped,
-                    now: ctx.now,
-                    at: self.unix(ctx.now),
-                },
-            )?),
+        let (account, too_soon) = match self.shared.private.clone() {
+            None => (None, None),
+            Some(p) => {
+                let at = self.unix(ctx.now);
+                let (change, too_soon) = self.private_announce(
+                    &p,
+                    Ask {
+                        passkey: key,
+                        info_hash: &a.info_hash,
+                        peer_id: &a.peer_id,
+                        port: a.port,
+                        leeching: a.left > 0 && a.event != Event::Stopped,
+                        at,
+                    },
+                    Accounted {
+                        peer_id: &a.peer_id,
+                        ip,
+                        port: a.port,
+                        uploaded: a.uploaded,
+                        downloaded: a.downloaded,
+                        left: a.left,
+                        stopped: a.event == Event::Stopped,
+                        regular: a.event == Event::None,
+                        now: ctx.now,
+                        at,
+                    },
+                )?;
+                (Some(change), too_soon)
+            }
         };
         let cfg = &self.shared.cfg;
         let ignored = &self.shared.counters.client_addresses_ignored;
-        let want = a
-            .numwant
-            .unwrap_or(cfg.numwant_default)
-            .min(cfg.numwant_max);
+        // Too soon: still in the swarm and accounted, but no peers.
+        let want = match too_soon {
+            Some(_) => 0,
+            None => a
+                .numwant
+                .unwrap_or(cfg.numwant_default)
+                .min(cfg.numwant_max),
+        };
         let mut peer = peer_announce(ip, a.port, &a.info_hash, &a.peer_id, a.left, a.event, want);
         if let Some((addr, port)) = a.ipv6 {
             let usable = cfg.accept_ipv6_param && is_global_unicast(IpAddr::V6(addr));
@@ -277,7 +302,7 @@ impl TrackerWorker {
         self.sel.with_ids = !a.compact && !a.no_peer_id && cfg.keep_peer_ids;
         let c = self.apply(&peer, ctx.now, account)?;
         let interval = self.interval();
-        let min_interval = self.shared.cfg.min_interval_secs;
+        let min_interval = self.intervals().1;
         let out = &mut resp.body;
         out.push(b'd');
         put_counts(out, c);
@@ -316,6 +341,14 @@ impl TrackerWorker {
                 out.push(b'e');
             }
             out.push(b'e');
+        }
+        if let Some(wait) = too_soon {
+            out.extend_from_slice(b"15:warning message");
+            let text = format!(
+                "announced {wait} s before the minimum interval ({min_interval} s): no peers \
+                 this time"
+            );
+            put_bytes(out, text.as_bytes());
         }
         out.push(b'e');
         Ok(())
@@ -402,10 +435,11 @@ impl TrackerWorker {
             udp::write_error(out, r.transaction_id, reason, usize::MAX);
             return Outcome::Refused;
         }
-        let mut account = None;
+        let (mut account, mut too_soon) = (None, false);
         if let Some(p) = self.shared.private.clone() {
             r.options.url_data(&mut self.url_data);
             let url_data = std::mem::take(&mut self.url_data);
+            let at = self.unix(ctx.now);
             let checked = self.private_announce(
                 &p,
                 Ask {
@@ -414,6 +448,7 @@ impl TrackerWorker {
                     peer_id: &r.peer_id,
                     port: r.port,
                     leeching: r.left > 0 && r.event != Event::Stopped,
+                    at,
                 },
                 Accounted {
                     peer_id: &r.peer_id,
@@ -423,13 +458,17 @@ impl TrackerWorker {
                     downloaded: r.downloaded,
                     left: r.left,
                     stopped: r.event == Event::Stopped,
+                    regular: r.event == Event::None,
                     now: ctx.now,
-                    at: self.unix(ctx.now),
+                    at,
                 },
             );
             self.url_data = url_data;
             match checked {
-                Ok(change) => account = Some(change),
+                Ok((change, soon)) => {
+                    account = Some(change);
+                    too_soon = soon.is_some();
+                }
                 Err(reason) => {
                     udp::write_error(out, r.transaction_id, reason, usize::MAX);
                     return Outcome::Refused;
@@ -437,7 +476,10 @@ impl TrackerWorker {
             }
         }
         let cfg = &self.shared.cfg;
-        let want = if r.num_want <= 0 {
+        // Too soon: still in the swarm and accounted, but no peers (UDP has no warning).
+        let want = if too_soon {
+            0
+        } else if r.num_want <= 0 {
             cfg.numwant_default
         } else {
             (r.num_want as u32).min(cfg.numwant_max)
@@ -458,6 +500,34 @@ impl TrackerWorker {
                 Outcome::Refused
             }
         }
+    }
+
+    /// What a private tracker holds, for `GET /admin/tracker`.
+    fn summary(&self, p: &Private) -> serde_json::Value {
+        let policy = p.policy.read();
+        let text = |v: &[Box<[u8]>]| -> Vec<String> {
+            v.iter()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect()
+        };
+        let (interval, min_interval) = self.intervals();
+        serde_json::json!({
+            "users": p.users.len(),
+            "torrents": p.torrents.len(),
+            "peers_accounted": p.ledger.len(),
+            "freeleech": {
+                "download_pct": policy.download_pct,
+                "upload_pct": policy.upload_pct,
+            },
+            "personal_freeleech": policy.personal(),
+            "tokens": policy.tokens(),
+            "clients": {
+                "allow": text(&policy.rules.peer_id_allow),
+                "deny": text(&policy.rules.peer_id_deny),
+            },
+            "interval_secs": interval,
+            "min_interval_secs": min_interval,
+        })
     }
 
     fn bad_connection_id(&self, transaction_id: u32, out: &mut Vec<u8>, len: usize) -> Outcome {
@@ -524,6 +594,69 @@ impl ServiceWorker for TrackerWorker {
                 Some((kind, Outcome::Refused).into())
             }
         }
+    }
+
+    /// The push API of a private tracker, `/admin/tracker…` on the admin listener.
+    fn admin(
+        &mut self,
+        req: &Request<'_, '_>,
+        ctx: &Context,
+        resp: &mut HttpResponse,
+    ) -> Option<Handled> {
+        let p = self.shared.private.clone()?;
+        if req.path != "/admin/tracker" && !req.path.starts_with("/admin/tracker/") {
+            return None;
+        }
+        if let Err(refused) =
+            hotpath_service::bearer(req, &p.admin_token, "private.admin_token", resp)
+        {
+            return Some(refused);
+        }
+        let at = self.unix(ctx.now);
+        let answer = push::decode(req.method, req.path, req.body).and_then(|call| match call {
+            Call::Summary => Ok(self.summary(&p)),
+            Call::User(id) => {
+                let (key, u) = p.users.by_id(id).ok_or_else(|| ApiError {
+                    status: 404,
+                    message: format!("no user {id}"),
+                })?;
+                Ok(serde_json::json!({
+                    "id": u.id,
+                    "passkey": String::from_utf8_lossy(&key),
+                    "can_leech": u.can_leech,
+                    "freeleech_until": p.policy.read().personal_until(id),
+                }))
+            }
+            Call::Torrent(id) => {
+                let (hash, t) = p.torrents.by_id(id).ok_or_else(|| ApiError {
+                    status: 404,
+                    message: format!("no torrent {id}"),
+                })?;
+                let c = self.shared.swarms.scrape(&hash);
+                Ok(serde_json::json!({
+                    "id": t.id,
+                    "info_hash": hotpath_store::table::hex(&hash),
+                    "download_pct": t.download_pct,
+                    "upload_pct": t.upload_pct,
+                    "seeders": c.seeders,
+                    "leechers": c.leechers,
+                    "completed": c.completed,
+                }))
+            }
+            Call::Push(ops) => {
+                p.push(&ops, at)?;
+                Ok(serde_json::json!({ "applied": ops.len() }))
+            }
+        });
+        Some(match answer {
+            Ok(v) => {
+                resp.content_type = "application/json";
+                resp.body = serde_json::to_vec(&v).expect("JSON");
+                resp.body.push(b'\n');
+                Handled::Answered(Kind::ADMIN, Outcome::Ok)
+            }
+            Err(e) => hotpath_service::json_error(resp, e.status, Kind::ADMIN, &e.message),
+        })
     }
 
     fn udp(&mut self, packet: &[u8], ctx: &Context, out: &mut Vec<u8>) -> (Kind, Outcome) {

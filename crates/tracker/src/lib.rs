@@ -181,6 +181,16 @@ impl Tracker {
             .then(|| Arc::new(private::Private::new(&config.private, cfg.max_peers)));
         if let Some(p) = &private {
             let db = persist.as_ref().ok_or(TrackerError::PrivateNeedsStore)?;
+            let dir = std::path::Path::new(&config.store.data_dir);
+            let n = p
+                .open_log(dir, hotpath_store::unix_now() as u32)
+                .map_err(|source| TrackerError::PushLog {
+                    path: dir.join(private::policy::PushLog::FILE),
+                    source,
+                })?;
+            if n > 0 {
+                log::info!("private: {n} changes pushed before the restart applied again");
+            }
             if db.online() {
                 let (users, torrents) = first_poll(p, db)?;
                 log::info!(

@@ -7,11 +7,13 @@
 //! open sockets, or read the database outside [`source`] and its poller.
 
 pub mod ledger;
+pub mod policy;
+pub mod push;
 pub mod registry;
 pub mod source;
 pub mod stored;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +23,9 @@ use hotpath_service::Samples;
 use hotpath_wire::query::Id20;
 
 use ledger::{Ledger, Report, TooManyPeers};
+use parking_lot::{Mutex, RwLock};
+use policy::{Policy, PushLog};
+use push::{ApiError, Push};
 use registry::{Entry, Registry};
 pub use source::Source;
 use stored::{AccountChange, Client};
@@ -135,6 +140,24 @@ mod m {
         "Announces and scrapes a private tracker refused, by reason.",
     )
     .labels(&["reason"]);
+    pub static TOO_SOON: Desc = Desc::counter(
+        "hotpath_private_too_soon_total",
+        "Regular announces sooner than the minimum interval: accounted, answered without \
+         peers (private.enforce_min_interval).",
+    );
+    pub static PUSHES: Desc = Desc::counter(
+        "hotpath_private_pushes_total",
+        "Changes applied through the push API.",
+    );
+    pub static PUSH_ERRORS: Desc = Desc::counter(
+        "hotpath_private_push_errors_total",
+        "Push API calls refused after decoding: a cap met (507) or the push log not \
+         written (503).",
+    );
+    pub static TOKENS: Desc = Desc::gauge(
+        "hotpath_private_freeleech_tokens",
+        "Freeleech tokens held (private.max_tokens).",
+    );
     pub static POLLS: Desc = Desc::counter(
         "hotpath_private_polls_total",
         "Reads of the users and torrents tables.",
@@ -198,6 +221,8 @@ pub struct Ask<'a> {
     pub port: u16,
     /// Whether it still downloads (left > 0 and not stopping).
     pub leeching: bool,
+    /// Unix seconds now (freeleech ends by it).
+    pub at: u32,
 }
 
 /// What an announce reports for accounting.
@@ -217,6 +242,9 @@ pub struct Accounted<'a> {
     pub left: u64,
     /// It stops.
     pub stopped: bool,
+    /// A regular announce (no event): one sent sooner than the minimum interval is held
+    /// back (no peers) when `private.enforce_min_interval` is on.
+    pub regular: bool,
     /// Process second now.
     pub now: u32,
     /// Unix seconds now.
@@ -229,8 +257,18 @@ pub struct Private {
     pub users: Registry<Box<[u8]>, User>,
     /// Torrents by info hash.
     pub torrents: Registry<Id20, Torrent>,
-    /// Client and port rules.
-    pub rules: Rules,
+    /// Client and port rules, site-wide factors, freeleech (what the push API sets).
+    pub policy: RwLock<Policy>,
+    /// Where pushed changes are kept across restarts (opened by [`Private::open_log`]).
+    log: Mutex<Option<PushLog>>,
+    /// Whether the client lists were pushed (the log then keeps them).
+    clients_pushed: AtomicBool,
+    /// The intervals pushed (interval << 32 | min interval), 0 for the config's.
+    intervals: AtomicU64,
+    /// Bearer token of the push API (`private.admin_token`).
+    pub admin_token: String,
+    /// Whether a regular announce sooner than the minimum interval gets no peers.
+    pub enforce_min_interval: bool,
     /// The query parameter that may carry the passkey.
     pub passkey_param: Box<[u8]>,
     /// Where users and torrents are read.
@@ -246,6 +284,9 @@ pub struct Private {
     /// snapshots carry them.
     pub torrent_counts: bool,
     refused: [Counter; Refusal::ALL.len()],
+    too_soon: Counter,
+    pushes: Counter,
+    push_errors: Counter,
     polls: Counter,
     poll_errors: Counter,
     rows_skipped: Counter,
@@ -258,7 +299,16 @@ impl Private {
         Private {
             users: Registry::new(c.max_users),
             torrents: Registry::new(c.max_torrents),
-            rules: Rules::of(c),
+            policy: RwLock::new(Policy::new(
+                Rules::of(c),
+                c.max_tokens,
+                c.max_personal_freeleech,
+            )),
+            log: Mutex::new(None),
+            clients_pushed: AtomicBool::new(false),
+            intervals: AtomicU64::new(0),
+            admin_token: c.admin_token.clone(),
+            enforce_min_interval: c.enforce_min_interval,
             passkey_param: c.passkey_param().as_bytes().into(),
             source: Source::new(c),
             ledger: Ledger::new(c.max_peers_per_user_torrent, max_peers),
@@ -266,6 +316,9 @@ impl Private {
             client_rows: c.schema == PrivateSchema::Torrentpier,
             torrent_counts: matches!(c.schema, PrivateSchema::Xbt | PrivateSchema::XbtFiles),
             refused: Default::default(),
+            too_soon: Counter::default(),
+            pushes: Counter::default(),
+            push_errors: Counter::default(),
             polls: Counter::default(),
             poll_errors: Counter::default(),
             rows_skipped: Counter::default(),
@@ -284,7 +337,8 @@ impl Private {
         reason
     }
 
-    /// Checks an announce: its user and torrent, or the failure reason to answer with
+    /// Checks an announce: its user, and its torrent with the factors that credit this
+    /// user's traffic on it (freeleech applied), or the failure reason to answer with
     /// (counted).
     pub fn check(&self, a: Ask<'_>) -> Result<(User, Torrent), &'static str> {
         let key = match a.passkey {
@@ -295,16 +349,23 @@ impl Private {
             .users
             .get(key)
             .ok_or_else(|| self.refuse(Refusal::UnknownPasskey))?;
-        let torrent = self
+        let mut torrent = self
             .torrents
             .get(a.info_hash)
             .ok_or_else(|| self.refuse(Refusal::UnknownTorrent))?;
-        if !self.rules.client_allowed(a.peer_id) {
+        let policy = self.policy.read();
+        if !policy.rules.client_allowed(a.peer_id) {
+            drop(policy);
             return Err(self.refuse(Refusal::Client));
         }
-        if !self.rules.port_allowed(a.port) {
+        if !policy.rules.port_allowed(a.port) {
+            drop(policy);
             return Err(self.refuse(Refusal::Port));
         }
+        let pcts = (torrent.download_pct, torrent.upload_pct);
+        (torrent.download_pct, torrent.upload_pct) =
+            policy.factors(user.id, torrent.id, pcts, a.at);
+        drop(policy);
         if a.leeching && !user.can_leech {
             return Err(self.refuse(Refusal::MayNotLeech));
         }
@@ -314,13 +375,17 @@ impl Private {
     /// Accounts an announce `user` made on `torrent` (checked by [`Private::check`]): what
     /// its counters add since the peer's last announce, raw and credited by the torrent's
     /// factors; `completed` is left for the caller. A new client past the user's cap is
-    /// refused (counted) and changes nothing.
+    /// refused (counted) and changes nothing. With it comes, for a regular announce of a
+    /// known client sooner than `min_interval` seconds after its last (when
+    /// `private.enforce_min_interval` is on), the seconds it should have waited: it is
+    /// accounted, but gets no peers.
     pub fn account(
         &self,
         user: User,
         torrent: Torrent,
         a: &Accounted<'_>,
-    ) -> Result<AccountChange, &'static str> {
+        min_interval: u32,
+    ) -> Result<(AccountChange, Option<u32>), &'static str> {
         let d = self
             .ledger
             .report(Report {
@@ -338,6 +403,13 @@ impl Private {
                     TooManyPeers::Ledger => Refusal::LedgerFull,
                 })
             })?;
+        let too_soon =
+            (self.enforce_min_interval && a.regular && d.known && d.since < min_interval).then(
+                || {
+                    self.too_soon.add(1);
+                    min_interval - d.since
+                },
+            );
         let credit = |v: u64, pct: u16| (u128::from(v) * u128::from(pct) / 100) as u64;
         let mut flags = 0;
         if a.left == 0 {
@@ -346,7 +418,7 @@ impl Private {
         if a.stopped {
             flags |= AccountChange::STOPPED;
         }
-        Ok(AccountChange {
+        let change = AccountChange {
             user: user.id,
             torrent: torrent.id,
             uploaded: credit(d.uploaded, torrent.upload_pct),
@@ -370,7 +442,170 @@ impl Private {
                     speed_down: speed(d.downloaded),
                 }
             }),
-        })
+        };
+        Ok((change, too_soon))
+    }
+
+    /// The intervals clients are told (interval, min interval): those pushed, else
+    /// `config`'s.
+    pub fn intervals(&self, config: (u32, u32)) -> (u32, u32) {
+        match self.intervals.load(Ordering::Relaxed) {
+            0 => config,
+            v => ((v >> 32) as u32, v as u32),
+        }
+    }
+
+    /// Opens the push log in `dir` and applies what it holds (what was pushed before a
+    /// restart), then rewrites it as that state.
+    pub fn open_log(&self, dir: &std::path::Path, at: u32) -> std::io::Result<usize> {
+        let (mut log, replayed) = PushLog::open(dir)?;
+        if replayed.skipped > 0 {
+            log::warn!(
+                "private: {} lines of {} are not changes and were skipped",
+                replayed.skipped,
+                dir.join(PushLog::FILE).display()
+            );
+        }
+        let n = replayed.ops.len();
+        let mut policy = self.policy.write();
+        for op in &replayed.ops {
+            self.note(op);
+            policy.apply(op, at);
+        }
+        let state = policy.snapshot(self.clients_pushed.load(Ordering::Relaxed), at);
+        drop(policy);
+        log.compact(&state)?;
+        *self.log.lock() = Some(log);
+        Ok(n)
+    }
+
+    /// Keeps what `op` changes outside the policy's lock: the intervals, whether the client
+    /// lists were pushed.
+    fn note(&self, op: &Push) {
+        match op {
+            Push::Intervals {
+                interval_secs,
+                min_interval_secs,
+            } => {
+                let v = u64::from(*interval_secs) << 32 | u64::from(*min_interval_secs);
+                self.intervals.store(v, Ordering::Relaxed);
+            }
+            Push::Clients { .. } => self.clients_pushed.store(true, Ordering::Relaxed),
+            _ => {}
+        }
+    }
+
+    /// Applies pushed changes (checked by the codec), in order: each takes effect on the
+    /// next announce. The policy's changes are synced to the push log first; none applies
+    /// when they cannot be (507 when a cap is met, 503 when the log cannot be written).
+    /// Users and torrents go to the registries (until the next read of the site's tables).
+    pub fn push(&self, ops: &[Push], at: u32) -> Result<(), ApiError> {
+        let failed = |status: u16, message: String| {
+            self.push_errors.add(1);
+            ApiError { status, message }
+        };
+        let mut log = self.log.lock();
+        // Registry changes that cannot land (a full registry) fail before anything applies.
+        let (mut users, mut torrents) = (self.users.len(), self.torrents.len());
+        for op in ops {
+            match op {
+                Push::User { id, passkey, .. }
+                    if self.users.get(passkey.as_bytes()).is_none()
+                        && self.users.by_id(*id).is_none() =>
+                {
+                    users += 1;
+                    if users > self.users.max() {
+                        return Err(failed(
+                            507,
+                            "the users registry is full (private.max_users)".into(),
+                        ));
+                    }
+                }
+                Push::Torrent { id, info_hash, .. } => {
+                    let hash = push::info_hash_of(info_hash).map_err(|e| failed(400, e))?;
+                    if self.torrents.get(&hash).is_none() && self.torrents.by_id(*id).is_none() {
+                        torrents += 1;
+                        if torrents > self.torrents.max() {
+                            return Err(failed(
+                                507,
+                                "the torrents registry is full (private.max_torrents)".into(),
+                            ));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.policy
+            .read()
+            .room_for(ops, at)
+            .map_err(|e| failed(507, e.0))?;
+        if ops.iter().any(|op| !op.is_registry()) {
+            let Some(file) = log.as_mut() else {
+                return Err(failed(503, "the push log is not open".into()));
+            };
+            file.append(ops)
+                .map_err(|e| failed(503, format!("not saved: the push log: {e}")))?;
+        }
+        for op in ops {
+            self.apply_push(op, at);
+        }
+        self.pushes.add(ops.len() as u64);
+        let policy = self.policy.read();
+        let clients = self.clients_pushed.load(Ordering::Relaxed);
+        if let Some(file) = log.as_mut() {
+            let live = policy.tokens() + policy.personal() + 3;
+            if file.wants_compaction(live) {
+                let state = policy.snapshot(clients, at);
+                drop(policy);
+                if let Err(e) = file.compact(&state) {
+                    log::warn!("private: the push log was not compacted: {e}");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_push(&self, op: &Push, at: u32) {
+        match op {
+            Push::User {
+                id,
+                passkey,
+                can_leech,
+            } => {
+                let user = User {
+                    id: *id,
+                    can_leech: *can_leech,
+                };
+                // Room was checked, and pushes are one at a time.
+                let _ = self.users.put(passkey.as_bytes(), user);
+            }
+            Push::RemoveUser { id } => {
+                self.users.remove_id(*id);
+            }
+            Push::Torrent {
+                id,
+                info_hash,
+                download_pct,
+                upload_pct,
+            } => {
+                if let Ok(hash) = push::info_hash_of(info_hash) {
+                    let torrent = Torrent {
+                        id: *id,
+                        download_pct: *download_pct,
+                        upload_pct: *upload_pct,
+                    };
+                    let _ = self.torrents.put(&hash, torrent);
+                }
+            }
+            Push::RemoveTorrent { id } => {
+                self.torrents.remove_id(*id);
+            }
+            policy_op => {
+                self.note(policy_op);
+                self.policy.write().apply(policy_op, at);
+            }
+        }
     }
 
     /// Whether a scrape may see `info_hash` (a registered torrent).
@@ -401,6 +636,10 @@ impl Private {
         out.section("private")
             .add(&m::USERS, self.users.len())
             .add(&m::TORRENTS, self.torrents.len())
+            .add(&m::TOO_SOON, get(&self.too_soon))
+            .add(&m::PUSHES, get(&self.pushes))
+            .add(&m::PUSH_ERRORS, get(&self.push_errors))
+            .add(&m::TOKENS, self.policy.read().tokens())
             .add(&m::POLLS, get(&self.polls))
             .add(&m::POLL_ERRORS, get(&self.poll_errors))
             .add(&m::ROWS_SKIPPED, get(&self.rows_skipped));
@@ -492,6 +731,7 @@ mod tests {
             peer_id,
             port: 51413,
             leeching: true,
+            at: 1000,
         }
     }
 
@@ -540,14 +780,15 @@ mod tests {
             downloaded: 0,
             left: 10,
             stopped: false,
+            regular: true,
             now: 5,
             at: 1000,
         };
         for peer_id in &ids[..3] {
-            assert!(p.account(u, t, &report(peer_id)).is_ok());
+            assert!(p.account(u, t, &report(peer_id), 0).is_ok());
         }
         assert_eq!(
-            p.account(u, t, &report(&ids[3])),
+            p.account(u, t, &report(&ids[3]), 0).map(|a| a.0),
             Err(Refusal::TooManyPeers.reason())
         );
         for r in &Refusal::ALL[..7] {
@@ -576,12 +817,13 @@ mod tests {
             downloaded: down,
             left,
             stopped: false,
+            regular: true,
             now: 1,
             at: 77,
         };
-        let first = p.account(user, half, &at(500, 500, 10)).unwrap();
+        let (first, _) = p.account(user, half, &at(500, 500, 10), 0).unwrap();
         assert_eq!((first.uploaded_raw, first.uploaded), (0, 0), "new peer");
-        let c = p.account(user, half, &at(1500, 2501, 0)).unwrap();
+        let (c, _) = p.account(user, half, &at(1500, 2501, 0), 0).unwrap();
         assert_eq!((c.uploaded_raw, c.downloaded_raw), (1000, 2001));
         assert_eq!(
             (c.uploaded, c.downloaded),
@@ -592,9 +834,141 @@ mod tests {
         assert_eq!(c.flags, AccountChange::SEEDING);
         // Free: nothing downloaded is credited.
         let free = p.torrents.get(&[7; 20]).unwrap();
-        p.account(user, free, &at(0, 0, 10)).unwrap();
-        let c = p.account(user, free, &at(10, u64::MAX, 0)).unwrap();
+        p.account(user, free, &at(0, 0, 10), 0).unwrap();
+        let (c, _) = p.account(user, free, &at(10, u64::MAX, 0), 0).unwrap();
         assert_eq!((c.downloaded_raw, c.downloaded), (u64::MAX, 0));
+    }
+
+    #[test]
+    fn pushes_take_effect_on_the_next_announce() {
+        let p = private();
+        let dir = std::env::temp_dir().join(format!("hp-push-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(p.open_log(&dir, 1000).unwrap(), 0);
+        let (hash, id) = ([7; 20], *b"-TR4060-abcdefghijkl");
+        // A new passkey: the old one stops working at once.
+        let user = push::Push::User {
+            id: 1,
+            passkey: "newkey".into(),
+            can_leech: true,
+        };
+        p.push(&[user], 1000).unwrap();
+        assert_eq!(
+            p.check(ask(b"goodkey", &hash, &id)),
+            Err(Refusal::UnknownPasskey.reason())
+        );
+        let (_, t) = p.check(ask(b"newkey", &hash, &id)).unwrap();
+        assert_eq!((t.download_pct, t.upload_pct), (0, 100), "a free torrent");
+        // A half torrent, a token on it, and the site's double upload.
+        let half = push::Push::Torrent {
+            id: 10,
+            info_hash: "11".repeat(20),
+            download_pct: 50,
+            upload_pct: 100,
+        };
+        let token = push::Push::Token {
+            user: 1,
+            torrent: 10,
+            until: 2000,
+        };
+        let site = push::Push::Freeleech {
+            download_pct: 100,
+            upload_pct: 200,
+        };
+        p.push(&[half], 1000).unwrap();
+        let (_, t) = p.check(ask(b"newkey", &[0x11; 20], &id)).unwrap();
+        assert_eq!((t.id, t.download_pct, t.upload_pct), (10, 50, 100));
+        p.push(&[token, site], 1000).unwrap();
+        let (_, t) = p.check(ask(b"newkey", &[0x11; 20], &id)).unwrap();
+        assert_eq!((t.download_pct, t.upload_pct), (0, 200));
+        let late = Ask {
+            at: 2000,
+            ..ask(b"newkey", &[0x11; 20], &id)
+        };
+        assert_eq!(
+            p.check(late).map(|(_, t)| t.download_pct),
+            Ok(50),
+            "expired"
+        );
+        // Client lists and intervals.
+        let clients = push::Push::Clients {
+            allow: vec!["-qB".into()],
+            deny: vec![],
+        };
+        let intervals = push::Push::Intervals {
+            interval_secs: 600,
+            min_interval_secs: 300,
+        };
+        p.push(&[clients, intervals], 1000).unwrap();
+        assert_eq!(
+            p.check(ask(b"newkey", &hash, &id)),
+            Err(Refusal::Client.reason())
+        );
+        assert_eq!(p.intervals((1800, 900)), (600, 300));
+        // A restart: the policy comes back from the log, the registries from the database.
+        let q = private();
+        q.open_log(&dir, 1000).unwrap();
+        assert_eq!(q.intervals((1800, 900)), (600, 300));
+        assert_eq!(
+            q.check(ask(b"goodkey", &hash, &id)),
+            Err(Refusal::Client.reason())
+        );
+        let qb = *b"-qB4630-abcdefghijkl";
+        let (_, t) = q.check(ask(b"goodkey", &hash, &qb)).unwrap();
+        assert_eq!(t.upload_pct, 200);
+        assert_eq!(q.policy.read().tokens(), 1);
+        // Caps: a full registry refuses before anything applies.
+        let many: Vec<push::Push> = (100..=110)
+            .map(|id| push::Push::User {
+                id,
+                passkey: format!("k{id}"),
+                can_leech: true,
+            })
+            .collect();
+        let small = Private::new(
+            &PrivateConfig {
+                max_users: 10,
+                ..Default::default()
+            },
+            10,
+        );
+        small.open_log(&dir, 1000).unwrap();
+        assert_eq!(small.push(&many, 1000).map_err(|e| e.status), Err(507));
+        assert_eq!(small.users.len(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_announce_too_soon_is_accounted_but_flagged() {
+        let p = private();
+        let user = p.users.get(b"goodkey").unwrap();
+        let t = p.torrents.get(&[7; 20]).unwrap();
+        let id = [1; 20];
+        let at = |up: u64, now: u32, regular: bool| Accounted {
+            peer_id: &id,
+            ip: [127, 0, 0, 1].into(),
+            port: 6881,
+            uploaded: up,
+            downloaded: 0,
+            left: 0,
+            stopped: false,
+            regular,
+            now,
+            at: 77,
+        };
+        assert_eq!(p.account(user, t, &at(0, 100, true), 900).unwrap().1, None);
+        let (c, soon) = p.account(user, t, &at(500, 400, true), 900).unwrap();
+        assert_eq!(
+            (c.uploaded, soon),
+            (500, Some(600)),
+            "accounted, 600 s early"
+        );
+        let (_, soon) = p.account(user, t, &at(600, 500, false), 900).unwrap();
+        assert_eq!(soon, None, "an event is never held back");
+        let (_, soon) = p.account(user, t, &at(700, 1400, true), 900).unwrap();
+        assert_eq!(soon, None, "on time");
+        assert_eq!(p.too_soon.get(), 1);
     }
 
     #[test]

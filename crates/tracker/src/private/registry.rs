@@ -104,6 +104,11 @@ impl<K: Key, V: Entry> Registry<K, V> {
         self.len.load(Ordering::Relaxed)
     }
 
+    /// The most entries it may hold.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
