@@ -118,7 +118,7 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
             }
             let (tracker, service) = services(&config)?;
             hotpath_server::run(&config, service).context("server")?;
-            tracker.save_swarms();
+            tracker.save();
             log::info!("stopped");
             Ok(0)
         }

@@ -529,6 +529,41 @@ fn push_api(seeds: &mut Seeds) {
     seeds.put("push_api", "log_line", line);
 }
 
+fn ledger(seeds: &mut Seeds) {
+    use hotpath_tracker::private::ledger::{Ledger, Report, MAGIC};
+    let l = Ledger::new(3, 100);
+    for (torrent, user, peer) in [(1, 7, 1u8), (1, 7, 2), (2, 8, 1)] {
+        let id = [peer; 20];
+        let report = |uploaded, now| Report {
+            torrent,
+            user,
+            peer_id: &id,
+            uploaded,
+            downloaded: 0,
+            stopped: false,
+            now,
+        };
+        l.report(report(0, 10)).unwrap();
+        l.report(report(1000, 20)).unwrap();
+    }
+    let mut saved = Vec::new();
+    l.save(30, 1_700_000_000, &mut saved);
+    // The target takes a downtime byte and the file after its magic (it adds the checksum);
+    // the key, so the peer id hashes, and the peers' order vary by run, so the seed fixes
+    // the key and the hashes and sorts the peers.
+    let (head, peers) = saved[MAGIC.len()..].split_at(24);
+    let mut entries: Vec<Vec<u8>> = peers.chunks(36).map(<[u8]>::to_vec).collect();
+    entries.sort_by(|a, b| a[..8].cmp(&b[..8]));
+    for (i, e) in entries.iter_mut().enumerate() {
+        e[8..16].copy_from_slice(&(i as u64 + 1).to_le_bytes());
+    }
+    let mut body = vec![3u8];
+    body.extend_from_slice(&head[..8]);
+    body.extend_from_slice(&[0x42; 16]);
+    body.extend(entries.concat());
+    seeds.put("ledger", "three_peers", body);
+}
+
 fn all() -> Seeds {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut seeds = Seeds::default();
@@ -540,6 +575,7 @@ fn all() -> Seeds {
     snapshot(&mut seeds);
     popups(&mut seeds);
     push_api(&mut seeds);
+    ledger(&mut seeds);
     files(&mut seeds, &repo);
     seeds
 }

@@ -645,3 +645,47 @@ fn the_push_api_changes_what_the_next_announce_sees_and_outlives_a_restart() {
     );
     server.shutdown().unwrap();
 }
+
+#[test]
+fn a_graceful_restart_keeps_each_clients_counters() {
+    let c = private_config();
+    let dir = std::path::PathBuf::from(&c.store.data_dir);
+    let file = dir.join("hotpath.toml");
+    std::fs::write(&file, c.to_commented_toml()).unwrap();
+    let mut p = Proc::spawn(&file, &dir);
+    add_user(&c, 1, KEY, 1);
+    add_torrent(&c, 11, &NORMAL, 100);
+    wait_until("the poll", Duration::from_secs(10), || {
+        p.metric("hotpath_private_torrents") == 1.0
+    });
+    let go = |p: &Proc, up: u64, event| {
+        let mut http = Client::connect(p.http);
+        let mut a = announce(NORMAL, 1, 40001, 0, event);
+        a.uploaded = up;
+        let mut q = Vec::new();
+        write_announce(&mut q, &a);
+        let r = http.get(&format!(
+            "/{KEY}/announce?{}",
+            String::from_utf8(q).unwrap()
+        ));
+        assert_eq!(failure(&r.body), None);
+    };
+    go(&p, 500, Event::Started);
+    go(&p, 1500, Event::None);
+    assert!(p.signal("-TERM").success());
+    let saved = dir.join("ledger.snapshot");
+    assert!(saved.exists(), "saved at the stop");
+    let mut p = Proc::spawn(&file, &dir);
+    assert!(!saved.exists(), "loaded once, then deleted");
+    wait_until("the poll", Duration::from_secs(10), || {
+        p.metric("hotpath_private_torrents") == 1.0
+    });
+    // The client's first announce after the restart is credited what it moved meanwhile.
+    go(&p, 4000, Event::None);
+    let totals = "SELECT uploaded FROM hp_user_totals WHERE user_id = 1";
+    wait_until("the flush", Duration::from_secs(10), || {
+        rows(&c, totals) == [vec![3500]]
+    });
+    assert!(p.signal("-TERM").success());
+    assert!(p.log_text().contains("the ledger of 1 clients restored"));
+}

@@ -126,6 +126,8 @@ pub struct Shared {
     pub access_db_reload: Option<u32>,
     /// Private mode's users, torrents and rules (`tracker.mode = "private"`).
     pub private: Option<Arc<private::Private>>,
+    /// Where a private tracker's ledger is saved at a graceful stop and loaded at start.
+    pub ledger_dir: Option<std::path::PathBuf>,
 }
 
 /// The tracker service.
@@ -191,6 +193,15 @@ impl Tracker {
             if n > 0 {
                 log::info!("private: {n} changes pushed before the restart applied again");
             }
+            match persist::load_ledger(p, dir, cfg.peer_timeout_secs) {
+                Ok(Some((peers, ago))) => log::info!(
+                    "private: the ledger of {peers} clients restored (saved {ago} s ago): \
+                     their next announces are credited"
+                ),
+                Ok(None) => {}
+                // Clients are credited again from their second announce: not a reason to refuse.
+                Err(e) => log::warn!("private: ledger not restored: {e}"),
+            }
             if db.online() {
                 let (users, torrents) = first_poll(p, db)?;
                 log::info!(
@@ -216,6 +227,9 @@ impl Tracker {
                 unix_base: hotpath_store::unix_now() - i64::from(hotpath_service::process_secs()),
                 swarms_dir,
                 access_db_reload,
+                ledger_dir: private
+                    .as_ref()
+                    .map(|_| std::path::PathBuf::from(&config.store.data_dir)),
                 private,
             }),
         };
@@ -277,9 +291,15 @@ impl Tracker {
         Ok(tracker)
     }
 
-    /// Saves every swarm for the next start (after the server has stopped), when
-    /// `tracker.persist_swarms` and the store are on.
-    pub fn save_swarms(&self) {
+    /// Saves what the next start loads, after the server has stopped: a private tracker's
+    /// ledger, and every swarm when `tracker.persist_swarms` and the store are on.
+    pub fn save(&self) {
+        if let (Some(p), Some(dir)) = (&self.shared.private, &self.shared.ledger_dir) {
+            match persist::save_ledger(p, dir) {
+                Ok(n) => log::info!("private: the ledger of {n} clients saved"),
+                Err(e) => log::error!("private: ledger not saved to {}: {e}", dir.display()),
+            }
+        }
         let Some(dir) = &self.shared.swarms_dir else {
             return;
         };

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use hotpath_store::{Backend, Batch, StoreError};
 
+use crate::private::ledger::parse_ledger;
 use crate::private::stored::CountsChange;
+use crate::private::Private;
 use crate::stored::{Key, TorrentChange, TrackerDb, TORRENTS};
 
 use crate::{Shared, TrackerError};
@@ -197,6 +199,54 @@ pub fn load_swarms(shared: &Shared, dir: &Path) -> Result<Option<(usize, usize, 
         log::warn!("{}: cannot delete: {e}", path.display());
     }
     result
+        .map(Some)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The private tracker's ledger file's name in `store.data_dir`.
+pub const LEDGER_FILE: &str = "ledger.snapshot";
+
+/// Writes a private tracker's ledger to `dir/ledger.snapshot` (through a temporary file,
+/// synced, then renamed), with a CRC-32 of it at the end. Returns the peers saved.
+pub fn save_ledger(p: &Private, dir: &Path) -> std::io::Result<usize> {
+    let mut out = Vec::with_capacity(1 << 20);
+    let n = p.ledger.save(
+        hotpath_service::process_secs(),
+        hotpath_store::unix_now(),
+        &mut out,
+    );
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    let tmp = dir.join(format!("{LEDGER_FILE}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&out)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(LEDGER_FILE))?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(n)
+}
+
+/// Loads `dir/ledger.snapshot` if there is one and deletes it (a later crash must not bring
+/// back counters older than the clients' announces since, which would credit that traffic
+/// twice). Returns (peers loaded, seconds since the save), or `None` when there was none.
+pub fn load_ledger(p: &Private, dir: &Path, timeout: u32) -> Result<Option<(usize, u32)>, String> {
+    let path = dir.join(LEDGER_FILE);
+    let data = match std::fs::read(&path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let loaded = parse_ledger(&data).and_then(|head| {
+        let downtime =
+            (hotpath_store::unix_now() - head.saved_at).clamp(0, i64::from(u32::MAX)) as u32;
+        let now = hotpath_service::process_secs();
+        let n = p.ledger.load(&head, now, downtime, timeout)?;
+        Ok((n, downtime))
+    });
+    if let Err(e) = std::fs::remove_file(&path) {
+        log::warn!("{}: cannot delete: {e}", path.display());
+    }
+    loaded
         .map(Some)
         .map_err(|e| format!("{}: {e}", path.display()))
 }

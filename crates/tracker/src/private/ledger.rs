@@ -8,12 +8,18 @@
 //! known peer whose counters grew credits the difference. The peers a user may have on one
 //! torrent are capped, as UNIT3D does (`private.max_peers_per_user_torrent`).
 //!
-//! Owns: [`Ledger`]. Must not: do I/O.
+//! At a graceful stop the ledger is saved ([`Ledger::save`]) and at the next start loaded
+//! ([`parse_ledger`], [`Ledger::load`]), so a restart credits each client's traffic since its
+//! last announce before it, instead of nothing. Peer ids are kept only as a keyed hash; the key
+//! is random and travels with the file.
+//!
+//! Owns: [`Ledger`] and its file format. Must not: do I/O.
 
-use std::hash::BuildHasher;
+use std::hash::Hasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
-use hashbrown::{DefaultHashBuilder, HashMap};
+use hashbrown::HashMap;
 use parking_lot::Mutex;
 
 use hotpath_wire::query::Id20;
@@ -84,7 +90,8 @@ pub struct Report<'a> {
 /// Every peer's last report, sharded by torrent.
 pub struct Ledger {
     shards: Box<[Mutex<Shard>]>,
-    hasher: DefaultHashBuilder,
+    /// The SipHash key of peer ids: random, or the loaded file's.
+    key: OnceLock<[u64; 2]>,
     max_per_user: u16,
     /// Peers held, and the most it may hold.
     len: AtomicUsize,
@@ -96,11 +103,24 @@ impl Ledger {
     pub fn new(max_per_user: u16, max: usize) -> Ledger {
         Ledger {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            hasher: DefaultHashBuilder::default(),
+            key: OnceLock::new(),
             max_per_user: max_per_user.max(1),
             len: AtomicUsize::new(0),
             max,
         }
+    }
+
+    /// The keyed hash a peer id is kept as.
+    fn peer_hash(&self, peer_id: &Id20) -> u64 {
+        let [k0, k1] = *self.key.get_or_init(|| {
+            let mut b = [0u8; 16];
+            getrandom::fill(&mut b).expect("the OS's random numbers");
+            let half = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+            [half(0), half(8)]
+        });
+        let mut h = siphasher::sip::SipHasher13::new_with_keys(k0, k1);
+        h.write(peer_id);
+        h.finish()
     }
 
     fn shard(&self, torrent: u32) -> &Mutex<Shard> {
@@ -112,7 +132,7 @@ impl Ledger {
     /// Records an announce and returns what it adds; a new peer past the user's cap on this
     /// torrent is refused and changes nothing.
     pub fn report(&self, r: Report<'_>) -> Result<Delta, TooManyPeers> {
-        let key = (r.torrent, r.user, self.hasher.hash_one(r.peer_id));
+        let key = (r.torrent, r.user, self.peer_hash(r.peer_id));
         let mut guard = self.shard(r.torrent).lock();
         let shard = &mut *guard;
         let now = Seen {
@@ -182,6 +202,78 @@ impl Ledger {
         gone
     }
 
+    /// Appends the ledger file's bytes to `out` (the caller adds the checksum): [`MAGIC`],
+    /// the unix second of the save (i64 LE), the hash key (two u64 LE), then per peer its
+    /// torrent id and user id (u32 LE), peer id hash, uploaded and downloaded (u64 LE), and
+    /// seconds since its last announce at process second `now` (u32 LE). Returns the peers.
+    pub fn save(&self, now: u32, saved_at: i64, out: &mut Vec<u8>) -> usize {
+        let [k0, k1] = *self.key.get_or_init(|| [0, 0]);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&saved_at.to_le_bytes());
+        out.extend_from_slice(&k0.to_le_bytes());
+        out.extend_from_slice(&k1.to_le_bytes());
+        let mut n = 0;
+        for shard in self.shards.iter() {
+            let shard = shard.lock();
+            out.reserve(shard.peers.len() * ENTRY);
+            for (&(t, u, h), seen) in &shard.peers {
+                out.extend_from_slice(&t.to_le_bytes());
+                out.extend_from_slice(&u.to_le_bytes());
+                out.extend_from_slice(&h.to_le_bytes());
+                out.extend_from_slice(&seen.uploaded.to_le_bytes());
+                out.extend_from_slice(&seen.downloaded.to_le_bytes());
+                out.extend_from_slice(&now.wrapping_sub(seen.at).to_le_bytes());
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Loads a saved ledger (checked by [`parse_ledger`]) into this one, which must not have
+    /// hashed a peer id yet: each peer aged by `downtime`, those past `timeout` seconds
+    /// since their last announce left out, as are peers past the caps and repeats. Returns
+    /// the peers loaded.
+    pub fn load(
+        &self,
+        head: &LedgerHead<'_>,
+        now: u32,
+        downtime: u32,
+        timeout: u32,
+    ) -> Result<usize, &'static str> {
+        if self.key.set(head.key).is_err() && self.key.get() != Some(&head.key) {
+            return Err("the ledger is in use already");
+        }
+        let mut n = 0;
+        for e in head.body.chunks_exact(ENTRY) {
+            let u32_at = |i: usize| u32::from_le_bytes(e[i..i + 4].try_into().expect("4 bytes"));
+            let u64_at = |i: usize| u64::from_le_bytes(e[i..i + 8].try_into().expect("8 bytes"));
+            let (torrent, user, hash) = (u32_at(0), u32_at(4), u64_at(8));
+            let age = u32_at(32).saturating_add(downtime);
+            if age > timeout || self.len() >= self.max {
+                continue;
+            }
+            let mut guard = self.shard(torrent).lock();
+            let shard = &mut *guard;
+            if shard.peers.contains_key(&(torrent, user, hash)) {
+                continue;
+            }
+            let count = shard.per_user.entry((torrent, user)).or_insert(0);
+            if *count >= self.max_per_user {
+                continue;
+            }
+            *count += 1;
+            let seen = Seen {
+                uploaded: u64_at(16),
+                downloaded: u64_at(24),
+                at: now.wrapping_sub(age),
+            };
+            shard.peers.insert((torrent, user, hash), seen);
+            self.len.fetch_add(1, Ordering::Relaxed);
+            n += 1;
+        }
+        Ok(n)
+    }
+
     /// Peers known.
     pub fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed)
@@ -191,6 +283,46 @@ impl Ledger {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The ledger file's first bytes.
+pub const MAGIC: &[u8; 8] = b"HPLEDGR1";
+/// Bytes of one saved peer.
+const ENTRY: usize = 4 + 4 + 8 + 8 + 8 + 4;
+/// Bytes before the peers: magic, save time, key.
+const HEAD: usize = 8 + 8 + 16;
+
+/// A ledger file's header, checked, and the peers that follow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerHead<'a> {
+    /// Unix second of the save.
+    pub saved_at: i64,
+    /// The peer id hash key.
+    pub key: [u64; 2],
+    /// The saved peers, a whole number of entries.
+    pub body: &'a [u8],
+}
+
+/// Checks a ledger file's magic, checksum (CRC-32 of the rest, u32 LE at the end) and length,
+/// and splits it into header and peers (no I/O: the decoder the fuzz target drives, with
+/// [`Ledger::load`]).
+pub fn parse_ledger(data: &[u8]) -> Result<LedgerHead<'_>, &'static str> {
+    if data.len() < HEAD + 4 || &data[..8] != MAGIC {
+        return Err("not a ledger file");
+    }
+    let (rest, crc) = data.split_at(data.len() - 4);
+    if crc32fast::hash(rest).to_le_bytes() != crc {
+        return Err("the ledger file is damaged (checksum)");
+    }
+    if !(rest.len() - HEAD).is_multiple_of(ENTRY) {
+        return Err("the ledger file is damaged (length)");
+    }
+    let u64_at = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().expect("8 bytes"));
+    Ok(LedgerHead {
+        saved_at: u64_at(8) as i64,
+        key: [u64_at(16), u64_at(24)],
+        body: &rest[HEAD..],
+    })
 }
 
 fn forget(per_user: &mut HashMap<(u32, u32), u16>, k: (u32, u32)) {
@@ -278,6 +410,59 @@ mod tests {
         let swept: usize = (0..SHARDS).map(|i| l.sweep(i, 1000, 500)).sum();
         assert_eq!(swept, 1);
         assert!(l.report(rep(2, 0, 0, 1000)).is_ok(), "its place is free");
+    }
+
+    /// A saved ledger with its checksum.
+    fn file(l: &Ledger, now: u32) -> Vec<u8> {
+        let mut out = Vec::new();
+        l.save(now, 1_000_000, &mut out);
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn a_saved_ledger_credits_after_a_restart_what_it_would_have() {
+        let l = Ledger::new(3, 100);
+        l.report(rep(1, 1000, 2000, 10)).unwrap();
+        l.report(rep(2, 0, 0, 10)).unwrap();
+        l.report(Report {
+            torrent: 2,
+            ..rep(1, 5, 5, 10)
+        })
+        .unwrap();
+        let data = file(&l, 100);
+        let head = parse_ledger(&data).unwrap();
+        assert_eq!(head.saved_at, 1_000_000);
+        // Restarted: process seconds start again.
+        let m = Ledger::new(3, 100);
+        assert_eq!(m.load(&head, 3, 60, 1800), Ok(3));
+        let d = m.report(rep(1, 1500, 2100, 5)).unwrap();
+        assert_eq!((d.uploaded, d.downloaded, d.known), (500, 100, true));
+        assert_eq!(d.since, 90 + 60 + 2, "aged by the downtime");
+        // Aged past the timeout: left out.
+        let old = Ledger::new(3, 100);
+        assert_eq!(old.load(&head, 3, 1800, 1800), Ok(0));
+        // Caps hold on load.
+        let small = Ledger::new(1, 2);
+        assert_eq!(small.load(&head, 3, 0, 1800), Ok(2));
+        assert_eq!(small.len(), 2);
+        // A ledger that has hashed with another key refuses.
+        let used = Ledger::new(3, 100);
+        used.report(rep(9, 0, 0, 1)).unwrap();
+        assert!(used.load(&head, 3, 0, 1800).is_err());
+        // Damage is refused whole.
+        let mut bad = data.clone();
+        bad[40] ^= 1;
+        assert!(parse_ledger(&bad).is_err());
+        assert!(parse_ledger(&data[..data.len() - 1]).is_err());
+        let mut cut = data[..data.len() - 4 - 5].to_vec();
+        let crc = crc32fast::hash(&cut);
+        cut.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            parse_ledger(&cut),
+            Err("the ledger file is damaged (length)")
+        );
     }
 
     #[test]

@@ -98,16 +98,22 @@ impl Policy {
     /// Whether `ops` (the policy's changes among them) fit, applied in order: tokens and
     /// personal freeleech within their caps, expired ones not counted.
     pub fn room_for(&self, ops: &[Push], at: u32) -> Result<(), NoRoom> {
-        let live_tokens = |p: &Policy| p.tokens.values().filter(|&&u| live(u, at)).count();
-        let (mut tokens, mut personal) = (None, None);
+        // Counted from what is held; expired entries are counted out only at the cap (a
+        // pass over them all).
+        let (mut tokens, mut personal) = (self.tokens.len(), self.personal.len());
+        let (mut tokens_live, mut personal_live) = (false, false);
         for op in ops {
             match op {
                 Push::Token { user, torrent, .. }
                     if !self.tokens.contains_key(&(*user, *torrent)) =>
                 {
-                    let n = tokens.get_or_insert_with(|| live_tokens(self));
-                    *n += 1;
-                    if *n > self.max_tokens {
+                    tokens += 1;
+                    if tokens > self.max_tokens && !tokens_live {
+                        tokens_live = true;
+                        let expired = self.tokens.values().filter(|&&u| !live(u, at)).count();
+                        tokens -= expired;
+                    }
+                    if tokens > self.max_tokens {
                         return Err(NoRoom(format!(
                             "{} freeleech tokens are held (private.max_tokens)",
                             self.max_tokens
@@ -115,11 +121,13 @@ impl Policy {
                     }
                 }
                 Push::PersonalFreeleech { user, .. } if !self.personal.contains_key(user) => {
-                    let n = personal.get_or_insert_with(|| {
-                        self.personal.values().filter(|&&u| live(u, at)).count()
-                    });
-                    *n += 1;
-                    if *n > self.max_personal {
+                    personal += 1;
+                    if personal > self.max_personal && !personal_live {
+                        personal_live = true;
+                        let expired = self.personal.values().filter(|&&u| !live(u, at)).count();
+                        personal -= expired;
+                    }
+                    if personal > self.max_personal {
                         return Err(NoRoom(format!(
                             "{} users have personal freeleech (private.max_personal_freeleech)",
                             self.max_personal
