@@ -175,13 +175,19 @@ pub fn save_swarms(shared: &Shared, dir: &Path) -> std::io::Result<(usize, usize
     let saved = shared.swarms.save(now, &mut out);
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
-    let tmp = dir.join(format!("{SWARMS_FILE}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(&out)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(SWARMS_FILE))?;
-    std::fs::File::open(dir)?.sync_all()?;
+    write_whole(dir, SWARMS_FILE, &out)?;
     Ok(saved)
+}
+
+/// Writes `dir/name` whole or not at all: through a temporary file, synced, then renamed
+/// over it, and the directory synced.
+fn write_whole(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(name))?;
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Loads `dir/swarms.snapshot` if there is one, aging every peer by the time since the save,
@@ -189,18 +195,25 @@ pub fn save_swarms(shared: &Shared, dir: &Path) -> std::io::Result<(usize, usize
 /// Returns (torrents, peers, seconds since the save), or `None` when there was no snapshot.
 pub fn load_swarms(shared: &Shared, dir: &Path) -> Result<Option<(usize, usize, u32)>, String> {
     let path = dir.join(SWARMS_FILE);
-    let data = match std::fs::read(&path) {
+    let Some(data) = take_file(&path)? else {
+        return Ok(None);
+    };
+    parse_and_load(shared, &data)
+        .map(Some)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Reads `path` and deletes it (what it held is loaded once); `None` when there is none.
+fn take_file(path: &Path) -> Result<Option<Vec<u8>>, String> {
+    let data = match std::fs::read(path) {
         Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("{}: {e}", path.display())),
     };
-    let result = parse_and_load(shared, &data);
-    if let Err(e) = std::fs::remove_file(&path) {
+    if let Err(e) = std::fs::remove_file(path) {
         log::warn!("{}: cannot delete: {e}", path.display());
     }
-    result
-        .map(Some)
-        .map_err(|e| format!("{}: {e}", path.display()))
+    Ok(Some(data))
 }
 
 /// The private tracker's ledger file's name in `store.data_dir`.
@@ -217,12 +230,7 @@ pub fn save_ledger(p: &Private, dir: &Path) -> std::io::Result<usize> {
     );
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
-    let tmp = dir.join(format!("{LEDGER_FILE}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(&out)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(LEDGER_FILE))?;
-    std::fs::File::open(dir)?.sync_all()?;
+    write_whole(dir, LEDGER_FILE, &out)?;
     Ok(n)
 }
 
@@ -231,22 +239,17 @@ pub fn save_ledger(p: &Private, dir: &Path) -> std::io::Result<usize> {
 /// twice). Returns (peers loaded, seconds since the save), or `None` when there was none.
 pub fn load_ledger(p: &Private, dir: &Path, timeout: u32) -> Result<Option<(usize, u32)>, String> {
     let path = dir.join(LEDGER_FILE);
-    let data = match std::fs::read(&path) {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+    let Some(data) = take_file(&path)? else {
+        return Ok(None);
     };
-    let loaded = parse_ledger(&data).and_then(|head| {
-        let downtime =
-            (hotpath_store::unix_now() - head.saved_at).clamp(0, i64::from(u32::MAX)) as u32;
-        let now = hotpath_service::process_secs();
-        let n = p.ledger.load(&head, now, downtime, timeout)?;
-        Ok((n, downtime))
-    });
-    if let Err(e) = std::fs::remove_file(&path) {
-        log::warn!("{}: cannot delete: {e}", path.display());
-    }
-    loaded
+    parse_ledger(&data)
+        .and_then(|head| {
+            let downtime =
+                (hotpath_store::unix_now() - head.saved_at).clamp(0, i64::from(u32::MAX)) as u32;
+            let now = hotpath_service::process_secs();
+            let n = p.ledger.load(&head, now, downtime, timeout)?;
+            Ok((n, downtime))
+        })
         .map(Some)
         .map_err(|e| format!("{}: {e}", path.display()))
 }

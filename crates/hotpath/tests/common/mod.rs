@@ -137,15 +137,7 @@ impl Client {
     /// machine running the whole suite can stall a server for more than the 5 s a probe for
     /// silence waits).
     pub fn get(&mut self, target: &str) -> Resp {
-        self.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
-        self.stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        let r = self.read();
-        self.stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        r.expect("a response")
+        self.request("GET", target, None, "")
     }
 
     /// Sends `method target` with `body` (and `Authorization: Bearer TOKEN` when `bearer`
