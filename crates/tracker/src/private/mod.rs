@@ -577,8 +577,12 @@ impl Private {
                     id: *id,
                     can_leech: *can_leech,
                 };
-                // Room was checked, and pushes are one at a time.
-                let _ = self.users.put(passkey.as_bytes(), user);
+                // Room was checked, and pushes are one at a time; only a poll filling the
+                // registry in between can refuse it.
+                if self.users.put(passkey.as_bytes(), user).is_err() {
+                    self.push_errors.add(1);
+                    log::warn!("private: user {id} pushed but not held: private.max_users met");
+                }
             }
             Push::RemoveUser { id } => {
                 self.users.remove_id(*id);
@@ -595,7 +599,12 @@ impl Private {
                         download_pct: *download_pct,
                         upload_pct: *upload_pct,
                     };
-                    let _ = self.torrents.put(&hash, torrent);
+                    if self.torrents.put(&hash, torrent).is_err() {
+                        self.push_errors.add(1);
+                        log::warn!(
+                            "private: torrent {id} pushed but not held: private.max_torrents met"
+                        );
+                    }
                 }
             }
             Push::RemoveTorrent { id } => {
