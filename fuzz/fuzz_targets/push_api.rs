@@ -52,11 +52,11 @@ fuzz_target!(|data: &[u8]| {
             round_trips(op);
         }
         if policy.room_for(std::slice::from_ref(op), at).is_ok() {
-            policy.apply(op, at);
+            policy.apply(op);
         }
         assert!(policy.tokens() <= 8 && policy.personal() <= 4);
     }
-    for op in policy.snapshot(true, at) {
+    for op in policy.snapshot(at) {
         round_trips(&op);
     }
 });

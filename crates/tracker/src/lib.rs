@@ -179,8 +179,13 @@ impl Tracker {
         if let (Some(_), None) = (access_db_reload, &persist) {
             return Err(TrackerError::AccessNeedsStore);
         }
-        let private = (cfg.mode == hotpath_config::TrackerMode::Private)
-            .then(|| Arc::new(private::Private::new(&config.private, cfg.max_peers)));
+        let private = (cfg.mode == hotpath_config::TrackerMode::Private).then(|| {
+            Arc::new(private::Private::new(
+                &config.private,
+                cfg.max_peers,
+                cfg.peer_timeout_secs,
+            ))
+        });
         if let Some(p) = &private {
             let db = persist.as_ref().ok_or(TrackerError::PrivateNeedsStore)?;
             let dir = std::path::Path::new(&config.store.data_dir);
@@ -189,7 +194,8 @@ impl Tracker {
                 .map_err(|source| TrackerError::PushLog {
                     path: dir.join(private::policy::PushLog::FILE),
                     source,
-                })?;
+                })?
+                .taken;
             if n > 0 {
                 log::info!("private: {n} changes pushed before the restart applied again");
             }

@@ -195,7 +195,11 @@ fn write_whole(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
 /// Returns (torrents, peers, seconds since the save), or `None` when there was no snapshot.
 pub fn load_swarms(shared: &Shared, dir: &Path) -> Result<Option<(usize, usize, u32)>, String> {
     let path = dir.join(SWARMS_FILE);
-    let Some(data) = take_file(&path)? else {
+    // Per torrent at most 20 + 12 bytes of header, per peer 16 + 2 + 2 + 20 (IPv6, an
+    // IPv6 alias of 18, flags, id): a larger file is not one this configuration wrote.
+    let caps = &shared.cfg;
+    let limit = 64 + caps.max_torrents as u64 * 32 + caps.max_peers as u64 * 64;
+    let Some(data) = take_file(&path, limit)? else {
         return Ok(None);
     };
     parse_and_load(shared, &data)
@@ -203,17 +207,28 @@ pub fn load_swarms(shared: &Shared, dir: &Path) -> Result<Option<(usize, usize, 
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Reads `path` and deletes it (what it held is loaded once); `None` when there is none.
-fn take_file(path: &Path) -> Result<Option<Vec<u8>>, String> {
-    let data = match std::fs::read(path) {
-        Ok(d) => d,
+/// Reads `path` and deletes it (what it held is loaded once); `None` when there is none. A
+/// file over `limit` bytes is not read (and deleted too).
+fn take_file(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, String> {
+    let read = std::fs::metadata(path).and_then(|m| {
+        if m.len() > limit {
+            Err(std::io::Error::other(format!(
+                "{} bytes, more than this configuration ever writes ({limit}): not read",
+                m.len()
+            )))
+        } else {
+            std::fs::read(path)
+        }
+    });
+    let data = match read {
+        Ok(d) => Ok(Some(d)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(e) => Err(format!("{}: {e}", path.display())),
     };
     if let Err(e) = std::fs::remove_file(path) {
         log::warn!("{}: cannot delete: {e}", path.display());
     }
-    Ok(Some(data))
+    data
 }
 
 /// The private tracker's ledger file's name in `store.data_dir`.
@@ -239,7 +254,7 @@ pub fn save_ledger(p: &Private, dir: &Path) -> std::io::Result<usize> {
 /// twice). Returns (peers loaded, seconds since the save), or `None` when there was none.
 pub fn load_ledger(p: &Private, dir: &Path, timeout: u32) -> Result<Option<(usize, u32)>, String> {
     let path = dir.join(LEDGER_FILE);
-    let Some(data) = take_file(&path)? else {
+    let Some(data) = take_file(&path, p.ledger.max_file_bytes())? else {
         return Ok(None);
     };
     parse_ledger(&data)

@@ -274,6 +274,12 @@ impl Ledger {
         Ok(n)
     }
 
+    /// The largest file [`Ledger::save`] can write for a ledger of this cap (a larger one
+    /// is not ours, and is not read).
+    pub fn max_file_bytes(&self) -> u64 {
+        (HEAD + 4) as u64 + self.max as u64 * ENTRY as u64
+    }
+
     /// Peers known.
     pub fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed)
@@ -301,6 +307,13 @@ pub struct LedgerHead<'a> {
     pub key: [u64; 2],
     /// The saved peers, a whole number of entries.
     pub body: &'a [u8],
+}
+
+impl LedgerHead<'_> {
+    /// Peers the file holds.
+    pub fn peers(&self) -> usize {
+        self.body.len() / ENTRY
+    }
 }
 
 /// Checks a ledger file's magic, checksum (CRC-32 of the rest, u32 LE at the end) and length,

@@ -154,6 +154,11 @@ mod m {
         "Push API calls refused after decoding: a cap met (507) or the push log not \
          written (503).",
     );
+    pub static RESTORE_SKIPPED: Desc = Desc::counter(
+        "hotpath_private_restore_skipped_total",
+        "Push log lines and saved ledger peers left out at start: damaged, past 256 KiB, \
+         past a cap, or silent past tracker.peer_timeout_secs.",
+    );
     pub static TOKENS: Desc = Desc::gauge(
         "hotpath_private_freeleech_tokens",
         "Freeleech tokens held (private.max_tokens).",
@@ -261,9 +266,8 @@ pub struct Private {
     pub policy: RwLock<Policy>,
     /// Where pushed changes are kept across restarts (opened by [`Private::open_log`]).
     log: Mutex<Option<PushLog>>,
-    /// Whether the client lists were pushed (the log then keeps them).
-    clients_pushed: AtomicBool,
-    /// The intervals pushed (interval << 32 | min interval), 0 for the config's.
+    /// The policy's intervals (interval << 32 | min interval, 0 for the config's), kept
+    /// beside it so announces read them without its lock.
     intervals: AtomicU64,
     /// Bearer token of the push API (`private.admin_token`).
     pub admin_token: String,
@@ -287,6 +291,9 @@ pub struct Private {
     too_soon: Counter,
     pushes: Counter,
     push_errors: Counter,
+    restore_skipped: Counter,
+    /// `tracker.peer_timeout_secs`: a pushed interval must stay below it.
+    peer_timeout: u32,
     polls: Counter,
     poll_errors: Counter,
     rows_skipped: Counter,
@@ -295,7 +302,7 @@ pub struct Private {
 impl Private {
     /// Empty registries for `[private]` (filled by [`Private::poll`]), and a ledger of at
     /// most `max_peers` clients (`tracker.max_peers`).
-    pub fn new(c: &PrivateConfig, max_peers: usize) -> Private {
+    pub fn new(c: &PrivateConfig, max_peers: usize, peer_timeout: u32) -> Private {
         Private {
             users: Registry::new(c.max_users),
             torrents: Registry::new(c.max_torrents),
@@ -305,7 +312,6 @@ impl Private {
                 c.max_personal_freeleech,
             )),
             log: Mutex::new(None),
-            clients_pushed: AtomicBool::new(false),
             intervals: AtomicU64::new(0),
             admin_token: c.admin_token.clone(),
             enforce_min_interval: c.enforce_min_interval,
@@ -319,6 +325,8 @@ impl Private {
             too_soon: Counter::default(),
             pushes: Counter::default(),
             push_errors: Counter::default(),
+            restore_skipped: Counter::default(),
+            peer_timeout,
             polls: Counter::default(),
             poll_errors: Counter::default(),
             rows_skipped: Counter::default(),
@@ -456,43 +464,39 @@ impl Private {
     }
 
     /// Opens the push log in `dir` and applies what it holds (what was pushed before a
-    /// restart), then rewrites it as that state.
-    pub fn open_log(&self, dir: &std::path::Path, at: u32) -> std::io::Result<usize> {
-        let (mut log, replayed) = PushLog::open(dir)?;
+    /// restart; a change past a cap is left out, as a push of it would have been), then
+    /// rewrites it as that state. Returns what was taken and left out.
+    pub fn open_log(&self, dir: &std::path::Path, at: u32) -> std::io::Result<policy::Replayed> {
+        let mut policy = self.policy.write();
+        let (mut log, replayed) = PushLog::open(dir, &mut |op| {
+            let fits = policy.room_for(std::slice::from_ref(&op), at).is_ok();
+            if fits {
+                policy.apply(&op);
+            }
+            fits
+        })?;
+        self.mirror(&policy);
+        let state = policy.snapshot(at);
+        drop(policy);
         if replayed.skipped > 0 {
+            self.restore_skipped.add(replayed.skipped as u64);
             log::warn!(
-                "private: {} lines of {} are not changes and were skipped",
+                "private: {} lines of {} were left out (not a change, or past a cap)",
                 replayed.skipped,
                 dir.join(PushLog::FILE).display()
             );
         }
-        let n = replayed.ops.len();
-        let mut policy = self.policy.write();
-        for op in &replayed.ops {
-            self.note(op);
-            policy.apply(op, at);
-        }
-        let state = policy.snapshot(self.clients_pushed.load(Ordering::Relaxed), at);
-        drop(policy);
         log.compact(&state)?;
         *self.log.lock() = Some(log);
-        Ok(n)
+        Ok(replayed)
     }
 
-    /// Keeps what `op` changes outside the policy's lock: the intervals, whether the client
-    /// lists were pushed.
-    fn note(&self, op: &Push) {
-        match op {
-            Push::Intervals {
-                interval_secs,
-                min_interval_secs,
-            } => {
-                let v = u64::from(*interval_secs) << 32 | u64::from(*min_interval_secs);
-                self.intervals.store(v, Ordering::Relaxed);
-            }
-            Push::Clients { .. } => self.clients_pushed.store(true, Ordering::Relaxed),
-            _ => {}
-        }
+    /// Copies the policy's intervals where announces read them.
+    fn mirror(&self, policy: &Policy) {
+        let v = policy
+            .intervals
+            .map_or(0, |(i, min)| u64::from(i) << 32 | u64::from(min));
+        self.intervals.store(v, Ordering::Relaxed);
     }
 
     /// Applies pushed changes (checked by the codec), in order: each takes effect on the
@@ -536,8 +540,20 @@ impl Private {
                 _ => {}
             }
         }
+        for op in ops {
+            if let Push::Intervals { interval_secs, .. } = op {
+                if *interval_secs >= self.peer_timeout {
+                    let text = format!(
+                        "interval_secs: must be below tracker.peer_timeout_secs ({}), or \
+                         peers expire before they announce again",
+                        self.peer_timeout
+                    );
+                    return Err(failed(400, text));
+                }
+            }
+        }
         self.policy
-            .read()
+            .write()
             .room_for(ops, at)
             .map_err(|e| failed(507, e.0))?;
         if ops.iter().any(|op| !op.is_registry()) {
@@ -548,15 +564,14 @@ impl Private {
                 .map_err(|e| failed(503, format!("not saved: the push log: {e}")))?;
         }
         for op in ops {
-            self.apply_push(op, at);
+            self.apply_push(op);
         }
         self.pushes.add(ops.len() as u64);
         let policy = self.policy.read();
-        let clients = self.clients_pushed.load(Ordering::Relaxed);
         if let Some(file) = log.as_mut() {
             let live = policy.tokens() + policy.personal() + 3;
             if file.wants_compaction(live) {
-                let state = policy.snapshot(clients, at);
+                let state = policy.snapshot(at);
                 drop(policy);
                 if let Err(e) = file.compact(&state) {
                     log::warn!("private: the push log was not compacted: {e}");
@@ -566,7 +581,7 @@ impl Private {
         Ok(())
     }
 
-    fn apply_push(&self, op: &Push, at: u32) {
+    fn apply_push(&self, op: &Push) {
         match op {
             Push::User {
                 id,
@@ -611,8 +626,9 @@ impl Private {
                 self.torrents.remove_id(*id);
             }
             policy_op => {
-                self.note(policy_op);
-                self.policy.write().apply(policy_op, at);
+                let mut policy = self.policy.write();
+                policy.apply(policy_op);
+                self.mirror(&policy);
             }
         }
     }
@@ -648,6 +664,7 @@ impl Private {
             .add(&m::TOO_SOON, get(&self.too_soon))
             .add(&m::PUSHES, get(&self.pushes))
             .add(&m::PUSH_ERRORS, get(&self.push_errors))
+            .add(&m::RESTORE_SKIPPED, get(&self.restore_skipped))
             .add(&m::TOKENS, self.policy.read().tokens())
             .add(&m::POLLS, get(&self.polls))
             .add(&m::POLL_ERRORS, get(&self.poll_errors))
@@ -701,7 +718,7 @@ mod tests {
             ..Default::default()
         };
         c.port_deny = vec![PortRange::try_from("6881-6889".to_string()).unwrap()];
-        let p = Private::new(&c, 1000);
+        let p = Private::new(&c, 1000, 3600);
         p.users
             .put(
                 b"goodkey",
@@ -854,7 +871,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("hp-push-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        assert_eq!(p.open_log(&dir, 1000).unwrap(), 0);
+        assert_eq!(p.open_log(&dir, 1000).unwrap().taken, 0);
         let (hash, id) = ([7; 20], *b"-TR4060-abcdefghijkl");
         // A new passkey: the old one stops working at once.
         let user = push::Push::User {
@@ -941,10 +958,74 @@ mod tests {
                 ..Default::default()
             },
             10,
+            3600,
         );
         small.open_log(&dir, 1000).unwrap();
         assert_eq!(small.push(&many, 1000).map_err(|e| e.status), Err(507));
         assert_eq!(small.users.len(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("hp-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn hostile_files_at_start_hold_the_caps() {
+        let dir = temp_dir("hostile-start");
+        // A push log holding more tokens than the cap, and lines of damage.
+        let mut text = Vec::new();
+        for user in 1..=20 {
+            push::encode_line(
+                &push::Push::Token {
+                    user,
+                    torrent: 1,
+                    until: 0,
+                },
+                &mut text,
+            );
+        }
+        text.extend_from_slice(b"{\"op\":\"user\",\"id\":1,\"passkey\":\"x\"}\nnot json\n");
+        std::fs::write(dir.join(PushLog::FILE), &text).unwrap();
+        let c = PrivateConfig {
+            max_tokens: 5,
+            ..Default::default()
+        };
+        let p = Private::new(&c, 10, 3600);
+        let replayed = p.open_log(&dir, 1000).unwrap();
+        assert_eq!((replayed.taken, replayed.skipped), (5, 17));
+        assert_eq!(p.policy.read().tokens(), 5);
+        assert_eq!(p.restore_skipped.get(), 17);
+        // Compacted to what was taken.
+        let lines = std::fs::read_to_string(dir.join(PushLog::FILE)).unwrap();
+        assert_eq!(
+            lines.lines().count(),
+            1 + 5,
+            "the site's factors and five tokens"
+        );
+        // A ledger file larger than a ledger of this cap can be is not read, and is deleted.
+        let big = vec![0u8; p.ledger.max_file_bytes() as usize + 1];
+        let file = dir.join(crate::persist::LEDGER_FILE);
+        std::fs::write(&file, &big).unwrap();
+        let e = crate::persist::load_ledger(&p, &dir, 1800).unwrap_err();
+        assert!(e.contains("not read"), "{e}");
+        assert!(!file.exists());
+        // A pushed interval at or past the peer timeout would expire every peer.
+        let intervals = push::Push::Intervals {
+            interval_secs: 3600,
+            min_interval_secs: 0,
+        };
+        let e = p.push(&[intervals], 1000).unwrap_err();
+        assert_eq!(e.status, 400);
+        assert!(
+            e.message.contains("tracker.peer_timeout_secs"),
+            "{}",
+            e.message
+        );
+        assert_eq!(p.intervals((1800, 900)), (1800, 900));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -34,6 +34,10 @@ pub struct Policy {
     tokens: HashMap<(u32, u32), u32>,
     /// The intervals pushed (interval, min interval), if any.
     pub intervals: Option<(u32, u32)>,
+    /// Whether the client lists were pushed (the log then keeps them).
+    clients_pushed: bool,
+    /// The unix second of the last pass dropping expired entries.
+    purged_at: Option<u32>,
     max_tokens: usize,
     max_personal: usize,
 }
@@ -57,6 +61,8 @@ impl Policy {
             personal: HashMap::new(),
             tokens: HashMap::new(),
             intervals: None,
+            clients_pushed: false,
+            purged_at: None,
             max_tokens,
             max_personal,
         }
@@ -96,54 +102,50 @@ impl Policy {
     }
 
     /// Whether `ops` (the policy's changes among them) fit, applied in order: tokens and
-    /// personal freeleech within their caps, expired ones not counted.
-    pub fn room_for(&self, ops: &[Push], at: u32) -> Result<(), NoRoom> {
-        // Counted from what is held; expired entries are counted out only at the cap (a
-        // pass over them all).
-        let (mut tokens, mut personal) = (self.tokens.len(), self.personal.len());
-        let (mut tokens_live, mut personal_live) = (false, false);
+    /// personal freeleech within their caps. At a cap, expired entries are dropped first
+    /// (a pass over them all, at most once per second).
+    pub fn room_for(&mut self, ops: &[Push], at: u32) -> Result<(), NoRoom> {
+        let (mut tokens, mut personal) = (0, 0);
         for op in ops {
             match op {
                 Push::Token { user, torrent, .. }
                     if !self.tokens.contains_key(&(*user, *torrent)) =>
                 {
-                    tokens += 1;
-                    if tokens > self.max_tokens && !tokens_live {
-                        tokens_live = true;
-                        let expired = self.tokens.values().filter(|&&u| !live(u, at)).count();
-                        tokens -= expired;
-                    }
-                    if tokens > self.max_tokens {
-                        return Err(NoRoom(format!(
-                            "{} freeleech tokens are held (private.max_tokens)",
-                            self.max_tokens
-                        )));
-                    }
+                    tokens += 1
                 }
                 Push::PersonalFreeleech { user, .. } if !self.personal.contains_key(user) => {
-                    personal += 1;
-                    if personal > self.max_personal && !personal_live {
-                        personal_live = true;
-                        let expired = self.personal.values().filter(|&&u| !live(u, at)).count();
-                        personal -= expired;
-                    }
-                    if personal > self.max_personal {
-                        return Err(NoRoom(format!(
-                            "{} users have personal freeleech (private.max_personal_freeleech)",
-                            self.max_personal
-                        )));
-                    }
+                    personal += 1
                 }
                 _ => {}
             }
+        }
+        let over = |p: &Policy| {
+            p.tokens.len() + tokens > p.max_tokens || p.personal.len() + personal > p.max_personal
+        };
+        if over(self) && self.purged_at != Some(at) {
+            self.purged_at = Some(at);
+            self.tokens.retain(|_, &mut u| live(u, at));
+            self.personal.retain(|_, &mut u| live(u, at));
+        }
+        if self.tokens.len() + tokens > self.max_tokens {
+            return Err(NoRoom(format!(
+                "{} freeleech tokens are held (private.max_tokens)",
+                self.max_tokens
+            )));
+        }
+        if self.personal.len() + personal > self.max_personal {
+            return Err(NoRoom(format!(
+                "{} users have personal freeleech (private.max_personal_freeleech)",
+                self.max_personal
+            )));
         }
         Ok(())
     }
 
     /// Applies one change (the registries' changes are not the policy's and are left out).
-    /// Expired entries make room first when a cap is met, so a change [`Policy::room_for`]
-    /// let through always lands.
-    pub fn apply(&mut self, op: &Push, at: u32) {
+    /// A token or personal freeleech past its cap is left out: [`Policy::room_for`] makes
+    /// room first.
+    pub fn apply(&mut self, op: &Push) {
         match op {
             Push::Freeleech {
                 download_pct,
@@ -153,10 +155,9 @@ impl Policy {
                 self.upload_pct = *upload_pct;
             }
             Push::PersonalFreeleech { user, until } => {
-                if self.personal.len() >= self.max_personal {
-                    self.personal.retain(|_, &mut u| live(u, at));
+                if self.personal.len() < self.max_personal || self.personal.contains_key(user) {
+                    self.personal.insert(*user, *until);
                 }
-                self.personal.insert(*user, *until);
             }
             Push::RemovePersonalFreeleech { user } => {
                 self.personal.remove(user);
@@ -166,10 +167,10 @@ impl Policy {
                 torrent,
                 until,
             } => {
-                if self.tokens.len() >= self.max_tokens {
-                    self.tokens.retain(|_, &mut u| live(u, at));
+                let key = (*user, *torrent);
+                if self.tokens.len() < self.max_tokens || self.tokens.contains_key(&key) {
+                    self.tokens.insert(key, *until);
                 }
-                self.tokens.insert((*user, *torrent), *until);
             }
             Push::RemoveToken { user, torrent } => {
                 self.tokens.remove(&(*user, *torrent));
@@ -178,6 +179,7 @@ impl Policy {
                 let bytes = |v: &[String]| v.iter().map(|s| s.as_bytes().into()).collect();
                 self.rules.peer_id_allow = bytes(allow);
                 self.rules.peer_id_deny = bytes(deny);
+                self.clients_pushed = true;
             }
             Push::Intervals {
                 interval_secs,
@@ -190,9 +192,8 @@ impl Policy {
         }
     }
 
-    /// The changes that rebuild what was pushed (expired entries left out); `clients` is
-    /// whether the client lists were pushed.
-    pub fn snapshot(&self, clients: bool, at: u32) -> Vec<Push> {
+    /// The changes that rebuild what was pushed (expired entries left out).
+    pub fn snapshot(&self, at: u32) -> Vec<Push> {
         let text = |v: &[Box<[u8]>]| {
             v.iter()
                 .map(|p| String::from_utf8_lossy(p).into_owned())
@@ -202,7 +203,7 @@ impl Policy {
             download_pct: self.download_pct,
             upload_pct: self.upload_pct,
         }];
-        if clients {
+        if self.clients_pushed {
             ops.push(Push::Clients {
                 allow: text(&self.rules.peer_id_allow),
                 deny: text(&self.rules.peer_id_deny),
@@ -239,11 +240,12 @@ pub struct PushLog {
 }
 
 /// What a log held when it was opened.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Replayed {
-    /// Its changes, in order.
-    pub ops: Vec<Push>,
-    /// Lines that were not a change (a torn last line after a crash, or damage).
+    /// Changes taken.
+    pub taken: usize,
+    /// Lines left out: not a change (a torn last line after a crash, damage, a line past
+    /// 256 KiB), or a change the caller had no room for.
     pub skipped: usize,
 }
 
@@ -251,8 +253,10 @@ impl PushLog {
     /// The log's file name in the data directory.
     pub const FILE: &'static str = "private-push.jsonl";
 
-    /// Opens (or makes) the log in `dir` and reads what it holds.
-    pub fn open(dir: &Path) -> io::Result<(PushLog, Replayed)> {
+    /// Opens (or makes) the log in `dir` and hands `take` each change it holds, in order,
+    /// one at a time (a log of any size is read in bounded memory); `take` says whether it
+    /// had room for it.
+    pub fn open(dir: &Path, take: &mut dyn FnMut(Push) -> bool) -> io::Result<(PushLog, Replayed)> {
         let path = dir.join(Self::FILE);
         let mut replayed = Replayed::default();
         // Whether the file ends inside a line (a write torn by a crash): the next record
@@ -268,23 +272,23 @@ impl PushLog {
                     break;
                 }
                 torn = line.last() != Some(&b'\n');
-                if line.last() != Some(&b'\n') && n as u64 == MAX_LINE {
+                if torn && n as u64 == MAX_LINE {
                     // Too long: skip to the end of the line.
-                    let mut rest = Vec::new();
                     loop {
-                        rest.clear();
-                        let m = (&mut r).take(MAX_LINE).read_until(b'\n', &mut rest)?;
-                        if m == 0 || rest.last() == Some(&b'\n') {
+                        line.clear();
+                        let m = (&mut r).take(MAX_LINE).read_until(b'\n', &mut line)?;
+                        torn = line.last() != Some(&b'\n');
+                        if m == 0 || !torn {
                             break;
                         }
                     }
                     replayed.skipped += 1;
-                    torn = false;
                     continue;
                 }
-                match decode_line(&line) {
-                    Some(op) => replayed.ops.push(op),
-                    None => replayed.skipped += 1,
+                if decode_line(&line).is_some_and(&mut *take) {
+                    replayed.taken += 1;
+                } else {
+                    replayed.skipped += 1;
                 }
             }
         }
@@ -292,7 +296,7 @@ impl PushLog {
         if torn {
             file.write_all(b"\n")?;
         }
-        let records = replayed.ops.len();
+        let records = replayed.taken;
         Ok((
             PushLog {
                 path,
@@ -358,37 +362,28 @@ mod tests {
         let mut p = policy();
         assert_eq!(p.factors(1, 2, (100, 100), 10), (100, 100));
         assert_eq!(p.factors(1, 2, (50, 200), 10), (50, 200));
-        p.apply(
-            &Push::Freeleech {
-                download_pct: 0,
-                upload_pct: 150,
-            },
-            10,
-        );
+        p.apply(&Push::Freeleech {
+            download_pct: 0,
+            upload_pct: 150,
+        });
         assert_eq!(p.factors(1, 2, (50, 200), 10), (0, 200));
         assert_eq!(p.factors(1, 2, (100, 100), 10), (0, 150));
-        p.apply(
-            &Push::Freeleech {
-                download_pct: 100,
-                upload_pct: 100,
-            },
-            10,
-        );
-        p.apply(
-            &Push::Token {
-                user: 1,
-                torrent: 2,
-                until: 20,
-            },
-            10,
-        );
+        p.apply(&Push::Freeleech {
+            download_pct: 100,
+            upload_pct: 100,
+        });
+        p.apply(&Push::Token {
+            user: 1,
+            torrent: 2,
+            until: 20,
+        });
         assert_eq!(p.factors(1, 2, (100, 100), 19), (0, 100), "token on 2");
         assert_eq!(p.factors(1, 3, (100, 100), 19), (100, 100), "not on 3");
         assert_eq!(p.factors(2, 2, (100, 100), 19), (100, 100), "not user 2's");
         assert_eq!(p.factors(1, 2, (100, 100), 20), (100, 100), "expired");
-        p.apply(&Push::PersonalFreeleech { user: 4, until: 0 }, 10);
+        p.apply(&Push::PersonalFreeleech { user: 4, until: 0 });
         assert_eq!(p.factors(4, 9, (50, 100), u32::MAX), (0, 100));
-        p.apply(&Push::RemovePersonalFreeleech { user: 4 }, 10);
+        p.apply(&Push::RemovePersonalFreeleech { user: 4 });
         assert_eq!(p.factors(4, 9, (50, 100), 11), (50, 100));
     }
 
@@ -403,7 +398,7 @@ mod tests {
         let ops = [token(1, 0), token(2, 15)];
         assert_eq!(p.room_for(&ops, 10), Ok(()));
         for op in &ops {
-            p.apply(op, 10);
+            p.apply(op);
         }
         assert!(p.room_for(&[token(3, 0)], 10).is_err(), "two held");
         assert!(
@@ -411,10 +406,10 @@ mod tests {
             "a change of one held"
         );
         assert!(p.room_for(&[token(3, 0)], 15).is_ok(), "one has expired");
-        p.apply(&token(3, 0), 15);
+        p.apply(&token(3, 0));
         assert_eq!(p.tokens(), 2, "the expired one made room");
         let personal = |user| Push::PersonalFreeleech { user, until: 0 };
-        p.apply(&personal(1), 1);
+        p.apply(&personal(1));
         assert!(p.room_for(&[personal(2)], 1).is_err());
         assert!(p
             .room_for(&[Push::RemovePersonalFreeleech { user: 1 }], 1)
@@ -426,8 +421,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("hp-pushlog-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let (mut log, replayed) = PushLog::open(&dir).unwrap();
-        assert!(replayed.ops.is_empty());
+        let (mut log, replayed) = PushLog::open(&dir, &mut |_| true).unwrap();
+        assert_eq!(replayed, Replayed::default());
         let mut p = Policy::new(Rules::default(), 100, 100);
         let ops: Vec<Push> = (1..=40)
             .map(|user| Push::Token {
@@ -451,7 +446,7 @@ mod tests {
             .collect();
         log.append(&ops).unwrap();
         for op in &ops {
-            p.apply(op, 1);
+            p.apply(op);
         }
         assert_eq!(log.records, 81, "the user is not logged");
         // A torn line, as a crash mid-write leaves, and a line of damage.
@@ -459,8 +454,8 @@ mod tests {
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b"garbage\n{\"op\":\"tok").unwrap();
         drop((f, log));
-        let (mut log, replayed) = PushLog::open(&dir).unwrap();
-        assert_eq!((replayed.ops.len(), replayed.skipped), (81, 2));
+        let (mut log, replayed) = PushLog::open(&dir, &mut |_| true).unwrap();
+        assert_eq!((replayed.taken, replayed.skipped), (81, 2));
         // What comes after the torn line is a line of its own.
         log.append(&[Push::RemoveToken {
             user: 9,
@@ -468,19 +463,38 @@ mod tests {
         }])
         .unwrap();
         drop(log);
-        let (mut log, replayed) = PushLog::open(&dir).unwrap();
-        assert_eq!((replayed.ops.len(), replayed.skipped), (82, 2));
         let mut q = Policy::new(Rules::default(), 100, 100);
-        for op in &replayed.ops {
-            q.apply(op, 1);
-        }
+        let (mut log, replayed) = PushLog::open(&dir, &mut |op| {
+            q.apply(&op);
+            true
+        })
+        .unwrap();
+        assert_eq!((replayed.taken, replayed.skipped), (82, 2));
         assert_eq!(q.tokens(), 1);
         assert_eq!(q.factors(9, 9, (100, 100), 1), (0, 100));
-        let state = q.snapshot(false, 1);
+        let state = q.snapshot(1);
         assert!(log.wants_compaction(state.len()));
         log.compact(&state).unwrap();
-        let (_, replayed) = PushLog::open(&dir).unwrap();
-        assert_eq!((replayed.ops, replayed.skipped), (state, 0));
+        let mut read = Vec::new();
+        let (_, replayed) = PushLog::open(&dir, &mut |op| {
+            read.push(op);
+            true
+        })
+        .unwrap();
+        assert_eq!((&read, replayed.skipped), (&state, 0));
+        // A line past 256 KiB at the end, torn: skipped, and the next record starts afresh.
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(&vec![b'x'; 300 * 1024]).unwrap();
+        drop(f);
+        let (mut log, replayed) = PushLog::open(&dir, &mut |_| true).unwrap();
+        assert_eq!(replayed.skipped, 1);
+        log.append(&[Push::RemoveToken {
+            user: 1,
+            torrent: 1,
+        }])
+        .unwrap();
+        let (_, replayed) = PushLog::open(&dir, &mut |_| true).unwrap();
+        assert_eq!((replayed.taken, replayed.skipped), (state.len() + 1, 1));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
