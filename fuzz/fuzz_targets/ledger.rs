@@ -1,7 +1,8 @@
 //! Private-tracker ledger files as a restart loads them. The first input byte picks the
 //! downtime since the save; the rest is the file after its magic, with the checksum
 //! computed here (anyone who can write the file can also compute it). What loads respects
-//! the caps, saves, and loads again into a fresh ledger to the same peers.
+//! the caps, saves, and loads again into a fresh ledger to the same peers and the same leech
+//! slots taken.
 #![no_main]
 
 use hotpath_fuzz as _;
@@ -28,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(head) = parse_ledger(&f) else {
         return;
     };
-    let l = Ledger::new(PER_USER, MAX);
+    let l = Ledger::new(PER_USER, MAX, true);
     let n = l
         .load(&head, 100, u32::from(d) * 10, TIMEOUT)
         .expect("a fresh ledger loads");
@@ -39,6 +40,13 @@ fuzz_target!(|data: &[u8]| {
     saved.extend_from_slice(&crc.to_le_bytes());
     let again = parse_ledger(&saved).expect("a saved ledger parses");
     assert_eq!(again.key, head.key);
-    let m = Ledger::new(PER_USER, MAX);
+    let m = Ledger::new(PER_USER, MAX, true);
     assert_eq!(m.load(&again, 100, 0, TIMEOUT), Ok(n));
+    for user in head
+        .body
+        .chunks_exact(36)
+        .map(|e| u32::from_le_bytes([e[4], e[5], e[6], e[7]]))
+    {
+        assert_eq!(l.leeching(user), m.leeching(user));
+    }
 });

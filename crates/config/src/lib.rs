@@ -269,6 +269,11 @@ impl PrivateSchema {
                 ("torrents.download_pct", "download_pct"),
                 ("torrents.upload_pct", "upload_pct"),
                 ("torrents.updated_at", "updated_at"),
+                ("totals", "hp_user_totals"),
+                ("totals.id", "user_id"),
+                ("totals.uploaded", "uploaded"),
+                ("totals.downloaded", "downloaded"),
+                ("totals.updated_at", "updated_at"),
             ],
             PrivateSchema::Xbt => &[
                 ("users", "xbt_users"),
@@ -287,6 +292,10 @@ impl PrivateSchema {
                 ("torrents.completed", "completed"),
                 ("peers", "xbt_peers"),
                 ("peers.torrent_id", "tid"),
+                ("totals", "xbt_users"),
+                ("totals.id", "uid"),
+                ("totals.uploaded", "uploaded"),
+                ("totals.downloaded", "downloaded"),
             ],
             PrivateSchema::XbtFiles => &[
                 ("users", "xbt_users"),
@@ -305,6 +314,10 @@ impl PrivateSchema {
                 ("torrents.completed", "completed"),
                 ("peers", "xbt_files_users"),
                 ("peers.torrent_id", "fid"),
+                ("totals", "xbt_users"),
+                ("totals.id", "uid"),
+                ("totals.uploaded", "uploaded"),
+                ("totals.downloaded", "downloaded"),
             ],
             PrivateSchema::Torrentpier => &[
                 ("users", "bb_bt_users"),
@@ -315,6 +328,13 @@ impl PrivateSchema {
                 ("torrents.info_hash", "info_hash"),
                 ("torrents.tor_type", "tor_type"),
                 ("peers", "bb_bt_tracker"),
+                ("totals", "bb_bt_users"),
+                ("totals.id", "user_id"),
+                ("totals.uploaded", "u_up_total"),
+                ("totals.downloaded", "u_down_total"),
+                // Counted as uploaded in TorrentPier's ratio.
+                ("totals.uploaded_release", "u_up_release"),
+                ("totals.uploaded_bonus", "u_up_bonus"),
             ],
         }
     }
@@ -331,6 +351,9 @@ impl PrivateSchema {
                 | "torrents.tor_type"
                 | "torrents.download_pct"
                 | "torrents.upload_pct"
+                | "totals.updated_at"
+                | "totals.uploaded_release"
+                | "totals.uploaded_bonus"
         )
     }
 
@@ -462,10 +485,39 @@ section! {
         pub max_tokens: usize = 1_000_000,
         /// Users with personal freeleech held at once; a further one is refused with 507.
         pub max_personal_freeleech: usize = 100_000,
+        /// Leech slots: torrents one user may download at once (TorrentPier's
+        /// limit_leech_count). An announce that would start another is refused until one
+        /// completes, stops or times out; seeding is never limited. 0: no limit.
+        pub leech_slots: u32 = 0,
+        /// Leech slots by ratio, as TorrentPier's rating tiers: { "0.4" = 1, "0.5" = 2 }
+        /// gives a user whose ratio (uploaded / downloaded, read from the site's totals,
+        /// `totals` in the preset's names, every poll) is below 0.4 one slot, below 0.5
+        /// two; the lowest tier the ratio is under applies, else `leech_slots`.
+        pub ratio_tiers: std::collections::BTreeMap<String, u32> = Default::default(),
+        /// Bytes a user must have downloaded before `ratio_tiers` apply to them
+        /// (TorrentPier: 10 GiB, 10737418240).
+        pub ratio_min_downloaded: u64 = 0,
     }
 }
 
 impl PrivateConfig {
+    /// `ratio_tiers` as (ratio, slots), lowest ratio first (keys that do not parse, which
+    /// validation refuses, left out).
+    pub fn tiers(&self) -> Vec<(f64, u16)> {
+        let mut t: Vec<(f64, u16)> = self
+            .ratio_tiers
+            .iter()
+            .filter_map(|(r, &n)| Some((r.parse().ok()?, u16::try_from(n).ok()?)))
+            .collect();
+        t.sort_by(|a, b| a.0.total_cmp(&b.0));
+        t
+    }
+
+    /// Whether users have leech slots (`leech_slots` or `ratio_tiers` set).
+    pub fn limits_leeching(&self) -> bool {
+        self.leech_slots > 0 || !self.ratio_tiers.is_empty()
+    }
+
     /// The name in the database of logical name `key` (e.g. "users.passkey"): the override
     /// in `names`, or the preset's.
     pub fn name(&self, key: &str) -> Option<&str> {
@@ -966,6 +1018,19 @@ mod tests {
             ("[private]\nport_deny = [\"10-1\"]\n", "private.port_deny[0]"),
             ("[private]\nport_deny = [\"70000\"]\n", "private.port_deny[0]"),
             ("[private]\npeer_id_deny = [\"\"]\n", "private.peer_id_deny"),
+            (
+                "[private]\nratio_tiers = { \"half\" = 1 }\n",
+                "private.ratio_tiers",
+            ),
+            (
+                "[private]\nratio_tiers = { \"-1\" = 1 }\n",
+                "private.ratio_tiers",
+            ),
+            (
+                "[private]\nratio_tiers = { \"0.5\" = 0 }\n",
+                "private.ratio_tiers",
+            ),
+            ("[private]\nleech_slots = 70000\n", "private.leech_slots"),
         ];
         for (text, key) in cases {
             let err = Config::parse(text).unwrap_err().to_string();
@@ -997,6 +1062,13 @@ mod tests {
             None,
             "a column the site lacks"
         );
+        let c = Config::parse(
+            "[private]\nleech_slots = 8\nratio_tiers = { \"0.6\" = 3, \"0.4\" = 1, \"0.5\" = 2 }\n",
+        )
+        .unwrap();
+        assert_eq!(c.private.tiers(), [(0.4, 1), (0.5, 2), (0.6, 3)]);
+        assert!(c.private.limits_leeching());
+        assert_eq!(Config::parse(&c.to_commented_toml()).unwrap(), c);
         let c = Config::parse("[private]\nschema = \"xbt_files\"\n").unwrap();
         assert_eq!(c.private.name("torrents.id"), Some("fid"));
         assert_eq!(c.private.passkey_param(), "passkey");

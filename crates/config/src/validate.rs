@@ -273,6 +273,24 @@ fn private(c: &Config, p: &mut Problems) {
             "must be at least 16 characters (or empty)",
         );
     }
+    for (below, slots) in &pr.ratio_tiers {
+        match below.parse::<f64>() {
+            Ok(r) if r > 0.0 && r <= 1000.0 => {}
+            _ => p.bad(
+                "private.ratio_tiers",
+                format!("{below:?}: each key is a ratio above 0 and at most 1000, e.g. \"0.5\""),
+            ),
+        }
+        if !(1..=65_535).contains(slots) {
+            p.bad(
+                "private.ratio_tiers",
+                format!("{below:?} = {slots}: slots must be between 1 and 65535"),
+            );
+        }
+    }
+    if pr.leech_slots > 65_535 {
+        p.bad("private.leech_slots", "must be at most 65535 (0: no limit)");
+    }
     for (key, list) in [
         ("private.peer_id_allow", &pr.peer_id_allow),
         ("private.peer_id_deny", &pr.peer_id_deny),

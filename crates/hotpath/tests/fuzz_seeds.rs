@@ -531,7 +531,7 @@ fn push_api(seeds: &mut Seeds) {
 
 fn ledger(seeds: &mut Seeds) {
     use hotpath_tracker::private::ledger::{Ledger, Report, MAGIC};
-    let l = Ledger::new(3, 100);
+    let l = Ledger::new(3, 100, true);
     for (torrent, user, peer) in [(1, 7, 1u8), (1, 7, 2), (2, 8, 1)] {
         let id = [peer; 20];
         let report = |uploaded, now| Report {
@@ -541,6 +541,8 @@ fn ledger(seeds: &mut Seeds) {
             uploaded,
             downloaded: 0,
             stopped: false,
+            leeching: user == 7,
+            slots: &|_| 0,
             now,
         };
         l.report(report(0, 10)).unwrap();

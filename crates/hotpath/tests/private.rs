@@ -399,6 +399,63 @@ fn traffic_is_accounted_per_user_and_torrent_and_written_behind() {
     }
 }
 
+/// On hotpath's own tables the ratio tiers read hp_user_totals, which hotpath itself adds
+/// to: a user's own traffic moves them between tiers at the next poll after the flush.
+#[test]
+fn the_ratio_tiers_follow_what_the_tracker_credits() {
+    const THIRD: [u8; 20] = [0x54; 20];
+    let mut c = private_config();
+    c.private.ratio_tiers.insert("1".into(), 1);
+    let server = start(&c);
+    add_user(&c, 1, KEY, 1);
+    add_torrent(&c, 11, &NORMAL, 100);
+    add_torrent(&c, 12, &THIRD, 100);
+    add_torrent(&c, 13, &UNKNOWN, 100);
+    let mut http = Client::connect(server.http_addr().unwrap());
+    let mut admin = Client::connect(server.admin_addr().unwrap());
+    wait_until("the poll", Duration::from_secs(10), || {
+        metric(&mut admin, "hotpath_private_torrents ") == 3.0
+    });
+    let mut go = |hash, up, down, left, event| {
+        let mut a = announce(hash, 1, 40001, left, event);
+        a.uploaded = up;
+        a.downloaded = down;
+        let mut q = Vec::new();
+        write_announce(&mut q, &a);
+        let r = http.get(&format!(
+            "/{KEY}/announce?{}",
+            String::from_utf8(q).unwrap()
+        ));
+        failure(&r.body)
+    };
+    // No totals yet: no ratio, no limit. Then 4000 bytes downloaded, none uploaded.
+    assert_eq!(go(NORMAL, 0, 0, 9000, Event::Started), None);
+    assert_eq!(go(THIRD, 0, 0, 9000, Event::Started), None);
+    assert_eq!(go(NORMAL, 0, 4000, 5000, Event::None), None);
+    wait_until("the flush and the poll", Duration::from_secs(10), || {
+        metric(&mut admin, "hotpath_private_ratio_limited_users ") == 1.0
+    });
+    // Ratio 0, under 1: one slot, and two torrents already downloading.
+    let refused = go(UNKNOWN, 0, 0, 9000, Event::Started).expect("refused");
+    assert!(refused.contains("as your ratio allows"), "{refused}");
+    assert_eq!(go(THIRD, 0, 0, 9000, Event::Stopped), None);
+    assert_eq!(go(UNKNOWN, 0, 0, 9000, Event::Started).unwrap(), refused);
+    // Uploading 5000 takes the ratio to 1.25: no tier again.
+    assert_eq!(go(NORMAL, 5000, 4000, 5000, Event::None), None);
+    wait_until("the flush and the poll", Duration::from_secs(10), || {
+        metric(&mut admin, "hotpath_private_ratio_limited_users ") == 0.0
+    });
+    assert_eq!(go(UNKNOWN, 0, 0, 9000, Event::Started), None);
+    assert_eq!(
+        metric(
+            &mut admin,
+            "hotpath_private_refused_total{reason=\"leech_slots\"} "
+        ),
+        2.0
+    );
+    server.shutdown().unwrap();
+}
+
 #[test]
 fn kill_9_loses_no_acknowledged_accounting() {
     let mut c = private_config();

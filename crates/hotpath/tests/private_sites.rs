@@ -250,3 +250,128 @@ fn torrentpier_gets_peer_rows_its_cron_credits() {
     torrentpier_cron(&mut *site, now - 3600);
     assert_eq!(ints(&mut *site, totals), [[1, 1000, 0], [2, 100, 0]]);
 }
+
+/// TorrentPier's rating tiers as the site configures them (ratio under 0.4: one torrent at a
+/// time, under 0.5: two, under 0.6: three; counted once 10 GiB are downloaded), read from
+/// bb_bt_users with the release and bonus uploads TorrentPier's ratio adds.
+#[test]
+fn torrentpier_ratio_tiers_give_leech_slots() {
+    const GIB: i64 = 1 << 30;
+    const T3: &str = "tp3tp3tp3tp3tp3tp3tp";
+    const C: [u8; 20] = [0xd4; 20];
+    const D: [u8; 20] = [0xe5; 20];
+    let db = test_db(Dialect::Mysql, "tiers");
+    let mut site = connect(&db);
+    for ddl in TORRENTPIER_SCHEMA {
+        site.execute(ddl).unwrap();
+    }
+    // User 1: ratio (5 + 1 + 1) / 20 = 0.35, one slot. User 2: 5 GiB downloaded, too little
+    // for a ratio: the default two. User 3: 11 / 20 = 0.55, three.
+    site.execute_with(
+        "INSERT INTO bb_bt_users (user_id, auth_key, u_up_total, u_up_release, u_up_bonus, \
+         u_down_total) VALUES (1, ?, ?, ?, ?, ?), (2, ?, 0, 0, 0, ?), (3, ?, ?, 0, 0, ?)",
+        &[
+            T1.into(),
+            (5 * GIB).into(),
+            GIB.into(),
+            GIB.into(),
+            (20 * GIB).into(),
+            T2.into(),
+            (5 * GIB).into(),
+            T3.into(),
+            (11 * GIB).into(),
+            (20 * GIB).into(),
+        ],
+    )
+    .unwrap();
+    site.execute_with(
+        "INSERT INTO bb_bt_torrents (topic_id, info_hash) VALUES (20, ?), (21, ?), (22, ?), \
+         (23, ?)",
+        &[A, B, C, D].map(|h| Value::Blob(h.into())),
+    )
+    .unwrap();
+    let mut c = site_config(&db, PrivateSchema::Torrentpier);
+    c.private.leech_slots = 2;
+    c.private.ratio_min_downloaded = 10 * GIB as u64;
+    for (r, n) in [("0.4", 1), ("0.5", 2), ("0.6", 3)] {
+        c.private.ratio_tiers.insert(r.into(), n);
+    }
+    let server = start(&c);
+    let mut http = Client::connect(server.http_addr().unwrap());
+    let mut admin = Client::connect(server.admin_addr().unwrap());
+    let uk = Some("uk");
+    let slots = "you download as many torrents at once as your ratio allows: finish or stop \
+                 one first (seeding is allowed)";
+    let leech =
+        |http: &mut Client, key, hash, n, event| go(http, key, uk, hash, n, 0, 0, 500, event);
+    assert_eq!(leech(&mut http, T1, A, 1, Event::Started), None);
+    // A second client on the same torrent takes no slot; another torrent does.
+    assert_eq!(leech(&mut http, T1, A, 2, Event::Started), None);
+    assert_eq!(
+        leech(&mut http, T1, B, 1, Event::Started).as_deref(),
+        Some(slots)
+    );
+    // Seeding is never limited.
+    assert_eq!(go(&mut http, T1, uk, C, 1, 0, 0, 0, Event::Started), None);
+    // Both clients finish A: the slot is free.
+    assert_eq!(
+        go(&mut http, T1, uk, A, 1, 0, 500, 0, Event::Completed),
+        None
+    );
+    assert_eq!(
+        leech(&mut http, T1, B, 1, Event::Started).as_deref(),
+        Some(slots)
+    );
+    assert_eq!(go(&mut http, T1, uk, A, 2, 0, 500, 0, Event::Stopped), None);
+    assert_eq!(leech(&mut http, T1, B, 1, Event::Started), None);
+    // User 2 has the default two; a stop frees one.
+    assert_eq!(leech(&mut http, T2, A, 1, Event::Started), None);
+    assert_eq!(leech(&mut http, T2, B, 1, Event::Started), None);
+    assert_eq!(
+        leech(&mut http, T2, C, 1, Event::Started).as_deref(),
+        Some(slots)
+    );
+    assert_eq!(go(&mut http, T2, uk, A, 1, 0, 0, 500, Event::Stopped), None);
+    assert_eq!(leech(&mut http, T2, C, 1, Event::Started), None);
+    // User 3 has three.
+    for hash in [A, B, C] {
+        assert_eq!(leech(&mut http, T3, hash, 1, Event::Started), None);
+    }
+    assert_eq!(
+        leech(&mut http, T3, D, 1, Event::Started).as_deref(),
+        Some(slots)
+    );
+    let metric = |admin: &mut Client, line: &str| -> f64 {
+        let text = String::from_utf8(admin.get("/metrics").body).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
+            .unwrap_or(-1.0)
+    };
+    assert_eq!(
+        metric(
+            &mut admin,
+            "hotpath_private_refused_total{reason=\"leech_slots\"}"
+        ),
+        4.0
+    );
+    assert_eq!(
+        metric(&mut admin, "hotpath_private_ratio_limited_users"),
+        2.0
+    );
+    // The site credits user 1 a bonus (ratio 17 / 20): at the next poll they have the
+    // default two slots.
+    site.execute(&format!(
+        "UPDATE bb_bt_users SET u_up_bonus = {} WHERE user_id = 1",
+        11 * GIB
+    ))
+    .unwrap();
+    wait_until("the poll", Duration::from_secs(10), || {
+        metric(&mut admin, "hotpath_private_ratio_limited_users") == 1.0
+    });
+    assert_eq!(leech(&mut http, T1, D, 1, Event::Started), None);
+    assert_eq!(
+        leech(&mut http, T1, A, 1, Event::Started).as_deref(),
+        Some(slots)
+    );
+    server.shutdown().unwrap();
+}

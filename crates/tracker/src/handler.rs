@@ -625,6 +625,8 @@ impl ServiceWorker for TrackerWorker {
                     "passkey": String::from_utf8_lossy(&key),
                     "can_leech": u.can_leech,
                     "freeleech_until": p.policy.read().personal_until(id),
+                    "leeching": p.ledger.leeching(id),
+                    "leech_slots": p.slots.of(id),
                 }))
             }
             Call::Torrent(id) => {

@@ -560,7 +560,8 @@ pub const TORRENTPIER_SCHEMA: [&str; 3] = [
     "CREATE TABLE bb_bt_users (user_id MEDIUMINT NOT NULL DEFAULT 0, auth_key CHAR(20) \
      CHARACTER SET utf8mb3 COLLATE utf8mb3_bin NOT NULL DEFAULT '', u_up_total BIGINT \
      UNSIGNED NOT NULL DEFAULT 0, u_down_total BIGINT UNSIGNED NOT NULL DEFAULT 0, \
-     PRIMARY KEY (user_id), UNIQUE KEY (auth_key))",
+     u_up_release BIGINT UNSIGNED NOT NULL DEFAULT 0, u_up_bonus BIGINT UNSIGNED NOT NULL \
+     DEFAULT 0, PRIMARY KEY (user_id), UNIQUE KEY (auth_key))",
     "CREATE TABLE bb_bt_torrents (topic_id MEDIUMINT UNSIGNED NOT NULL DEFAULT 0, \
      info_hash VARBINARY(20) DEFAULT NULL, poster_id MEDIUMINT NOT NULL DEFAULT 0, \
      tor_type TINYINT(1) NOT NULL DEFAULT 0, complete_count MEDIUMINT UNSIGNED NOT NULL \

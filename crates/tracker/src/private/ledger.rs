@@ -8,6 +8,11 @@
 //! known peer whose counters grew credits the difference. The peers a user may have on one
 //! torrent are capped, as UNIT3D does (`private.max_peers_per_user_torrent`).
 //!
+//! With leech slots on (`private.leech_slots`, `private.ratio_tiers`) it also counts, per
+//! user, the torrents on which they run a downloading peer: a peer that would start one more
+//! past the user's slots is refused, and a slot is freed when the torrent's last downloading
+//! peer of the user completes, stops or times out.
+//!
 //! At a graceful stop the ledger is saved ([`Ledger::save`]) and at the next start loaded
 //! ([`parse_ledger`], [`Ledger::load`]), so a restart credits each client's traffic since its
 //! last announce before it, instead of nothing. Peer ids are kept only as a keyed hash; the key
@@ -37,13 +42,22 @@ struct Seen {
     downloaded: u64,
     /// Process second of its last announce.
     at: u32,
+    /// It had something left to download.
+    leeching: bool,
+}
+
+/// One user's peers on one torrent.
+#[derive(Debug, Clone, Copy, Default)]
+struct PerUser {
+    peers: u16,
+    /// Those downloading.
+    leeching: u16,
 }
 
 #[derive(Default)]
 struct Shard {
     peers: HashMap<PeerKey, Seen>,
-    /// Peers per (torrent id, user id).
-    per_user: HashMap<(u32, u32), u16>,
+    per_user: HashMap<(u32, u32), PerUser>,
 }
 
 /// What one announce adds, raw (before a torrent's factors).
@@ -66,10 +80,12 @@ pub enum TooManyPeers {
     User,
     /// The ledger holds as many peers as it may (`tracker.max_peers`).
     Ledger,
+    /// The user downloads as many torrents as their leech slots allow.
+    LeechSlots,
 }
 
 /// One announce, as the ledger sees it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Report<'a> {
     /// The torrent's id.
     pub torrent: u32,
@@ -83,9 +99,17 @@ pub struct Report<'a> {
     pub downloaded: u64,
     /// It stops (the peer is forgotten after this).
     pub stopped: bool,
+    /// It has something left to download.
+    pub leeching: bool,
+    /// The user's leech slots (0: no limit), asked only when the announce would start one
+    /// more torrent downloading.
+    pub slots: &'a dyn Fn(u32) -> u16,
     /// Process second now.
     pub now: u32,
 }
+
+/// Torrents downloaded, by user id.
+type UserShard = Mutex<HashMap<u32, u16>>;
 
 /// Every peer's last report, sharded by torrent.
 pub struct Ledger {
@@ -93,18 +117,22 @@ pub struct Ledger {
     /// The SipHash key of peer ids: random, or the loaded file's.
     key: OnceLock<[u64; 2]>,
     max_per_user: u16,
+    /// Torrents each user downloads, sharded by user id; `None` without leech slots.
+    leeching: Option<Box<[UserShard]>>,
     /// Peers held, and the most it may hold.
     len: AtomicUsize,
     max: usize,
 }
 
 impl Ledger {
-    /// An empty ledger of at most `max` peers, `max_per_user` per user per torrent.
-    pub fn new(max_per_user: u16, max: usize) -> Ledger {
+    /// An empty ledger of at most `max` peers, `max_per_user` per user per torrent; with
+    /// `slots`, one that counts the torrents each user downloads.
+    pub fn new(max_per_user: u16, max: usize, slots: bool) -> Ledger {
         Ledger {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             key: OnceLock::new(),
             max_per_user: max_per_user.max(1),
+            leeching: slots.then(|| (0..SHARDS).map(|_| Mutex::default()).collect()),
             len: AtomicUsize::new(0),
             max,
         }
@@ -129,21 +157,90 @@ impl Ledger {
         &self.shards[h as usize & (SHARDS - 1)]
     }
 
+    fn user_shard(&self, user: u32) -> Option<&UserShard> {
+        let h = user.wrapping_mul(0x9e37_79b9) >> 26;
+        Some(&self.leeching.as_ref()?[h as usize & (SHARDS - 1)])
+    }
+
+    /// Takes one of `user`'s leech slots (`slots`; 0: no limit), or says there is none.
+    fn take_slot(&self, user: u32, slots: &dyn Fn(u32) -> u16) -> Result<(), TooManyPeers> {
+        let Some(shard) = self.user_shard(user) else {
+            return Ok(());
+        };
+        let limit = slots(user);
+        let mut map = shard.lock();
+        let n = map.entry(user).or_insert(0);
+        if limit > 0 && *n >= limit {
+            if *n == 0 {
+                map.remove(&user);
+            }
+            return Err(TooManyPeers::LeechSlots);
+        }
+        *n = n.saturating_add(1);
+        Ok(())
+    }
+
+    /// Gives back one of `user`'s leech slots.
+    fn free_slot(&self, user: u32) {
+        if let Some(shard) = self.user_shard(user) {
+            let mut map = shard.lock();
+            if let Some(n) = map.get_mut(&user) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(&user);
+                }
+            }
+        }
+    }
+
+    /// Torrents `user` downloads now (0 without leech slots).
+    pub fn leeching(&self, user: u32) -> u16 {
+        self.user_shard(user)
+            .and_then(|s| s.lock().get(&user).copied())
+            .unwrap_or(0)
+    }
+
     /// Records an announce and returns what it adds; a new peer past the user's cap on this
-    /// torrent is refused and changes nothing.
+    /// torrent, or one that would start a torrent downloading past the user's leech slots, is
+    /// refused and changes nothing.
     pub fn report(&self, r: Report<'_>) -> Result<Delta, TooManyPeers> {
         let key = (r.torrent, r.user, self.peer_hash(r.peer_id));
+        let leeching = r.leeching && !r.stopped;
         let mut guard = self.shard(r.torrent).lock();
         let shard = &mut *guard;
+        let last = shard.peers.get(&key).copied();
+        if last.is_none() && r.stopped {
+            return Ok(Delta::default());
+        }
+        let mut pu = shard
+            .per_user
+            .get(&(r.torrent, r.user))
+            .copied()
+            .unwrap_or_default();
+        if last.is_none() {
+            if self.len.load(Ordering::Relaxed) >= self.max {
+                return Err(TooManyPeers::Ledger);
+            }
+            if pu.peers >= self.max_per_user {
+                return Err(TooManyPeers::User);
+            }
+        }
+        let was = last.is_some_and(|s| s.leeching);
+        let before = pu.leeching;
+        pu.leeching = before - u16::from(was) + u16::from(leeching);
+        if before == 0 && pu.leeching > 0 {
+            self.take_slot(r.user, r.slots)?;
+        }
         let now = Seen {
             uploaded: r.uploaded,
             downloaded: r.downloaded,
             at: r.now,
+            leeching,
         };
-        let delta = match shard.peers.get_mut(&key) {
+        let delta = match last {
             Some(last) => {
                 let grew = r.uploaded >= last.uploaded && r.downloaded >= last.downloaded;
-                let d = Delta {
+                Delta {
                     uploaded: if grew { r.uploaded - last.uploaded } else { 0 },
                     downloaded: if grew {
                         r.downloaded - last.downloaded
@@ -152,21 +249,10 @@ impl Ledger {
                     },
                     known: true,
                     since: r.now.wrapping_sub(last.at),
-                };
-                *last = now;
-                d
+                }
             }
-            None if r.stopped => return Ok(Delta::default()),
             None => {
-                if self.len.load(Ordering::Relaxed) >= self.max {
-                    return Err(TooManyPeers::Ledger);
-                }
-                let n = shard.per_user.entry((r.torrent, r.user)).or_insert(0);
-                if *n >= self.max_per_user {
-                    return Err(TooManyPeers::User);
-                }
-                *n += 1;
-                shard.peers.insert(key, now);
+                pu.peers += 1;
                 self.len.fetch_add(1, Ordering::Relaxed);
                 Delta::default()
             }
@@ -174,7 +260,17 @@ impl Ledger {
         if r.stopped {
             shard.peers.remove(&key);
             self.len.fetch_sub(1, Ordering::Relaxed);
-            forget(&mut shard.per_user, (r.torrent, r.user));
+            pu.peers -= 1;
+        } else {
+            shard.peers.insert(key, now);
+        }
+        if pu.peers == 0 {
+            shard.per_user.remove(&(r.torrent, r.user));
+        } else {
+            shard.per_user.insert((r.torrent, r.user), pu);
+        }
+        if before > 0 && pu.leeching == 0 {
+            self.free_slot(r.user);
         }
         Ok(delta)
     }
@@ -186,13 +282,17 @@ impl Ledger {
         let shard = &mut *guard;
         let before = shard.peers.len();
         let per_user = &mut shard.per_user;
+        let mut freed = Vec::new();
         shard.peers.retain(|&(t, u, _), seen| {
             let keep = now.wrapping_sub(seen.at) <= timeout;
-            if !keep {
-                forget(per_user, (t, u));
+            if !keep && forget(per_user, (t, u), seen.leeching) {
+                freed.push(u);
             }
             keep
         });
+        for user in freed {
+            self.free_slot(user);
+        }
         if shard.peers.capacity() > 4 * shard.peers.len().max(64) {
             shard.peers.shrink_to_fit();
             shard.per_user.shrink_to_fit();
@@ -205,7 +305,8 @@ impl Ledger {
     /// Appends the ledger file's bytes to `out` (the caller adds the checksum): [`MAGIC`],
     /// the unix second of the save (i64 LE), the hash key (two u64 LE), then per peer its
     /// torrent id and user id (u32 LE), peer id hash, uploaded and downloaded (u64 LE), and
-    /// seconds since its last announce at process second `now` (u32 LE). Returns the peers.
+    /// seconds since its last announce at process second `now` (u32 LE, at most 2^31 - 1;
+    /// the top bit set for a downloading peer). Returns the peers.
     pub fn save(&self, now: u32, saved_at: i64, out: &mut Vec<u8>) -> usize {
         let [k0, k1] = *self.key.get_or_init(|| [0, 0]);
         out.extend_from_slice(MAGIC);
@@ -222,7 +323,9 @@ impl Ledger {
                 out.extend_from_slice(&h.to_le_bytes());
                 out.extend_from_slice(&seen.uploaded.to_le_bytes());
                 out.extend_from_slice(&seen.downloaded.to_le_bytes());
-                out.extend_from_slice(&now.wrapping_sub(seen.at).to_le_bytes());
+                let age = now.wrapping_sub(seen.at).min(AGE);
+                let flag = if seen.leeching { LEECHING } else { 0 };
+                out.extend_from_slice(&(age | flag).to_le_bytes());
                 n += 1;
             }
         }
@@ -248,7 +351,8 @@ impl Ledger {
             let u32_at = |i: usize| u32::from_le_bytes(e[i..i + 4].try_into().expect("4 bytes"));
             let u64_at = |i: usize| u64::from_le_bytes(e[i..i + 8].try_into().expect("8 bytes"));
             let (torrent, user, hash) = (u32_at(0), u32_at(4), u64_at(8));
-            let age = u32_at(32).saturating_add(downtime);
+            let leeching = u32_at(32) & LEECHING != 0;
+            let age = (u32_at(32) & AGE).saturating_add(downtime);
             if age > timeout || self.len() >= self.max {
                 continue;
             }
@@ -257,15 +361,23 @@ impl Ledger {
             if shard.peers.contains_key(&(torrent, user, hash)) {
                 continue;
             }
-            let count = shard.per_user.entry((torrent, user)).or_insert(0);
-            if *count >= self.max_per_user {
+            let pu = shard.per_user.entry((torrent, user)).or_default();
+            if pu.peers >= self.max_per_user {
                 continue;
             }
-            *count += 1;
+            pu.peers += 1;
+            // A downloading peer keeps its user's slot, whatever the slots are now.
+            if leeching {
+                pu.leeching += 1;
+                if pu.leeching == 1 {
+                    let _ = self.take_slot(user, &|_| 0);
+                }
+            }
             let seen = Seen {
                 uploaded: u64_at(16),
                 downloaded: u64_at(24),
                 at: now.wrapping_sub(age),
+                leeching,
             };
             shard.peers.insert((torrent, user, hash), seen);
             self.len.fetch_add(1, Ordering::Relaxed);
@@ -293,6 +405,9 @@ impl Ledger {
 
 /// The ledger file's first bytes.
 pub const MAGIC: &[u8; 8] = b"HPLEDGR1";
+/// The saved age's bits, and the flag of a downloading peer above them.
+const AGE: u32 = 0x7fff_ffff;
+const LEECHING: u32 = 1 << 31;
 /// Bytes of one saved peer.
 const ENTRY: usize = 4 + 4 + 8 + 8 + 8 + 4;
 /// Bytes before the peers: magic, save time, key.
@@ -338,13 +453,19 @@ pub fn parse_ledger(data: &[u8]) -> Result<LedgerHead<'_>, &'static str> {
     })
 }
 
-fn forget(per_user: &mut HashMap<(u32, u32), u16>, k: (u32, u32)) {
-    if let Some(n) = per_user.get_mut(&k) {
-        *n -= 1;
-        if *n == 0 {
-            per_user.remove(&k);
-        }
+/// Counts a peer of `k` out (`leeching`: a downloading one); returns whether it was the last
+/// downloading peer of the user on the torrent (a leech slot is free).
+fn forget(per_user: &mut HashMap<(u32, u32), PerUser>, k: (u32, u32), leeching: bool) -> bool {
+    let Some(pu) = per_user.get_mut(&k) else {
+        return false;
+    };
+    pu.peers -= 1;
+    let freed = leeching && pu.leeching == 1;
+    pu.leeching -= u16::from(leeching);
+    if pu.peers == 0 {
+        per_user.remove(&k);
     }
+    freed
 }
 
 #[cfg(test)]
@@ -360,13 +481,15 @@ mod tests {
             uploaded: up,
             downloaded: down,
             stopped: false,
+            leeching: false,
+            slots: &|_| 0,
             now,
         }
     }
 
     #[test]
     fn only_a_known_peer_whose_counters_grew_is_credited() {
-        let l = Ledger::new(3, 100);
+        let l = Ledger::new(3, 100, false);
         // First announce: nothing credited, whatever it claims.
         assert_eq!(l.report(rep(1, 5000, 9000, 10)), Ok(Delta::default()));
         let d = l.report(rep(1, 6000, 9500, 40)).unwrap();
@@ -393,7 +516,7 @@ mod tests {
 
     #[test]
     fn a_user_may_hold_only_so_many_peers_on_a_torrent() {
-        let l = Ledger::new(2, 100);
+        let l = Ledger::new(2, 100, false);
         l.report(rep(1, 0, 0, 1)).unwrap();
         l.report(rep(2, 0, 0, 1)).unwrap();
         assert_eq!(l.report(rep(3, 0, 0, 1)), Err(TooManyPeers::User));
@@ -416,7 +539,7 @@ mod tests {
 
     #[test]
     fn the_sweep_forgets_silent_peers_and_frees_their_places() {
-        let l = Ledger::new(1, 100);
+        let l = Ledger::new(1, 100, false);
         l.report(rep(1, 0, 0, 100)).unwrap();
         let swept: usize = (0..SHARDS).map(|i| l.sweep(i, 200, 500)).sum();
         assert_eq!(swept, 0);
@@ -436,7 +559,7 @@ mod tests {
 
     #[test]
     fn a_saved_ledger_credits_after_a_restart_what_it_would_have() {
-        let l = Ledger::new(3, 100);
+        let l = Ledger::new(3, 100, false);
         l.report(rep(1, 1000, 2000, 10)).unwrap();
         l.report(rep(2, 0, 0, 10)).unwrap();
         l.report(Report {
@@ -448,20 +571,20 @@ mod tests {
         let head = parse_ledger(&data).unwrap();
         assert_eq!(head.saved_at, 1_000_000);
         // Restarted: process seconds start again.
-        let m = Ledger::new(3, 100);
+        let m = Ledger::new(3, 100, false);
         assert_eq!(m.load(&head, 3, 60, 1800), Ok(3));
         let d = m.report(rep(1, 1500, 2100, 5)).unwrap();
         assert_eq!((d.uploaded, d.downloaded, d.known), (500, 100, true));
         assert_eq!(d.since, 90 + 60 + 2, "aged by the downtime");
         // Aged past the timeout: left out.
-        let old = Ledger::new(3, 100);
+        let old = Ledger::new(3, 100, false);
         assert_eq!(old.load(&head, 3, 1800, 1800), Ok(0));
         // Caps hold on load.
-        let small = Ledger::new(1, 2);
+        let small = Ledger::new(1, 2, false);
         assert_eq!(small.load(&head, 3, 0, 1800), Ok(2));
         assert_eq!(small.len(), 2);
         // A ledger that has hashed with another key refuses.
-        let used = Ledger::new(3, 100);
+        let used = Ledger::new(3, 100, false);
         used.report(rep(9, 0, 0, 1)).unwrap();
         assert!(used.load(&head, 3, 0, 1800).is_err());
         // Damage is refused whole.
@@ -481,7 +604,7 @@ mod tests {
     #[test]
     fn the_whole_ledger_is_capped() {
         // One passkey on many torrents cannot grow it past its cap.
-        let l = Ledger::new(3, 5);
+        let l = Ledger::new(3, 5, false);
         for t in 0..5 {
             l.report(Report {
                 torrent: t,
@@ -503,5 +626,70 @@ mod tests {
         })
         .unwrap();
         assert!(l.report(more).is_ok());
+    }
+
+    #[test]
+    fn leech_slots_count_torrents_not_peers_and_free_on_complete_stop_and_timeout() {
+        let l = Ledger::new(3, 100, true);
+        let two = |_: u32| 2;
+        let leech = |torrent: u32, peer: u8, now: u32| Report {
+            torrent,
+            leeching: true,
+            slots: &two,
+            ..rep(peer, 0, 0, now)
+        };
+        l.report(leech(1, 1, 1)).unwrap();
+        // A second client on the same torrent takes no slot.
+        l.report(leech(1, 2, 1)).unwrap();
+        l.report(leech(2, 1, 1)).unwrap();
+        assert_eq!(l.leeching(7), 2);
+        assert_eq!(l.report(leech(3, 1, 1)), Err(TooManyPeers::LeechSlots));
+        assert_eq!(l.len(), 3, "a refusal changes nothing");
+        // Seeding is never limited.
+        assert!(l
+            .report(Report {
+                torrent: 3,
+                slots: &two,
+                ..rep(1, 0, 0, 1)
+            })
+            .is_ok());
+        // Torrent 1 completes on one client: the other still downloads it.
+        l.report(Report {
+            leeching: false,
+            ..leech(1, 1, 2)
+        })
+        .unwrap();
+        assert_eq!(l.leeching(7), 2);
+        l.report(Report {
+            stopped: true,
+            ..leech(1, 2, 2)
+        })
+        .unwrap();
+        assert_eq!(l.leeching(7), 1);
+        // A seeder that starts downloading again takes a slot, as a new torrent would.
+        l.report(leech(3, 1, 3)).unwrap();
+        assert_eq!(l.report(leech(4, 1, 3)), Err(TooManyPeers::LeechSlots));
+        // Another user has slots of their own.
+        assert!(l
+            .report(Report {
+                user: 8,
+                ..leech(4, 1, 3)
+            })
+            .is_ok());
+        // Saved and loaded, downloading peers keep their slots.
+        let data = file(&l, 10);
+        let m = Ledger::new(3, 100, true);
+        m.load(&parse_ledger(&data).unwrap(), 1, 0, 1800).unwrap();
+        assert_eq!((m.leeching(7), m.leeching(8)), (2, 1));
+        // Timed out, every slot is free again.
+        let swept: usize = (0..SHARDS).map(|i| m.sweep(i, 5000, 1800)).sum();
+        assert_eq!(swept, 4);
+        assert_eq!((m.leeching(7), m.leeching(8)), (0, 0));
+        // Without leech slots nothing is counted or refused.
+        let open = Ledger::new(3, 100, false);
+        for t in 0..5 {
+            open.report(leech(t, 1, 1)).unwrap();
+        }
+        assert_eq!(open.leeching(7), 0);
     }
 }

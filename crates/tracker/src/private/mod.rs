@@ -10,6 +10,7 @@ pub mod ledger;
 pub mod policy;
 pub mod push;
 pub mod registry;
+pub mod slots;
 pub mod source;
 pub mod stored;
 
@@ -27,6 +28,7 @@ use parking_lot::{Mutex, RwLock};
 use policy::{Policy, PushLog};
 use push::{ApiError, Push};
 use registry::{Entry, Registry};
+use slots::LeechSlots;
 pub use source::Source;
 use stored::{AccountChange, Client};
 
@@ -82,11 +84,13 @@ pub enum Refusal {
     TooManyPeers,
     /// A new client when the ledger holds `tracker.max_peers` clients.
     LedgerFull,
+    /// A download that would take the user past their leech slots.
+    LeechSlots,
 }
 
 impl Refusal {
     /// Every refusal, in the order of their counters.
-    pub const ALL: [Refusal; 8] = [
+    pub const ALL: [Refusal; 9] = [
         Refusal::Passkey,
         Refusal::UnknownPasskey,
         Refusal::UnknownTorrent,
@@ -95,6 +99,7 @@ impl Refusal {
         Refusal::Port,
         Refusal::TooManyPeers,
         Refusal::LedgerFull,
+        Refusal::LeechSlots,
     ];
 
     /// The `reason` label of its counter.
@@ -108,6 +113,7 @@ impl Refusal {
             Refusal::Port => "port",
             Refusal::TooManyPeers => "too_many_peers",
             Refusal::LedgerFull => "ledger_full",
+            Refusal::LeechSlots => "leech_slots",
         }
     }
 
@@ -124,6 +130,10 @@ impl Refusal {
                 "you run as many clients on this torrent as you may: stop one first"
             }
             Refusal::LedgerFull => "tracker is full: try again later",
+            Refusal::LeechSlots => {
+                "you download as many torrents at once as your ratio allows: finish or stop \
+                 one first (seeding is allowed)"
+            }
         }
     }
 }
@@ -171,11 +181,16 @@ mod m {
         "hotpath_private_poll_errors_total",
         "Reads of the users and torrents tables that failed (the registries in force stay).",
     );
+    pub static LIMITED: Desc = Desc::gauge(
+        "hotpath_private_ratio_limited_users",
+        "Users whose ratio puts them under one of private.ratio_tiers.",
+    );
     pub static ROWS_SKIPPED: Desc = Desc::counter(
         "hotpath_private_rows_skipped_total",
         "Rows of the users and torrents tables left out: malformed (a bad passkey or info \
          hash, an id out of range), a key or id an earlier row took, or past \
-         private.max_users / private.max_torrents.",
+         private.max_users / private.max_torrents; and users' totals rows malformed or past \
+         private.max_users.",
     );
 }
 
@@ -279,6 +294,8 @@ pub struct Private {
     pub source: Source,
     /// What each peer last reported.
     pub ledger: Ledger,
+    /// How many torrents each user may download at once.
+    pub slots: LeechSlots,
     /// Seconds between polls.
     pub poll_secs: u32,
     /// Whether the preset keeps a row per client (TorrentPier): the accounted changes carry
@@ -317,7 +334,8 @@ impl Private {
             enforce_min_interval: c.enforce_min_interval,
             passkey_param: c.passkey_param().as_bytes().into(),
             source: Source::new(c),
-            ledger: Ledger::new(c.max_peers_per_user_torrent, max_peers),
+            ledger: Ledger::new(c.max_peers_per_user_torrent, max_peers, c.limits_leeching()),
+            slots: LeechSlots::new(c),
             poll_secs: c.poll_secs,
             client_rows: c.schema == PrivateSchema::Torrentpier,
             torrent_counts: matches!(c.schema, PrivateSchema::Xbt | PrivateSchema::XbtFiles),
@@ -403,12 +421,15 @@ impl Private {
                 uploaded: a.uploaded,
                 downloaded: a.downloaded,
                 stopped: a.stopped,
+                leeching: a.left > 0,
+                slots: &|user| self.slots.of(user),
                 now: a.now,
             })
             .map_err(|e| {
                 self.refuse(match e {
                     TooManyPeers::User => Refusal::TooManyPeers,
                     TooManyPeers::Ledger => Refusal::LedgerFull,
+                    TooManyPeers::LeechSlots => Refusal::LeechSlots,
                 })
             })?;
         let too_soon =
@@ -649,7 +670,7 @@ impl Private {
         self.polls.add(1);
         let skipped = self
             .source
-            .read(db, full, &self.users, &self.torrents)
+            .read(db, full, &self.users, &self.torrents, &self.slots)
             .inspect_err(|_| self.poll_errors.add(1))?;
         self.rows_skipped.add(skipped as u64);
         Ok((self.users.len(), self.torrents.len()))
@@ -666,6 +687,7 @@ impl Private {
             .add(&m::PUSH_ERRORS, get(&self.push_errors))
             .add(&m::RESTORE_SKIPPED, get(&self.restore_skipped))
             .add(&m::TOKENS, self.policy.read().tokens())
+            .add(&m::LIMITED, self.slots.limited())
             .add(&m::POLLS, get(&self.polls))
             .add(&m::POLL_ERRORS, get(&self.poll_errors))
             .add(&m::ROWS_SKIPPED, get(&self.rows_skipped));

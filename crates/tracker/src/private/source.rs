@@ -14,6 +14,7 @@ use hotpath_store::{Backend, Dialect, StoreError};
 use parking_lot::Mutex;
 
 use super::registry::{Entry, Key, Registry};
+use super::slots::LeechSlots;
 use super::{Torrent, User};
 
 /// The reads of one schema preset.
@@ -28,9 +29,14 @@ pub struct Source {
     torrents_updated: Option<String>,
     /// The torrents table's seeders and leechers columns, where the preset keeps them.
     counts: Option<[String; 2]>,
-    /// The largest `updated_at` of each table's last read (users, torrents); `None` until
-    /// a full read.
-    since: Mutex<(Option<i64>, Option<i64>)>,
+    /// The users' totals (id, uploaded, downloaded, two more counted as uploaded), read
+    /// for the ratio tiers only.
+    totals: String,
+    total_cols: [String; 5],
+    totals_updated: Option<String>,
+    /// The largest `updated_at` of each table's last read (users, torrents, totals); `None`
+    /// until a full read.
+    since: Mutex<[Option<i64>; 3]>,
 }
 
 impl Source {
@@ -65,7 +71,16 @@ impl Source {
             counts: name("torrents.seeders")
                 .zip(name("torrents.leechers"))
                 .map(|(s, l)| [s, l]),
-            since: Mutex::new((None, None)),
+            totals: must("totals"),
+            total_cols: [
+                must("totals.id"),
+                must("totals.uploaded"),
+                must("totals.downloaded"),
+                or("totals.uploaded_release", "0"),
+                or("totals.uploaded_bonus", "0"),
+            ],
+            totals_updated: name("totals.updated_at"),
+            since: Mutex::new([None; 3]),
         }
     }
 
@@ -147,17 +162,19 @@ impl Source {
         Some(Some((hash, t)))
     }
 
-    /// Reads both tables into the registries: every row when `full` (or when a table has no
-    /// updated_at column, or was never read whole), else the rows whose updated_at reached
-    /// the largest one seen before. Returns the rows left out.
+    /// Reads both tables into the registries, and the users' totals into `slots` when its
+    /// tiers need them: every row when `full` (or when a table has no updated_at column, or
+    /// was never read whole), else the rows whose updated_at reached the largest one seen
+    /// before. Returns the rows left out.
     pub fn read(
         &self,
         db: &mut dyn Backend,
         full: bool,
         users: &Registry<Box<[u8]>, User>,
         torrents: &Registry<[u8; 20], Torrent>,
+        slots: &LeechSlots,
     ) -> Result<usize, StoreError> {
-        let (users_since, torrents_since) = *self.since.lock();
+        let [users_since, torrents_since, totals_since] = *self.since.lock();
         let user_table = Table {
             name: &self.users,
             cols: &self.user_cols,
@@ -172,8 +189,56 @@ impl Source {
         };
         let (b, torrents_since) =
             torrent_table.read_into(db, torrents_since, full, torrents, |r| self.torrent(r))?;
-        *self.since.lock() = (users_since, torrents_since);
-        Ok(a + b)
+        let (c, totals_since) = if slots.reads_totals() {
+            self.read_totals(db, totals_since, full, slots)?
+        } else {
+            (0, None)
+        };
+        *self.since.lock() = [users_since, torrents_since, totals_since];
+        Ok(a + b + c)
+    }
+
+    /// The totals of a row (id, uploaded, downloaded, release, bonus): the user and their
+    /// uploaded (the three added) and downloaded bytes, or `None` for a malformed row.
+    fn totals_row(r: &[Value]) -> Option<(u32, u64, u64)> {
+        let id = u32::try_from(r[0].int()).ok().filter(|&id| id > 0)?;
+        let bytes = |v: &Value| u64::try_from(v.int()).unwrap_or(0);
+        let up = bytes(&r[1])
+            .saturating_add(bytes(&r[3]))
+            .saturating_add(bytes(&r[4]));
+        Some((id, up, bytes(&r[2])))
+    }
+
+    /// Reads the users' totals into `slots`, as [`Table::read_into`] reads a table.
+    fn read_totals(
+        &self,
+        db: &mut dyn Backend,
+        since: Option<i64>,
+        full: bool,
+        slots: &LeechSlots,
+    ) -> Result<(usize, Option<i64>), StoreError> {
+        let updated = self.totals_updated.as_deref();
+        let changed_since = since.filter(|_| !full && updated.is_some());
+        let sql = Self::select(
+            db.dialect(),
+            &self.totals,
+            &self.total_cols,
+            updated,
+            changed_since.is_some(),
+        );
+        let params: Vec<Value> = changed_since.map(Value::Int).into_iter().collect();
+        let (mut rows, mut skipped, mut top) = (Vec::new(), 0, None);
+        db.query(&sql, &params, &mut |r| {
+            if updated.is_some() {
+                top = top.max(Some(r[5].int()));
+            }
+            match Self::totals_row(r) {
+                Some(row) => rows.push(row),
+                None => skipped += 1,
+            }
+        })?;
+        skipped += slots.take(changed_since.is_none(), rows);
+        Ok((skipped, updated.and(top.max(since).or(Some(0)))))
     }
 }
 
@@ -291,6 +356,48 @@ mod tests {
         assert_eq!(
             sql,
             r#"SELECT "user_id", "passkey", "can_leech", "updated_at" FROM "hp_users" WHERE "updated_at" >= ?"#
+        );
+    }
+
+    #[test]
+    fn each_preset_reads_its_users_totals_for_the_ratio_tiers() {
+        let sql = |schema| {
+            let s = Source::new(&PrivateConfig {
+                schema,
+                ..Default::default()
+            });
+            let since = s.totals_updated.is_some();
+            Source::select(
+                Dialect::Mysql,
+                &s.totals,
+                &s.total_cols,
+                s.totals_updated.as_deref(),
+                since,
+            )
+        };
+        assert_eq!(
+            sql(PrivateSchema::Torrentpier),
+            "SELECT `user_id`, `u_up_total`, `u_down_total`, `u_up_release`, `u_up_bonus` \
+             FROM `bb_bt_users`"
+        );
+        assert_eq!(
+            sql(PrivateSchema::Xbt),
+            "SELECT `uid`, `uploaded`, `downloaded`, 0, 0 FROM `xbt_users`"
+        );
+        assert_eq!(
+            sql(PrivateSchema::Hotpath),
+            "SELECT `user_id`, `uploaded`, `downloaded`, 0, 0, `updated_at` FROM \
+             `hp_user_totals` WHERE `updated_at` >= ?"
+        );
+        let v = Value::Int;
+        assert_eq!(
+            Source::totals_row(&[v(3), v(10), v(40), v(5), v(-9)]),
+            Some((3, 15, 40))
+        );
+        assert_eq!(Source::totals_row(&[v(0), v(10), v(40), v(0), v(0)]), None);
+        assert_eq!(
+            Source::totals_row(&[v(3), v(-1), v(i64::MIN), v(i64::MAX), v(i64::MAX)]),
+            Some((3, 2 * i64::MAX as u64, 0))
         );
     }
 
