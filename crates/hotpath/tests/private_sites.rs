@@ -2,7 +2,8 @@
 //! credited with `+=`, a peers row per user and torrent, torrents' seeders, leechers and
 //! completed) and TorrentPier's (a `bb_bt_tracker` row per client that the site's cron turns
 //! into user totals and deletes once stopped). The tables are created as the projects' own
-//! schema files have them, with their NOT NULL columns the tracker never fills.
+//! schema files have them, with their NOT NULL columns the tracker never fills. And hotpath's
+//! own tables on PostgreSQL, made by its migrations.
 
 mod common;
 
@@ -372,6 +373,82 @@ fn torrentpier_ratio_tiers_give_leech_slots() {
     assert_eq!(
         leech(&mut http, T1, A, 1, Event::Started).as_deref(),
         Some(slots)
+    );
+    server.shutdown().unwrap();
+}
+
+/// hotpath's own schema on PostgreSQL: the migrations make the tables, the site fills
+/// hp_users and hp_private_torrents, the tracker credits hp_user_totals and
+/// hp_user_torrents, and the ratio tiers read the totals back (only rows changed since the
+/// last read).
+#[test]
+fn hotpath_tables_on_postgresql() {
+    let db = test_db(Dialect::Postgres, "own");
+    let mut c = site_config(&db, PrivateSchema::Hotpath);
+    c.private.ratio_tiers.insert("0.5".into(), 1);
+    let server = start(&c);
+    let mut site = connect(&db);
+    let now = hotpath_store::unix_now();
+    site.execute_with(
+        "INSERT INTO hp_users (user_id, passkey, can_leech, updated_at) VALUES (1, ?, 1, ?), \
+         (2, ?, 1, ?)",
+        &[K1.into(), now.into(), K2.into(), now.into()],
+    )
+    .unwrap();
+    site.execute_with(
+        "INSERT INTO hp_private_torrents (torrent_id, info_hash, download_pct, upload_pct, \
+         updated_at) VALUES (10, ?, 50, 100, ?), (11, ?, 100, 100, ?), (12, ?, 100, 100, ?)",
+        &[
+            Value::Blob(A.into()),
+            now.into(),
+            Value::Blob(B.into()),
+            now.into(),
+            Value::Blob(GONE.into()),
+            now.into(),
+        ],
+    )
+    .unwrap();
+    let mut http = Client::connect(server.http_addr().unwrap());
+    wait_until("the poll", Duration::from_secs(10), || {
+        go(&mut http, K1, None, A, 1, 0, 0, 0, Event::Started).is_none()
+    });
+    // User 2 leeches A (half download) from user 1, and completes.
+    assert_eq!(
+        go(&mut http, K2, None, A, 2, 0, 0, 4000, Event::Started),
+        None
+    );
+    assert_eq!(go(&mut http, K1, None, A, 1, 4000, 0, 0, Event::None), None);
+    assert_eq!(
+        go(&mut http, K2, None, A, 2, 0, 4000, 0, Event::Completed),
+        None
+    );
+    // User 2 starts B; its ratio (0 / 2000) reaches the tiers a poll after the flush.
+    assert_eq!(
+        go(&mut http, K2, None, B, 2, 0, 0, 4000, Event::Started),
+        None
+    );
+    let totals = "SELECT user_id, uploaded, downloaded, uploaded_raw, downloaded_raw FROM \
+                  hp_user_totals ORDER BY user_id";
+    wait_until("the flush", Duration::from_secs(10), || {
+        ints(&mut *site, totals).len() == 2
+    });
+    assert_eq!(
+        ints(&mut *site, totals),
+        [vec![1, 4000, 0, 4000, 0], vec![2, 0, 2000, 0, 4000]]
+    );
+    let snatched = "SELECT user_id, torrent_id, completed, seeding FROM hp_user_torrents \
+                    WHERE completed > 0";
+    assert_eq!(ints(&mut *site, snatched), [[2, 10, 1, 1]]);
+    let mut admin = Client::connect(server.admin_addr().unwrap());
+    wait_until("the ratio", Duration::from_secs(10), || {
+        let text = String::from_utf8(admin.get("/metrics").body).unwrap();
+        text.contains("\nhotpath_private_ratio_limited_users 1\n")
+    });
+    assert!(go(&mut http, K2, None, GONE, 2, 0, 0, 4000, Event::Started).is_some());
+    // User 1 has no tier (ratio 4000 / 0 is none: nothing downloaded).
+    assert_eq!(
+        go(&mut http, K1, None, GONE, 1, 0, 0, 4000, Event::Started),
+        None
     );
     server.shutdown().unwrap();
 }
