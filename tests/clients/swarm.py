@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """Real BitTorrent clients meeting only through a hotpath tracker.
 
-A python3-libtorrent session seeds a generated file; a leecher (a second libtorrent session, or
-aria2c) downloads it. DHT, local peer discovery, PEX, UPnP and NAT-PMP are off, so the only way
-the leecher can learn of the seeder is the tracker. Succeeds (exit 0, one JSON line) when the
+A seeder (a python3-libtorrent session, or Transmission's transmission-cli) seeds a generated
+file; a leecher (a second libtorrent session, or aria2c) downloads it. DHT, local peer
+discovery, PEX, UPnP and NAT-PMP are off, so the only way the leecher can learn of the seeder
+is the tracker. (Transmission takes no loopback address from a tracker, so on loopback it can
+only be the seeder: the leecher connects to it.) Succeeds (exit 0, one JSON line) when the
 leecher holds a byte-identical copy; fails (exit 1, the reason) otherwise or after --timeout.
 """
 
@@ -12,6 +14,8 @@ import hashlib
 import json
 import os
 import random
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -95,18 +99,67 @@ def wait_announced(ses, handle, deadline, log):
     raise SystemExit(fail("the seeder's announce got no tracker reply", log))
 
 
-def scrape_downloaded(scrape_url, info_hash, deadline):
-    """Polls the tracker's HTTP scrape until the torrent shows a completed download."""
-    url = scrape_url + "?info_hash=" + urllib.parse.quote(info_hash)
+def scrape_downloaded(scrape_url, info_hash, deadline, key=b"downloaded"):
+    """Polls the tracker's HTTP scrape until the torrent's `key` count (completed downloads,
+    or seeders with b"complete") is at least 1."""
+    url = scrape_url + ("&" if "?" in scrape_url else "?") + "info_hash=" \
+        + urllib.parse.quote(info_hash)
     downloaded = 0
     while time.time() < deadline:
         with urllib.request.urlopen(url, timeout=5) as r:
             files = lt.bdecode(r.read()).get(b"files", {})
-        downloaded = files.get(info_hash, {}).get(b"downloaded", 0)
+        downloaded = files.get(info_hash, {}).get(key, 0)
         if downloaded >= 1:
             break
         time.sleep(0.2)
     return downloaded
+
+
+def free_port():
+    """A TCP port free on loopback now (transmission-cli takes no port 0)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def transmission(workdir, torrent_path, seed_dir, port):
+    """Starts transmission-cli seeding the payload in `seed_dir` (it verifies it first)."""
+    conf = os.path.join(workdir, "transmission")
+    os.makedirs(conf, exist_ok=True)
+    with open(os.path.join(conf, "settings.json"), "w") as f:
+        json.dump({
+            "dht-enabled": False, "lpd-enabled": False, "pex-enabled": False,
+            "port-forwarding-enabled": False, "blocklist-enabled": False,
+            "peer-port": port, "peer-port-random-on-start": False,
+            "bind-address-ipv4": "127.0.0.1", "download-dir": seed_dir,
+            "incomplete-dir-enabled": False, "encryption": 1,
+        }, f)
+    out = open(os.path.join(workdir, "transmission.log"), "wb")
+    return subprocess.Popen(
+        ["transmission-cli", "-g", conf, "-w", seed_dir, "-M", "-B", "-p", str(port),
+         torrent_path],
+        stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop_transmission(proc, workdir, log):
+    """SIGINT, and the log kept. (transmission-cli 3.00 quits without a stopped announce:
+    its final counters reach the tracker only with a regular announce, see --final-wait.)
+    Returns why it failed, or None."""
+    err = None
+    if proc.poll() is not None:
+        err = f"transmission-cli exited {proc.returncode}"
+    else:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            err = "transmission-cli did not stop on SIGINT"
+    with open(os.path.join(workdir, "transmission.log"), "rb") as f:
+        text = f.read().decode("utf-8", "replace").replace("\r", "\n")
+    log.append("\n".join(l for l in text.splitlines() if not l.startswith("Progress"))[-2000:])
+    return err
 
 
 def fail(reason, log):
@@ -120,6 +173,7 @@ def main():
     p.add_argument("--workdir", required=True)
     p.add_argument("--scrape", required=True, help="the tracker's HTTP scrape URL")
     p.add_argument("--leecher", choices=["libtorrent", "aria2"], default="libtorrent")
+    p.add_argument("--seeder", choices=["libtorrent", "transmission"], default="libtorrent")
     p.add_argument("--size", type=int, default=1 << 20)
     p.add_argument("--timeout", type=float, default=90)
     p.add_argument("--seed-port", type=int, default=0)
@@ -128,6 +182,10 @@ def main():
                    "in place of the torrent's")
     p.add_argument("--hash-only", action="store_true",
                    help="print the info hash of the payload's torrent and stop")
+    p.add_argument("--final-wait", type=float, default=0,
+                   help="with a Transmission seeder and --reannounce, seconds to keep it "
+                   "running after the download, for a regular announce (the tracker's "
+                   "interval) to carry its final counters")
     p.add_argument("--reannounce", action="store_true",
                    help="after the download, have both clients announce their final "
                    "counters and report them")
@@ -142,6 +200,19 @@ def main():
         print(json.dumps({"ok": True, "info_hash": str(info.info_hashes().v1)}))
         return 0
 
+    v1 = info.info_hashes().v1.to_bytes()
+    seeder = sh = tr = None
+    if args.seeder == "transmission":
+        tr = transmission(args.workdir, torrent_path, seed_dir, args.seed_port or free_port())
+        try:
+            code = swarm(args, info, v1, payload, torrent_path, tr, None, None, deadline, log)
+            if code == 0 and args.reannounce:
+                time.sleep(min(args.final_wait, max(0, deadline - time.time())))
+            return code
+        finally:
+            err = stop_transmission(tr, args.workdir, log)
+            if err:
+                log.append(err)
     seeder = session(args.seed_port)
     sh = seeder.add_torrent({"ti": info, "save_path": seed_dir})
     sh.force_recheck()
@@ -151,6 +222,15 @@ def main():
         time.sleep(0.1)
     sh.force_reannounce()
     wait_announced(seeder, sh, deadline, log)
+    return swarm(args, info, v1, payload, torrent_path, None, seeder, sh, deadline, log)
+
+
+def swarm(args, info, v1, payload, torrent_path, tr, seeder, sh, deadline, log):
+    """The leecher's part, once the seeder is in the swarm; prints the result line."""
+    if tr is not None:
+        # Seeding once it has checked its file and announced: the tracker counts a seeder.
+        if scrape_downloaded(args.scrape, v1, deadline, b"complete") < 1:
+            return fail("the tracker never counted Transmission as a seeder", log)
 
     leech_dir = os.path.join(args.workdir, "leech")
     os.makedirs(leech_dir, exist_ok=True)
@@ -163,7 +243,8 @@ def main():
             lh.force_reannounce()
         while not lh.status().is_seeding:
             drain(leecher, log)
-            drain(seeder, log)
+            if seeder is not None:
+                drain(seeder, log)
             if time.time() > deadline:
                 s = lh.status()
                 return fail(f"the leecher stalled at {s.progress:.0%} with {s.num_peers} peers", log)
@@ -189,14 +270,16 @@ def main():
     if not os.path.exists(got) or sha1(got) != sha1(payload):
         return fail("the downloaded file differs from the seeded one", log)
     # The seeder is still in the swarm, so the torrent (and its snatch count) is still tracked.
-    v1 = info.info_hashes().v1.to_bytes()
     downloaded = scrape_downloaded(args.scrape, v1, deadline)
     if downloaded < 1:
         return fail("the tracker never counted the completed download", log)
     counters = {}
     if args.reannounce and args.leecher == "libtorrent":
         # Each client's counters reach the tracker with its next announce.
-        for name, ses, h in (("seeder", seeder, sh), ("leecher", leecher, lh)):
+        clients = [("leecher", leecher, lh)]
+        if seeder is not None:
+            clients.insert(0, ("seeder", seeder, sh))
+        for name, ses, h in clients:
             drain(ses, log)
             # Inside the tracker's min interval: libtorrent waits unless told not to.
             h.force_reannounce(0, -1, lt.reannounce_flags_t.ignore_min_interval)
@@ -208,6 +291,7 @@ def main():
         "ok": True,
         "counters": counters,
         "leecher": args.leecher,
+        "seeder": args.seeder,
         "bytes": args.size,
         "sha1": sha1(got),
         "info_hash": str(info.info_hashes().v1),

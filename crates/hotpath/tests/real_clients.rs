@@ -1,4 +1,5 @@
-//! Real BitTorrent clients (Debian's python3-libtorrent and aria2) find each other only through
+//! Real BitTorrent clients (Debian's python3-libtorrent, aria2 and Transmission's
+//! transmission-cli) find each other only through
 //! hotpath and transfer a file intact, over HTTP and over UDP, and the tracker counts the
 //! completed download; in private mode on XBT's and TorrentPier's tables in MariaDB, each
 //! user is credited the bytes its client moved. `scripts/test` installs the clients.
@@ -19,7 +20,7 @@ fn script() -> String {
     )
 }
 
-fn require_clients(leecher: &str) {
+fn require_clients(clients: &[&str]) {
     let ok = Command::new(PYTHON)
         .args(["-c", "import libtorrent"])
         .status()
@@ -28,15 +29,21 @@ fn require_clients(leecher: &str) {
         ok,
         "python3-libtorrent is missing: run scripts/test (it installs the test clients)"
     );
-    if leecher == "aria2" {
-        let ok = Command::new("aria2c")
+    for client in clients {
+        let program = match *client {
+            "aria2" => "aria2c",
+            "transmission" => "transmission-cli",
+            _ => continue,
+        };
+        let ok = Command::new(program)
             .arg("--version")
             .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
         assert!(
             ok,
-            "aria2c is missing: run scripts/test (it installs the test clients)"
+            "{program} is missing: run scripts/test (it installs the test clients)"
         );
     }
 }
@@ -53,7 +60,14 @@ fn run_swarm(
 
 /// Runs the swarm script with `extra` arguments, bounded in time; returns its JSON line.
 fn run_script(tracker_url: &str, scrape: &str, leecher: &str, extra: &[&str]) -> serde_json::Value {
-    require_clients(leecher);
+    require_clients(&[
+        leecher,
+        if extra.contains(&"transmission") {
+            "transmission"
+        } else {
+            ""
+        },
+    ]);
     let dir = std::env::temp_dir().join(format!(
         "hotpath-clients-{}-{leecher}-{}",
         std::process::id(),
@@ -134,16 +148,29 @@ fn aria2_over_http() {
     server.shutdown().unwrap();
 }
 
+/// Transmission takes no loopback peer from a tracker, so here it seeds and libtorrent,
+/// which it learns of only from the tracker, connects to it.
+#[test]
+fn transmission_over_udp() {
+    let server = start(&test_config());
+    let url = format!("udp://{}/announce", server.udp_addr().unwrap());
+    let scrape = format!("http://{}/scrape", server.http_addr().unwrap());
+    let v = run_script(&url, &scrape, "libtorrent", &["--seeder", "transmission"]);
+    assert!(v["downloaded"].as_i64().unwrap() >= 1, "{v}");
+    server.shutdown().unwrap();
+}
+
 /// Passkeys of the seeder (user 1) and the leecher (user 2), 20 characters as TorrentPier's.
 const SEED_KEY: &str = "5eed5eed5eed5eed5eed";
 const LEECH_KEY: &str = "1eec1eec1eec1eec1eec";
 
-/// A private tracker on a site's tables in MariaDB: a libtorrent seeder announcing over HTTP
-/// with one passkey (in the path, or TorrentPier's `uk` parameter) and a leecher over UDP with
-/// another (BEP 41 URL data) move a file. Returns each user's (uploaded, downloaded) as the
-/// site's tables credit them, and the clients' own counters.
-fn libtorrent_private(
+/// A private tracker on a site's tables in MariaDB: a seeder (libtorrent, or Transmission)
+/// announcing over HTTP with one passkey (in the path, or TorrentPier's `uk` parameter) and a
+/// libtorrent leecher over UDP with another (BEP 41 URL data) move a file. Returns each user's
+/// (uploaded, downloaded) as the site's tables credit them, and the clients' own counters.
+fn private_swarm(
     schema: hotpath_config::PrivateSchema,
+    seeder: &str,
     credited: impl Fn(&mut dyn hotpath_store::Backend) -> Vec<[i64; 3]>,
 ) -> (Vec<[i64; 3]>, serde_json::Value) {
     use hotpath_config::PrivateSchema;
@@ -186,6 +213,13 @@ fn libtorrent_private(
     c.store.flush_interval_ms = 200;
     c.tracker.mode = hotpath_config::TrackerMode::Private;
     c.private.schema = schema;
+    if seeder == "transmission" {
+        // transmission-cli quits without a stopped announce: its final counters come with
+        // a regular announce, every 2 s here.
+        c.tracker.interval_secs = 2;
+        c.tracker.min_interval_secs = 1;
+        c.tracker.interval_jitter_percent = 0;
+    }
     let server = start(&c);
     let http = server.http_addr().unwrap();
     let udp = server.udp_addr().unwrap();
@@ -207,11 +241,19 @@ fn libtorrent_private(
             "--leech-tracker",
             &format!("udp://{udp}/{LEECH_KEY}/announce"),
             "--reannounce",
+            "--seeder",
+            seeder,
+            "--final-wait",
+            "5",
         ],
     );
-    let up = v["counters"]["seeder"]["uploaded"].as_i64().unwrap();
-    let down = v["counters"]["leecher"]["downloaded"].as_i64().unwrap();
     let size = v["bytes"].as_i64().unwrap();
+    // Transmission's counters are not reported here: it sent the whole file, once.
+    let up = match seeder {
+        "transmission" => size,
+        _ => v["counters"]["seeder"]["uploaded"].as_i64().unwrap(),
+    };
+    let down = v["counters"]["leecher"]["downloaded"].as_i64().unwrap();
     assert!(up >= size && down >= size, "{v}");
     let mut users = Vec::new();
     wait_until("the flush", Duration::from_secs(10), || {
@@ -251,7 +293,7 @@ fn ints3(db: &mut dyn hotpath_store::Backend, sql: &str) -> Vec<[i64; 3]> {
 
 #[test]
 fn libtorrent_private_on_xbt_tables() {
-    libtorrent_private(hotpath_config::PrivateSchema::Xbt, |db| {
+    private_swarm(hotpath_config::PrivateSchema::Xbt, "libtorrent", |db| {
         ints3(
             db,
             "SELECT uid, uploaded, downloaded FROM xbt_users ORDER BY uid",
@@ -262,11 +304,28 @@ fn libtorrent_private_on_xbt_tables() {
 #[test]
 fn libtorrent_private_on_torrentpier_tables() {
     // The site's cron moves up_add and down_add into the users' totals.
-    libtorrent_private(hotpath_config::PrivateSchema::Torrentpier, |db| {
-        torrentpier_cron(db, 0);
-        ints3(
-            db,
-            "SELECT user_id, u_up_total, u_down_total FROM bb_bt_users ORDER BY user_id",
-        )
-    });
+    private_swarm(
+        hotpath_config::PrivateSchema::Torrentpier,
+        "libtorrent",
+        torrentpier_totals,
+    );
+}
+
+/// The users' totals once TorrentPier's cron has credited them.
+fn torrentpier_totals(db: &mut dyn hotpath_store::Backend) -> Vec<[i64; 3]> {
+    torrentpier_cron(db, 0);
+    ints3(
+        db,
+        "SELECT user_id, u_up_total, u_down_total FROM bb_bt_users ORDER BY user_id",
+    )
+}
+
+#[test]
+fn transmission_private_on_torrentpier_tables() {
+    // Transmission seeds with TorrentPier's `uk` parameter.
+    private_swarm(
+        hotpath_config::PrivateSchema::Torrentpier,
+        "transmission",
+        torrentpier_totals,
+    );
 }
