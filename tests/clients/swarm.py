@@ -162,6 +162,34 @@ def stop_transmission(proc, workdir, log):
     return err
 
 
+def announce_now(clients, deadline, log):
+    """Has each (name, session, handle) announce now, inside the tracker's min interval, and
+    waits for the replies; returns each one's counters (payload, as it reports them) before
+    it announced and after the reply: what it sent lies between (the transfer goes on)."""
+    counters = {}
+    for name, ses, h in clients:
+        drain(ses, log)
+        before = h.status()
+        h.force_reannounce(0, -1, lt.reannounce_flags_t.ignore_min_interval)
+        wait_announced(ses, h, deadline, log)
+        after = h.status()
+        counters[name] = {
+            "uploaded": [before.total_payload_upload, after.total_payload_upload],
+            "downloaded": [before.total_payload_download, after.total_payload_download],
+        }
+    return counters
+
+
+def wait_line(deadline):
+    """A line from standard input, or None at the deadline."""
+    import select
+    while time.time() < deadline:
+        ready, _, _ = select.select([sys.stdin], [], [], 0.2)
+        if ready:
+            return sys.stdin.readline()
+    return None
+
+
 def fail(reason, log):
     print(json.dumps({"ok": False, "reason": reason, "log": log[-20:]}))
     return 1
@@ -186,6 +214,13 @@ def main():
                    help="with a Transmission seeder and --reannounce, seconds to keep it "
                    "running after the download, for a regular announce (the tracker's "
                    "interval) to carry its final counters")
+    p.add_argument("--rate", type=int, default=0,
+                   help="the libtorrent leecher's download limit, bytes per second")
+    p.add_argument("--pause-at", type=float, default=0,
+                   help="when the libtorrent leecher has this fraction, both clients "
+                   "announce and their counters are printed as a line {\"mid\": ...}; then, "
+                   "after a line on standard input (the tracker was restarted), both "
+                   "announce again and the result reports those counters as \"restart\"")
     p.add_argument("--reannounce", action="store_true",
                    help="after the download, have both clients announce their final "
                    "counters and report them")
@@ -227,6 +262,7 @@ def main():
 
 def swarm(args, info, v1, payload, torrent_path, tr, seeder, sh, deadline, log):
     """The leecher's part, once the seeder is in the swarm; prints the result line."""
+    paused = {}
     if tr is not None:
         # Seeding once it has checked its file and announced: the tracker counts a seeder.
         if scrape_downloaded(args.scrape, v1, deadline, b"complete") < 1:
@@ -238,10 +274,21 @@ def swarm(args, info, v1, payload, torrent_path, tr, seeder, sh, deadline, log):
     if args.leecher == "libtorrent":
         leecher = session(args.leech_port)
         lh = leecher.add_torrent({"ti": info, "save_path": leech_dir})
+        if args.rate:
+            # On the torrent: the session's limit spares loopback peers (their own class).
+            lh.set_download_limit(args.rate)
         if args.leech_tracker:
             lh.replace_trackers([lt.announce_entry(args.leech_tracker)])
             lh.force_reannounce()
+        pair = [("seeder", seeder, sh), ("leecher", leecher, lh)]
         while not lh.status().is_seeding:
+            if args.pause_at and "mid" not in paused \
+                    and lh.status().progress >= args.pause_at:
+                paused["mid"] = announce_now(pair, deadline, log)
+                print(json.dumps({"mid": paused["mid"]}), flush=True)
+                if wait_line(deadline) is None:
+                    return fail("no word that the tracker is back", log)
+                paused["restart"] = announce_now(pair, deadline, log)
             drain(leecher, log)
             if seeder is not None:
                 drain(seeder, log)
@@ -290,6 +337,7 @@ def swarm(args, info, v1, payload, torrent_path, tr, seeder, sh, deadline, log):
     print(json.dumps({
         "ok": True,
         "counters": counters,
+        **paused,
         "leecher": args.leecher,
         "seeder": args.seeder,
         "bytes": args.size,

@@ -1,8 +1,8 @@
 //! Real BitTorrent clients (Debian's python3-libtorrent, aria2 and Transmission's
-//! transmission-cli) find each other only through
-//! hotpath and transfer a file intact, over HTTP and over UDP, and the tracker counts the
-//! completed download; in private mode on XBT's and TorrentPier's tables in MariaDB, each
-//! user is credited the bytes its client moved. `scripts/test` installs the clients.
+//! transmission-cli) find each other only through hotpath and transfer a file intact, over
+//! HTTP and over UDP, and the tracker counts the completed download; in private mode on XBT's and TorrentPier's tables in MariaDB, each
+//! user is credited the bytes its client moved, and a tracker killed (-9) in the middle of a
+//! transfer loses none of what it acknowledged. `scripts/test` installs the clients.
 
 mod common;
 
@@ -60,22 +60,26 @@ fn run_swarm(
 
 /// Runs the swarm script with `extra` arguments, bounded in time; returns its JSON line.
 fn run_script(tracker_url: &str, scrape: &str, leecher: &str, extra: &[&str]) -> serde_json::Value {
-    require_clients(&[
-        leecher,
-        if extra.contains(&"transmission") {
-            "transmission"
-        } else {
-            ""
-        },
-    ]);
-    let dir = std::env::temp_dir().join(format!(
-        "hotpath-clients-{}-{leecher}-{}",
-        std::process::id(),
-        tracker_url.len()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
+    let (child, dir) = spawn_script(tracker_url, scrape, leecher, extra);
+    script_result(child, &dir)
+}
+
+/// Starts the swarm script (its standard input and output piped) in a fresh directory.
+fn spawn_script(
+    tracker_url: &str,
+    scrape: &str,
+    leecher: &str,
+    extra: &[&str],
+) -> (std::process::Child, std::path::PathBuf) {
+    let transmission = if extra.contains(&"transmission") {
+        "transmission"
+    } else {
+        ""
+    };
+    require_clients(&[leecher, transmission]);
+    let dir = data_dir().join("clients");
     std::fs::create_dir_all(&dir).unwrap();
-    let mut child = Command::new(PYTHON)
+    let child = Command::new(PYTHON)
         .arg(script())
         .args([
             "--tracker",
@@ -90,10 +94,16 @@ fn run_script(tracker_url: &str, scrape: &str, leecher: &str, extra: &[&str]) ->
         .args(extra)
         .arg("--workdir")
         .arg(&dir)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    (child, dir)
+}
+
+/// Waits (bounded) for the script to end; returns its JSON line, which must say ok.
+fn script_result(mut child: std::process::Child, dir: &std::path::Path) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(120);
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
@@ -117,7 +127,7 @@ fn run_script(tracker_url: &str, scrape: &str, leecher: &str, extra: &[&str]) ->
         "{v}\nstderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
     v
 }
 
@@ -328,4 +338,150 @@ fn transmission_private_on_torrentpier_tables() {
         "transmission",
         torrentpier_totals,
     );
+}
+
+/// What the swarm script printed for `name`'s `counter` at a pause: before its announce and
+/// after the reply.
+fn around(v: &serde_json::Value, name: &str, counter: &str) -> (i64, i64) {
+    let c = &v[name][counter];
+    (c[0].as_i64().unwrap(), c[1].as_i64().unwrap())
+}
+
+/// A private tracker process is killed (-9) while libtorrent moves a file between two users,
+/// and started again on the same port: every announce it answered before the kill is
+/// credited (the journal is replayed), and after the restart the clients' first announces
+/// credit nothing (the ledger of a killed process is gone) and the next ones credit again.
+#[test]
+fn kill_9_in_the_middle_of_a_transfer_loses_no_acknowledged_accounting() {
+    use hotpath_store::table::Value;
+    use std::io::{BufRead, Write};
+    const SIZE: i64 = 4 << 20;
+    let mut c = test_config();
+    c.tracker.mode = hotpath_config::TrackerMode::Private;
+    c.private.poll_secs = 1;
+    c.store.flush_interval_ms = 200;
+    // The clients' tracker URL must outlive the restart: a port of its own.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    c.listen.http = vec![format!("127.0.0.1:{port}").parse().unwrap()];
+    let dir = std::path::PathBuf::from(&c.store.data_dir);
+    let file = dir.join("hotpath.toml");
+    std::fs::write(&file, c.to_commented_toml()).unwrap();
+    let mut p = Proc::spawn(&file, &dir);
+    let size = SIZE.to_string();
+    let hash = run_script(
+        "http://127.0.0.1:9/announce",
+        "",
+        "libtorrent",
+        &["--hash-only", "--size", &size],
+    );
+    let hex = hash["info_hash"].as_str().unwrap();
+    let bytes: Vec<u8> = (0..20)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let mut site = hotpath_store::backend::connect("", &dir).unwrap();
+    let now = hotpath_store::unix_now();
+    site.execute_with(
+        "INSERT INTO hp_users (user_id, passkey, can_leech, updated_at) VALUES (1, ?, 1, ?), \
+         (2, ?, 1, ?)",
+        &[SEED_KEY.into(), now.into(), LEECH_KEY.into(), now.into()],
+    )
+    .unwrap();
+    site.execute_with(
+        "INSERT INTO hp_private_torrents (torrent_id, info_hash, download_pct, upload_pct, \
+         updated_at) VALUES (5, ?, 100, 100, ?)",
+        &[Value::Blob(bytes.into()), now.into()],
+    )
+    .unwrap();
+    wait_until("the poll", Duration::from_secs(10), || {
+        p.metric("hotpath_private_torrents") == 1.0
+    });
+    let base = format!("http://127.0.0.1:{port}");
+    // 4 MiB at 512 KiB/s: about 8 s, paused at 40 %.
+    let (mut child, workdir) = spawn_script(
+        &format!("{base}/{SEED_KEY}/announce"),
+        &format!("{base}/{SEED_KEY}/scrape"),
+        "libtorrent",
+        &[
+            "--size",
+            &size,
+            "--rate",
+            "524288",
+            "--pause-at",
+            "0.4",
+            "--leech-tracker",
+            &format!("{base}/{LEECH_KEY}/announce"),
+            "--reannounce",
+        ],
+    );
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let mid: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("not the pause: {line:?}"));
+    let mid = &mid["mid"];
+    assert!(mid.is_object(), "not the pause: {line}");
+    assert!(!p.signal("-KILL").success());
+    let p = Proc::spawn(&file, &dir);
+    wait_until("the poll", Duration::from_secs(10), || {
+        p.metric("hotpath_private_torrents") == 1.0
+    });
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    // The result line follows.
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let v: serde_json::Value = serde_json::from_str(rest.lines().last().unwrap_or_default())
+        .unwrap_or_else(|_| {
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err);
+            panic!("script output: {rest}\nstderr: {err}")
+        });
+    // Its output ended: it has exited, or is about to.
+    child.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&workdir);
+    assert_eq!(v["ok"], true, "{v}");
+    let restart = &v["restart"];
+    eprintln!("mid {mid}\nrestart {restart}");
+    let totals = "SELECT user_id, uploaded, downloaded FROM hp_user_totals ORDER BY user_id";
+    let final_up = v["counters"]["seeder"]["uploaded"].as_i64().unwrap();
+    let final_down = v["counters"]["leecher"]["downloaded"].as_i64().unwrap();
+    let mut credited = Vec::new();
+    wait_until("the flush", Duration::from_secs(10), || {
+        credited.clear();
+        site.query(totals, &[], &mut |r| {
+            credited.push([r[0].int(), r[1].int(), r[2].int()])
+        })
+        .unwrap();
+        credited.len() == 2 && credited[1][2] > 0 && credited[0][1] > 0
+    });
+    // Credited: what was announced up to the kill, plus what was announced after the
+    // first announce after the restart. Each announce sent counters between the client's
+    // before and after its pause.
+    let check = |got: i64, mid: (i64, i64), restart: (i64, i64), last: i64, who: &str| {
+        let (low, high) = (mid.0 + last - restart.1, mid.1 + last - restart.0);
+        eprintln!("{who}: credited {got}, between {low} and {high}; moved {last}");
+        assert!(
+            low <= got && got <= high,
+            "{who}: {got} not in {low}..={high}"
+        );
+        assert!(mid.0 > 0, "the pause came after bytes moved");
+    };
+    check(
+        credited[0][1],
+        around(mid, "seeder", "uploaded"),
+        around(restart, "seeder", "uploaded"),
+        final_up,
+        "seeder",
+    );
+    check(
+        credited[1][2],
+        around(mid, "leecher", "downloaded"),
+        around(restart, "leecher", "downloaded"),
+        final_down,
+        "leecher",
+    );
+    assert!(final_down >= SIZE, "{v}");
 }
