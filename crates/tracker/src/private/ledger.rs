@@ -206,12 +206,25 @@ impl Ledger {
     pub fn report(&self, r: Report<'_>) -> Result<Delta, TooManyPeers> {
         let key = (r.torrent, r.user, self.peer_hash(r.peer_id));
         let leeching = r.leeching && !r.stopped;
+        let now = Seen {
+            uploaded: r.uploaded,
+            downloaded: r.downloaded,
+            at: r.now,
+            leeching,
+        };
         let mut guard = self.shard(r.torrent).lock();
         let shard = &mut *guard;
-        let last = shard.peers.get(&key).copied();
-        if last.is_none() && r.stopped {
-            return Ok(Delta::default());
-        }
+        let last = match shard.peers.get_mut(&key) {
+            // The common case, a known peer announcing again as it did: one lookup.
+            Some(last) if !r.stopped && last.leeching == leeching => {
+                let d = delta(last, &r);
+                *last = now;
+                return Ok(d);
+            }
+            Some(last) => Some(*last),
+            None if r.stopped => return Ok(Delta::default()),
+            None => None,
+        };
         let mut pu = shard
             .per_user
             .get(&(r.torrent, r.user))
@@ -231,26 +244,8 @@ impl Ledger {
         if before == 0 && pu.leeching > 0 {
             self.take_slot(r.user, r.slots)?;
         }
-        let now = Seen {
-            uploaded: r.uploaded,
-            downloaded: r.downloaded,
-            at: r.now,
-            leeching,
-        };
         let delta = match last {
-            Some(last) => {
-                let grew = r.uploaded >= last.uploaded && r.downloaded >= last.downloaded;
-                Delta {
-                    uploaded: if grew { r.uploaded - last.uploaded } else { 0 },
-                    downloaded: if grew {
-                        r.downloaded - last.downloaded
-                    } else {
-                        0
-                    },
-                    known: true,
-                    since: r.now.wrapping_sub(last.at),
-                }
-            }
+            Some(last) => delta(&last, &r),
             None => {
                 pu.peers += 1;
                 self.len.fetch_add(1, Ordering::Relaxed);
@@ -451,6 +446,21 @@ pub fn parse_ledger(data: &[u8]) -> Result<LedgerHead<'_>, &'static str> {
         key: [u64_at(16), u64_at(24)],
         body: &rest[HEAD..],
     })
+}
+
+/// What a known peer's announce `r` adds to its `last` one: only counters that grew credit.
+fn delta(last: &Seen, r: &Report<'_>) -> Delta {
+    let grew = r.uploaded >= last.uploaded && r.downloaded >= last.downloaded;
+    Delta {
+        uploaded: if grew { r.uploaded - last.uploaded } else { 0 },
+        downloaded: if grew {
+            r.downloaded - last.downloaded
+        } else {
+            0
+        },
+        known: true,
+        since: r.now.wrapping_sub(last.at),
+    }
 }
 
 /// Counts a peer of `k` out (`leeching`: a downloading one); returns whether it was the last
