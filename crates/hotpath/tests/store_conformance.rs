@@ -163,7 +163,7 @@ fn big_batches_split_under_the_parameter_limit(d: Dialect) {
     let db = test_db(d, "big");
     let mut b = backend::connect(&db.url, &db.dir).unwrap();
     migrations::migrate(&mut *b, &SERVICES).unwrap();
-    let n = d.rows_per_statement() * 2 + 7;
+    let n = d.rows_per_statement(TORRENTS.width()) * 2 + 7;
     let batch = torrents(
         (0..n as u32)
             .map(|i| (key(i), row(1, 1, 2, 10, 10)))
@@ -175,13 +175,60 @@ fn big_batches_split_under_the_parameter_limit(d: Dialect) {
     // Prepared statements come in repeating sizes; MySQL's text statements are cut evenly.
     let expected = match d {
         Dialect::Mysql => 3,
-        _ => d.statement_sizes(n).count() as u64,
+        _ => d.statement_sizes(n, TORRENTS.width()).count() as u64,
     };
     assert_eq!(w.statements, expected);
     assert_eq!(w.rows, n as u64);
     let rows = stored(&mut *b);
     assert_eq!(rows.len(), n);
     assert!(rows.iter().all(|(_, t)| t.completed == 1));
+}
+
+/// A batch of a wide table (hp_user_torrents, 13 columns): rows enough for statements as
+/// large as the parameter limit allows, twice over. Statements sized for narrow tables once
+/// passed SQLite's limit here, so every flush of 2,521 or more of these rows failed for good.
+fn wide_batches_split_under_the_parameter_limit(d: Dialect) {
+    use hotpath_tracker::private::stored::USER_TORRENTS;
+    let db = test_db(d, "wide");
+    let mut b = backend::connect(&db.url, &db.dir).unwrap();
+    migrations::migrate(&mut *b, &SERVICES).unwrap();
+    let n = d.rows_per_statement(USER_TORRENTS.width()) * 2 + 7;
+    let mut rows = Rows::with_capacity(&USER_TORRENTS, n);
+    for i in 0..n as i64 {
+        let v = Value::Int;
+        rows.push([
+            v(i + 1),
+            v(7),
+            v(100),
+            v(50),
+            v(100),
+            v(50),
+            v(0),
+            v(1),
+            v(1),
+            v(1),
+            v(0),
+            v(0),
+            v(1_800_000_000),
+        ]);
+    }
+    let mut batch = Batch {
+        seqs: vec![(0, 1)],
+        changes: n as u64,
+        ..Batch::default()
+    };
+    batch.push(rows);
+    let w = b.write(&batch).unwrap();
+    assert_eq!(w.rows, n as u64);
+    let mut got = Vec::new();
+    b.query(
+        "SELECT COUNT(*), MIN(uploaded), MAX(uploaded) FROM hp_user_torrents WHERE torrent_id = ?",
+        &[Value::Int(7)],
+        &mut |r| got.push(r.to_vec()),
+    )
+    .unwrap();
+    let r: Vec<i64> = got[0].iter().map(Value::int).collect();
+    assert_eq!(r, vec![n as i64, 100, 100]);
 }
 
 fn errors_say_whether_a_retry_can_help(d: Dialect) {
@@ -976,6 +1023,7 @@ suite!(
     migrations_apply_once_and_report_status,
     upserts_add_counts_replace_snapshots_and_keep_first_seen,
     big_batches_split_under_the_parameter_limit,
+    wide_batches_split_under_the_parameter_limit,
     errors_say_whether_a_retry_can_help,
     access_list_rows_are_read,
     queries_return_typed_values_whatever_the_rows_hold,

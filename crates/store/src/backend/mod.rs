@@ -36,23 +36,35 @@ impl Dialect {
         }
     }
 
-    /// Most rows in one multi-row statement: under each server's limit of bound parameters
-    /// (SQLite 32766, PostgreSQL and MySQL 65535) at six parameters a row.
-    pub fn rows_per_statement(self) -> usize {
+    /// Most bound parameters in one statement: SQLite's limit (32766 since 3.32) and the
+    /// 16-bit parameter count of PostgreSQL's and MySQL's protocols (65535).
+    pub fn max_parameters(self) -> usize {
         match self {
-            Dialect::Sqlite => 5000,
-            Dialect::Postgres | Dialect::Mysql => 10000,
+            Dialect::Sqlite => 32766,
+            Dialect::Postgres | Dialect::Mysql => 65535,
         }
     }
 
-    /// Splits `rows` rows into statement sizes that repeat from batch to batch, so prepared
-    /// statements are parsed once and reused: full statements of [`rows_per_statement`]
-    /// (rounded down to a power of two), then one per set bit of the rest (at most one of
-    /// each power of two). Parsing a fresh 100-row upsert costs SQLite as much as running it.
+    /// Most rows in one multi-row statement of a table `width` columns wide: 5000 (SQLite)
+    /// or 10000 rows, fewer when the table is so wide that they would pass
+    /// [`max_parameters`](Dialect::max_parameters).
+    pub fn rows_per_statement(self, width: usize) -> usize {
+        let cap = match self {
+            Dialect::Sqlite => 5000,
+            Dialect::Postgres | Dialect::Mysql => 10000,
+        };
+        cap.min(self.max_parameters() / width.max(1)).max(1)
+    }
+
+    /// Splits `rows` rows of a table `width` columns wide into statement sizes that repeat
+    /// from batch to batch, so prepared statements are parsed once and reused: full
+    /// statements of [`rows_per_statement`] (rounded down to a power of two), then one per
+    /// set bit of the rest (at most one of each power of two). Parsing a fresh 100-row upsert
+    /// costs SQLite as much as running it.
     ///
     /// [`rows_per_statement`]: Dialect::rows_per_statement
-    pub fn statement_sizes(self, mut rows: usize) -> impl Iterator<Item = usize> {
-        let full = 1 << self.rows_per_statement().ilog2();
+    pub fn statement_sizes(self, mut rows: usize, width: usize) -> impl Iterator<Item = usize> {
+        let full = 1 << self.rows_per_statement(width).ilog2();
         std::iter::from_fn(move || {
             let n = if rows >= full {
                 full
@@ -302,7 +314,7 @@ impl Dialect {
                 values.push(')');
             }
             n += 1;
-            if n == self.rows_per_statement() || values.len() >= max_bytes {
+            if n == self.rows_per_statement(table.width()) || values.len() >= max_bytes {
                 out.push((finish(&values), n));
                 values.clear();
                 n = 0;
@@ -542,9 +554,27 @@ pub fn redact(url: &str) -> String {
 pub(crate) fn db_error(dialect: Dialect, what: impl std::fmt::Display, fault: Fault) -> StoreError {
     StoreError::Db {
         backend: dialect.name(),
-        what: what.to_string(),
+        what: shortened(what.to_string()),
         fault,
     }
+}
+
+/// Longest error text kept: a driver may quote a whole statement of thousands of rows.
+const MAX_ERROR_LEN: usize = 1000;
+
+/// `what`, cut to about [`MAX_ERROR_LEN`] bytes (on a character boundary) with the length
+/// left out said.
+fn shortened(mut what: String) -> String {
+    if what.len() > MAX_ERROR_LEN {
+        let mut end = MAX_ERROR_LEN;
+        while !what.is_char_boundary(end) {
+            end -= 1;
+        }
+        let left = what.len() - end;
+        what.truncate(end);
+        what.push_str(&format!("… ({left} more bytes)"));
+    }
+    what
 }
 
 /// An error with every cause under it (`error connecting to server: Connection refused`),
@@ -641,14 +671,38 @@ mod tests {
 
     #[test]
     fn statement_sizes_repeat_and_cover_every_row() {
-        let sizes: Vec<_> = Dialect::Sqlite.statement_sizes(4096 * 2 + 100).collect();
+        let sizes: Vec<_> = Dialect::Sqlite.statement_sizes(4096 * 2 + 100, 6).collect();
         assert_eq!(sizes, vec![4096, 4096, 64, 32, 4]);
         for n in [0, 1, 7, 4095, 4096, 50_000] {
-            let sizes: Vec<_> = Dialect::Postgres.statement_sizes(n).collect();
+            let sizes: Vec<_> = Dialect::Postgres.statement_sizes(n, 6).collect();
             assert_eq!(sizes.iter().sum::<usize>(), n);
             assert!(sizes.iter().all(|s| s.is_power_of_two()));
             assert!(sizes.len() <= n / 8192 + 14);
         }
+    }
+
+    #[test]
+    fn long_errors_are_cut() {
+        let e = db_error(Dialect::Sqlite, "é".repeat(5000), Fault::Refused);
+        let text = e.to_string();
+        assert!(text.len() < MAX_ERROR_LEN + 100, "{}", text.len());
+        assert!(text.ends_with("(9000 more bytes)"), "{text}");
+        let short = db_error(Dialect::Sqlite, "no such table: x", Fault::Setup);
+        assert!(short.to_string().contains("no such table: x"));
+    }
+
+    #[test]
+    fn no_statement_binds_more_parameters_than_its_server_takes() {
+        // A wide table (13 columns, as hp_user_torrents) once made 4096-row statements of
+        // 53,248 parameters: SQLite refused every flush of that many rows, for good.
+        for d in [Dialect::Sqlite, Dialect::Postgres, Dialect::Mysql] {
+            for width in 1..=80 {
+                let most = d.statement_sizes(100_000, width).max().unwrap();
+                assert!(most * width <= d.max_parameters(), "{d:?} {width}");
+                assert!(most >= 256, "{d:?} {width}: {most} rows");
+            }
+        }
+        assert_eq!(Dialect::Sqlite.statement_sizes(5000, 13).max(), Some(2048));
     }
 
     #[test]

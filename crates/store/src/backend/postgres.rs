@@ -287,7 +287,7 @@ impl Backend for Postgres {
             for rows in batch.parts.iter().chain([&journal]) {
                 let width = rows.table.width();
                 let mut rest = rows.values();
-                for n in D.statement_sizes(rows.len()) {
+                for n in D.statement_sizes(rows.len(), width) {
                     let st = match c.upserts.get(&(rows.table.name, n)) {
                         Some(st) => st.clone(),
                         None => {

@@ -106,7 +106,7 @@ impl rusqlite::ToSql for crate::table::Value {
 fn put(tx: &rusqlite::Transaction<'_>, w: &mut Written, rows: &Rows) -> rusqlite::Result<()> {
     let width = rows.table.width();
     let mut rest = rows.values();
-    for n in D.statement_sizes(rows.len()) {
+    for n in D.statement_sizes(rows.len(), width) {
         let (chunk, tail) = rest.split_at(n * width);
         rest = tail;
         tx.prepare_cached(&D.insert(rows.table, n))?
