@@ -53,6 +53,36 @@ pub enum VarSpec {
         /// The variable holding the popup id.
         popup: String,
     },
+    /// `{ from = "k", modulo = 4001, add = 0, of = "bytes20" }`: a value derived from the
+    /// integer variable `k` (a range, or a Zipf pool of `"int"`) drawn in the same request:
+    /// `k % modulo + add` (without `modulo`, `k + add`), written as `"int"` (decimal),
+    /// `"hex32"` (32 lowercase hex digits, zero-padded: a passkey) or `"bytes20"` (20 bytes,
+    /// big-endian, percent-encoded: an info hash or a peer id). A population of clients keeps
+    /// its torrent, user, peer id and port from one request to the next this way, and a
+    /// site's tables can be filled with the same values.
+    Derived {
+        /// The integer variable it is derived from.
+        from: String,
+        /// Taken modulo this (0: not).
+        #[serde(default)]
+        modulo: u64,
+        /// Then added.
+        #[serde(default)]
+        add: u64,
+        /// How it is written.
+        #[serde(default = "default_derived_of")]
+        of: String,
+    },
+    /// `{ clock = "ms" }`: milliseconds since the load started, a counter that never goes
+    /// down (a client's `uploaded` growing between its announces).
+    Clock {
+        /// The unit: `"ms"`.
+        clock: String,
+    },
+}
+
+fn default_derived_of() -> String {
+    "int".into()
 }
 
 fn default_of() -> String {
@@ -106,6 +136,18 @@ enum Var {
     ZipfBytes(Zipf, u64),
     /// Signed with this signer over the values of variables `.1` (user) and `.2` (popup).
     PopupToken(Signer, usize, usize),
+    /// Variable `.0`'s value, modulo `.1` (0: not), plus `.2`, written as `.3`.
+    Derived(usize, u64, u64, Form),
+    /// Milliseconds since this instant.
+    Clock(std::time::Instant),
+}
+
+/// How a derived value is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Int,
+    Hex32,
+    Bytes20,
 }
 
 fn compile(name: &str, spec: &VarSpec, seed: u64, names: &[String]) -> Result<Var, String> {
@@ -126,6 +168,34 @@ fn compile(name: &str, spec: &VarSpec, seed: u64, names: &[String]) -> Result<Va
                 index(user, "user")?,
                 index(popup, "popup")?,
             )
+        }
+        VarSpec::Derived {
+            from,
+            modulo,
+            add,
+            of,
+        } => {
+            let i = names
+                .iter()
+                .position(|n| n == from)
+                .ok_or_else(|| format!("vars.{name}.from: `{from}` names no declared variable"))?;
+            let form = match of.as_str() {
+                "int" => Form::Int,
+                "hex32" => Form::Hex32,
+                "bytes20" => Form::Bytes20,
+                o => {
+                    return Err(format!(
+                        "vars.{name}.of: `{o}` is not int, hex32 or bytes20"
+                    ))
+                }
+            };
+            Var::Derived(i, *modulo, *add, form)
+        }
+        VarSpec::Clock { clock } => {
+            if clock != "ms" {
+                return Err(format!("vars.{name}.clock: `{clock}` is not ms"));
+            }
+            Var::Clock(std::time::Instant::now())
         }
         VarSpec::Named(n) if n == "random20" => Var::Random20,
         VarSpec::Named(n) => {
@@ -197,6 +267,19 @@ impl Vars {
                     return Err(format!("vars.{name}: a token cannot sign another token"));
                 }
             }
+            if let Var::Derived(from, ..) = &var {
+                let integer = match specs.values().nth(*from) {
+                    Some(VarSpec::Range { .. }) => true,
+                    Some(VarSpec::Zipf { of, .. }) => of == "int",
+                    _ => false,
+                };
+                if !integer {
+                    return Err(format!(
+                        "vars.{name}.from: `{}` is not an integer variable (a range, or a zipf of int)",
+                        v.names[*from]
+                    ));
+                }
+            }
             v.vars.push(var);
         }
         Ok(v)
@@ -210,12 +293,22 @@ impl Vars {
     pub fn draw(&self, rng: &mut fastrand::Rng, draw: &mut Draw) {
         draw.bytes.clear();
         draw.spans.clear();
+        draw.nums.clear();
         let mut tokens = false;
+        let mut derived = false;
         for var in &self.vars {
             let start = draw.bytes.len();
+            let mut num = 0;
             match var {
                 // Signed once the values it signs are drawn.
                 Var::PopupToken(..) => tokens = true,
+                // Written once the values they come from are drawn.
+                Var::Derived(..) => derived = true,
+                Var::Clock(since) => {
+                    let ms = since.elapsed().as_millis() as u64;
+                    draw.bytes
+                        .extend_from_slice(itoa::Buffer::new().format(ms).as_bytes());
+                }
                 Var::Random20 => {
                     let mut b = [0u8; 20];
                     rng.fill(&mut b);
@@ -223,6 +316,7 @@ impl Vars {
                 }
                 Var::Range(lo, hi) => {
                     let n = rng.u64(*lo..=*hi);
+                    num = n;
                     draw.bytes
                         .extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
                 }
@@ -232,6 +326,7 @@ impl Vars {
                 }
                 Var::ZipfInt(z) => {
                     let k = z.sample(|| rng.f64());
+                    num = k;
                     draw.bytes
                         .extend_from_slice(itoa::Buffer::new().format(k).as_bytes());
                 }
@@ -241,6 +336,18 @@ impl Vars {
                 }
             }
             draw.spans.push((start, draw.bytes.len()));
+            draw.nums.push(num);
+        }
+        if derived {
+            for (i, var) in self.vars.iter().enumerate() {
+                if let Var::Derived(from, modulo, add, form) = *var {
+                    let k = draw.nums[from];
+                    let v = if modulo > 0 { k % modulo } else { k }.wrapping_add(add);
+                    let start = draw.bytes.len();
+                    write_derived(&mut draw.bytes, v, form);
+                    draw.spans[i] = (start, draw.bytes.len());
+                }
+            }
         }
         if tokens {
             let now = std::time::SystemTime::now()
@@ -262,11 +369,29 @@ impl Vars {
     }
 }
 
+/// Writes derived value `v` in `form`.
+fn write_derived(out: &mut Vec<u8>, v: u64, form: Form) {
+    match form {
+        Form::Int => out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes()),
+        Form::Hex32 => {
+            use std::io::Write;
+            let _ = write!(out, "{v:032x}");
+        }
+        Form::Bytes20 => {
+            let mut b = [0u8; 20];
+            b[12..].copy_from_slice(&v.to_be_bytes());
+            hotpath_wire::query::percent_encode(out, &b);
+        }
+    }
+}
+
 /// One request's drawn values.
 #[derive(Debug, Default)]
 pub struct Draw {
     bytes: Vec<u8>,
     spans: Vec<(usize, usize)>,
+    /// Each variable's integer value (0 for those that have none).
+    nums: Vec<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -485,6 +610,64 @@ mod tests {
         )]
         .into();
         assert!(Vars::new(&bad, 0).unwrap_err().contains("vars.t.user"));
+    }
+
+    #[test]
+    fn derived_values_follow_their_source_and_the_clock_never_goes_down() {
+        let derived = |from: &str, modulo, add, of: &str| VarSpec::Derived {
+            from: from.into(),
+            modulo,
+            add,
+            of: of.into(),
+        };
+        let v = vars(&[
+            ("k", VarSpec::Range { range: [0, 99_999] }),
+            ("h", derived("k", 4001, 0, "bytes20")),
+            ("pk", derived("k", 500, 0, "hex32")),
+            ("port", derived("k", 64_000, 1024, "int")),
+            ("up", VarSpec::Clock { clock: "ms".into() }),
+        ]);
+        let t = Template::parse("{k} {h} {pk} {port} {up}", &v, "t").unwrap();
+        let mut rng = fastrand::Rng::with_seed(5);
+        let mut draw = Draw::default();
+        let mut last_up = 0;
+        for _ in 0..500 {
+            v.draw(&mut rng, &mut draw);
+            let mut out = Vec::new();
+            t.fill(&draw, &mut out);
+            let s = String::from_utf8(out).unwrap();
+            let f: Vec<&str> = s.split(' ').collect();
+            let k: u64 = f[0].parse().unwrap();
+            let mut raw = [0u8; 64];
+            assert_eq!(
+                hotpath_wire::query::percent_decode(f[1].as_bytes(), &mut raw),
+                Some(20)
+            );
+            let mut want = [0u8; 20];
+            want[12..].copy_from_slice(&(k % 4001).to_be_bytes());
+            assert_eq!(raw[..20], want);
+            assert_eq!(f[2], format!("{:032x}", k % 500));
+            assert_eq!(f[3], (k % 64_000 + 1024).to_string());
+            let up: u64 = f[4].parse().unwrap();
+            assert!(up >= last_up);
+            last_up = up;
+        }
+        let specs = |s: &[(&str, VarSpec)]| -> BTreeMap<String, VarSpec> {
+            s.iter().map(|(n, v)| (n.to_string(), v.clone())).collect()
+        };
+        let err = |s: &[(&str, VarSpec)]| Vars::new(&specs(s), 0).unwrap_err();
+        assert!(err(&[("a", derived("nobody", 0, 0, "int"))]).contains("vars.a.from"));
+        assert!(err(&[
+            ("a", derived("b", 0, 0, "int")),
+            ("b", VarSpec::Named("random20".into()))
+        ])
+        .contains("not an integer variable"));
+        assert!(err(&[
+            ("a", derived("b", 0, 0, "hex64")),
+            ("b", VarSpec::Range { range: [1, 2] })
+        ])
+        .contains("vars.a.of"));
+        assert!(err(&[("c", VarSpec::Clock { clock: "s".into() })]).contains("vars.c.clock"));
     }
 
     #[test]
