@@ -24,7 +24,7 @@ use std::hash::Hasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashTable};
 use parking_lot::Mutex;
 
 use hotpath_wire::query::Id20;
@@ -32,33 +32,46 @@ use hotpath_wire::query::Id20;
 /// Shards of the ledger (a power of two).
 pub const SHARDS: usize = 64;
 
-/// A peer's place: torrent id, user id, hash of its peer id.
-type PeerKey = (u32, u32, u64);
-
-/// What a peer last reported.
+/// What a peer last reported, and where it is: 32 bytes.
+///
+/// A user's peers on one torrent share a hash (of the torrent and user ids), so finding them
+/// all, to count them against the user's cap, is one probe sequence: no second map of counts
+/// per user and torrent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Seen {
+struct Slot {
+    torrent: u32,
+    user: u32,
+    /// The low 32 bits of the keyed hash of its peer id: it tells apart the few peers one
+    /// user runs on one torrent.
+    peer: u32,
+    /// Process second of its last announce ([`AGE`] bits), with [`LEECHING`] set while it
+    /// has something left to download.
+    stamp: u32,
     uploaded: u64,
     downloaded: u64,
-    /// Process second of its last announce.
-    at: u32,
-    /// It had something left to download.
-    leeching: bool,
 }
 
-/// One user's peers on one torrent.
-#[derive(Debug, Clone, Copy, Default)]
-struct PerUser {
-    peers: u16,
-    /// Those downloading.
-    leeching: u16,
+impl Slot {
+    fn leeching(&self) -> bool {
+        self.stamp & LEECHING != 0
+    }
+
+    /// Seconds from its last announce to process second `now`.
+    fn age(&self, now: u32) -> u32 {
+        now.wrapping_sub(self.stamp) & AGE
+    }
+
+    fn of(&self, torrent: u32, user: u32) -> bool {
+        self.torrent == torrent && self.user == user
+    }
 }
 
-#[derive(Default)]
-struct Shard {
-    peers: HashMap<PeerKey, Seen>,
-    per_user: HashMap<(u32, u32), PerUser>,
+/// The stamp of an announce at process second `now`.
+fn stamp(now: u32, leeching: bool) -> u32 {
+    (now & AGE) | if leeching { LEECHING } else { 0 }
 }
+
+type Shard = HashTable<Slot>;
 
 /// What one announce adds, raw (before a torrent's factors).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -116,6 +129,8 @@ pub struct Ledger {
     shards: Box<[Mutex<Shard>]>,
     /// The SipHash key of peer ids: random, or the loaded file's.
     key: OnceLock<[u64; 2]>,
+    /// Random seed of the hash of (torrent, user), so no one can line up a shard's probes.
+    seed: u64,
     max_per_user: u16,
     /// Torrents each user downloads, sharded by user id; `None` without leech slots.
     leeching: Option<Box<[UserShard]>>,
@@ -131,6 +146,11 @@ impl Ledger {
         Ledger {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             key: OnceLock::new(),
+            seed: {
+                let mut b = [0u8; 8];
+                getrandom::fill(&mut b).expect("the OS's random numbers");
+                u64::from_le_bytes(b)
+            },
             max_per_user: max_per_user.max(1),
             leeching: slots.then(|| (0..SHARDS).map(|_| Mutex::default()).collect()),
             len: AtomicUsize::new(0),
@@ -138,7 +158,15 @@ impl Ledger {
         }
     }
 
-    /// The keyed hash a peer id is kept as.
+    /// The hash a user's peers on a torrent share.
+    fn pair_hash(&self, torrent: u32, user: u32) -> u64 {
+        let mut x = (u64::from(torrent) << 32 | u64::from(user)) ^ self.seed;
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^ (x >> 31)
+    }
+
+    /// The keyed hash a peer id is kept as (its low 32 bits in memory, [`Slot::peer`]).
     fn peer_hash(&self, peer_id: &Id20) -> u64 {
         let [k0, k1] = *self.key.get_or_init(|| {
             let mut b = [0u8; 16];
@@ -204,67 +232,73 @@ impl Ledger {
     /// torrent, or one that would start a torrent downloading past the user's leech slots, is
     /// refused and changes nothing.
     pub fn report(&self, r: Report<'_>) -> Result<Delta, TooManyPeers> {
-        let key = (r.torrent, r.user, self.peer_hash(r.peer_id));
+        let h = self.pair_hash(r.torrent, r.user);
+        let peer = self.peer_hash(r.peer_id) as u32;
         let leeching = r.leeching && !r.stopped;
-        let now = Seen {
-            uploaded: r.uploaded,
-            downloaded: r.downloaded,
-            at: r.now,
-            leeching,
-        };
-        let mut guard = self.shard(r.torrent).lock();
-        let shard = &mut *guard;
-        let last = match shard.peers.get_mut(&key) {
+        let is = |s: &Slot| s.of(r.torrent, r.user) && s.peer == peer;
+        let mut shard = self.shard(r.torrent).lock();
+        let last = match shard.find_mut(h, is) {
             // The common case, a known peer announcing again as it did: one lookup.
-            Some(last) if !r.stopped && last.leeching == leeching => {
+            Some(last) if !r.stopped && last.leeching() == leeching => {
                 let d = delta(last, &r);
-                *last = now;
+                (last.uploaded, last.downloaded) = (r.uploaded, r.downloaded);
+                last.stamp = stamp(r.now, leeching);
                 return Ok(d);
             }
             Some(last) => Some(*last),
             None if r.stopped => return Ok(Delta::default()),
             None => None,
         };
-        let mut pu = shard
-            .per_user
-            .get(&(r.torrent, r.user))
-            .copied()
-            .unwrap_or_default();
+        // The user's peers on the torrent, and those downloading.
+        let (mut peers, mut downloading) = (0u32, 0u32);
+        for s in shard.iter_hash(h).filter(|s| s.of(r.torrent, r.user)) {
+            peers += 1;
+            downloading += u32::from(s.leeching());
+        }
         if last.is_none() {
             if self.len.load(Ordering::Relaxed) >= self.max {
                 return Err(TooManyPeers::Ledger);
             }
-            if pu.peers >= self.max_per_user {
+            if peers >= u32::from(self.max_per_user) {
                 return Err(TooManyPeers::User);
             }
         }
-        let was = last.is_some_and(|s| s.leeching);
-        let before = pu.leeching;
-        pu.leeching = before - u16::from(was) + u16::from(leeching);
-        if before == 0 && pu.leeching > 0 {
+        let was = last.is_some_and(|s| s.leeching());
+        let after = downloading - u32::from(was) + u32::from(leeching);
+        if downloading == 0 && after > 0 {
             self.take_slot(r.user, r.slots)?;
         }
+        let now = Slot {
+            torrent: r.torrent,
+            user: r.user,
+            peer,
+            stamp: stamp(r.now, leeching),
+            uploaded: r.uploaded,
+            downloaded: r.downloaded,
+        };
         let delta = match last {
             Some(last) => delta(&last, &r),
-            None => {
-                pu.peers += 1;
-                self.len.fetch_add(1, Ordering::Relaxed);
-                Delta::default()
-            }
+            None => Delta::default(),
         };
-        if r.stopped {
-            shard.peers.remove(&key);
-            self.len.fetch_sub(1, Ordering::Relaxed);
-            pu.peers -= 1;
-        } else {
-            shard.peers.insert(key, now);
+        match (last.is_some(), r.stopped) {
+            (true, true) => {
+                if let Ok(e) = shard.find_entry(h, is) {
+                    e.remove();
+                }
+                self.len.fetch_sub(1, Ordering::Relaxed);
+            }
+            (true, false) => {
+                if let Some(s) = shard.find_mut(h, is) {
+                    *s = now;
+                }
+            }
+            (false, _) => {
+                shard.insert_unique(h, now, |s| self.pair_hash(s.torrent, s.user));
+                self.len.fetch_add(1, Ordering::Relaxed);
+            }
         }
-        if pu.peers == 0 {
-            shard.per_user.remove(&(r.torrent, r.user));
-        } else {
-            shard.per_user.insert((r.torrent, r.user), pu);
-        }
-        if before > 0 && pu.leeching == 0 {
+        drop(shard);
+        if downloading > 0 && after == 0 {
             self.free_slot(r.user);
         }
         Ok(delta)
@@ -273,26 +307,36 @@ impl Ledger {
     /// Forgets the peers of shard `i` whose last announce is more than `timeout` seconds
     /// before `now`; returns how many.
     pub fn sweep(&self, i: usize, now: u32, timeout: u32) -> usize {
-        let mut guard = self.shards[i % SHARDS].lock();
-        let shard = &mut *guard;
-        let before = shard.peers.len();
-        let per_user = &mut shard.per_user;
-        let mut freed = Vec::new();
-        shard.peers.retain(|&(t, u, _), seen| {
-            let keep = now.wrapping_sub(seen.at) <= timeout;
-            if !keep && forget(per_user, (t, u), seen.leeching) {
-                freed.push(u);
+        let mut shard = self.shards[i % SHARDS].lock();
+        let before = shard.len();
+        // Users and torrents of the downloading peers forgotten.
+        let mut stopped = Vec::new();
+        shard.retain(|s| {
+            let keep = s.age(now) <= timeout;
+            if !keep && s.leeching() {
+                stopped.push((s.torrent, s.user));
             }
             keep
         });
+        stopped.sort_unstable();
+        stopped.dedup();
+        // A slot is free where none of the user's peers on the torrent still downloads.
+        let freed: Vec<u32> = stopped
+            .into_iter()
+            .filter(|&(t, u)| {
+                let h = self.pair_hash(t, u);
+                !shard.iter_hash(h).any(|s| s.of(t, u) && s.leeching())
+            })
+            .map(|(_, u)| u)
+            .collect();
+        if shard.capacity() > 4 * shard.len().max(64) {
+            shard.shrink_to_fit(|s| self.pair_hash(s.torrent, s.user));
+        }
+        let gone = before - shard.len();
+        drop(shard);
         for user in freed {
             self.free_slot(user);
         }
-        if shard.peers.capacity() > 4 * shard.peers.len().max(64) {
-            shard.peers.shrink_to_fit();
-            shard.per_user.shrink_to_fit();
-        }
-        let gone = before - shard.peers.len();
         self.len.fetch_sub(gone, Ordering::Relaxed);
         gone
     }
@@ -311,16 +355,15 @@ impl Ledger {
         let mut n = 0;
         for shard in self.shards.iter() {
             let shard = shard.lock();
-            out.reserve(shard.peers.len() * ENTRY);
-            for (&(t, u, h), seen) in &shard.peers {
-                out.extend_from_slice(&t.to_le_bytes());
-                out.extend_from_slice(&u.to_le_bytes());
-                out.extend_from_slice(&h.to_le_bytes());
-                out.extend_from_slice(&seen.uploaded.to_le_bytes());
-                out.extend_from_slice(&seen.downloaded.to_le_bytes());
-                let age = now.wrapping_sub(seen.at).min(AGE);
-                let flag = if seen.leeching { LEECHING } else { 0 };
-                out.extend_from_slice(&(age | flag).to_le_bytes());
+            out.reserve(shard.len() * ENTRY);
+            for s in shard.iter() {
+                out.extend_from_slice(&s.torrent.to_le_bytes());
+                out.extend_from_slice(&s.user.to_le_bytes());
+                out.extend_from_slice(&u64::from(s.peer).to_le_bytes());
+                out.extend_from_slice(&s.uploaded.to_le_bytes());
+                out.extend_from_slice(&s.downloaded.to_le_bytes());
+                let flag = if s.leeching() { LEECHING } else { 0 };
+                out.extend_from_slice(&(s.age(now) | flag).to_le_bytes());
                 n += 1;
             }
         }
@@ -345,36 +388,38 @@ impl Ledger {
         for e in head.body.chunks_exact(ENTRY) {
             let u32_at = |i: usize| u32::from_le_bytes(e[i..i + 4].try_into().expect("4 bytes"));
             let u64_at = |i: usize| u64::from_le_bytes(e[i..i + 8].try_into().expect("8 bytes"));
-            let (torrent, user, hash) = (u32_at(0), u32_at(4), u64_at(8));
+            // Files of older versions hold 64 bits of the hash; memory keeps the low 32.
+            let (torrent, user, peer) = (u32_at(0), u32_at(4), u64_at(8) as u32);
             let leeching = u32_at(32) & LEECHING != 0;
             let age = (u32_at(32) & AGE).saturating_add(downtime);
             if age > timeout || self.len() >= self.max {
                 continue;
             }
-            let mut guard = self.shard(torrent).lock();
-            let shard = &mut *guard;
-            if shard.peers.contains_key(&(torrent, user, hash)) {
+            let h = self.pair_hash(torrent, user);
+            let mut shard = self.shard(torrent).lock();
+            let (mut peers, mut downloading) = (0u32, 0u32);
+            let mut repeat = false;
+            for s in shard.iter_hash(h).filter(|s| s.of(torrent, user)) {
+                peers += 1;
+                downloading += u32::from(s.leeching());
+                repeat |= s.peer == peer;
+            }
+            if repeat || peers >= u32::from(self.max_per_user) {
                 continue;
             }
-            let pu = shard.per_user.entry((torrent, user)).or_default();
-            if pu.peers >= self.max_per_user {
-                continue;
-            }
-            pu.peers += 1;
             // A downloading peer keeps its user's slot, whatever the slots are now.
-            if leeching {
-                pu.leeching += 1;
-                if pu.leeching == 1 {
-                    let _ = self.take_slot(user, &|_| 0);
-                }
+            if leeching && downloading == 0 {
+                let _ = self.take_slot(user, &|_| 0);
             }
-            let seen = Seen {
+            let slot = Slot {
+                torrent,
+                user,
+                peer,
+                stamp: stamp(now.wrapping_sub(age), leeching),
                 uploaded: u64_at(16),
                 downloaded: u64_at(24),
-                at: now.wrapping_sub(age),
-                leeching,
             };
-            shard.peers.insert((torrent, user, hash), seen);
+            shard.insert_unique(h, slot, |s| self.pair_hash(s.torrent, s.user));
             self.len.fetch_add(1, Ordering::Relaxed);
             n += 1;
         }
@@ -449,7 +494,7 @@ pub fn parse_ledger(data: &[u8]) -> Result<LedgerHead<'_>, &'static str> {
 }
 
 /// What a known peer's announce `r` adds to its `last` one: only counters that grew credit.
-fn delta(last: &Seen, r: &Report<'_>) -> Delta {
+fn delta(last: &Slot, r: &Report<'_>) -> Delta {
     let grew = r.uploaded >= last.uploaded && r.downloaded >= last.downloaded;
     Delta {
         uploaded: if grew { r.uploaded - last.uploaded } else { 0 },
@@ -459,23 +504,8 @@ fn delta(last: &Seen, r: &Report<'_>) -> Delta {
             0
         },
         known: true,
-        since: r.now.wrapping_sub(last.at),
+        since: last.age(r.now),
     }
-}
-
-/// Counts a peer of `k` out (`leeching`: a downloading one); returns whether it was the last
-/// downloading peer of the user on the torrent (a leech slot is free).
-fn forget(per_user: &mut HashMap<(u32, u32), PerUser>, k: (u32, u32), leeching: bool) -> bool {
-    let Some(pu) = per_user.get_mut(&k) else {
-        return false;
-    };
-    pu.peers -= 1;
-    let freed = leeching && pu.leeching == 1;
-    pu.leeching -= u16::from(leeching);
-    if pu.peers == 0 {
-        per_user.remove(&k);
-    }
-    freed
 }
 
 #[cfg(test)]
