@@ -8,20 +8,11 @@
 //! (defaults: 10,000,000 peers over 2,000,000 torrents; `ids` keeps peer ids; `1000000 1`
 //! is one torrent of a million peers).
 
+mod common;
+
 use std::time::Instant;
 
-use hotpath_tracker::table::{Caps, PeerAnnounce, Selection, SwarmTable, Table};
-use hotpath_wire::query::Event;
-
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS");
-    kb * 1024
-}
+use hotpath_tracker::table::{Caps, Selection, SwarmTable, Table};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -33,7 +24,7 @@ fn main() {
         .map_or(2_000_000, |s| s.parse().expect("TORRENTS"));
     let ids = args.get(3).is_some_and(|s| s == "ids");
     let caps = Caps::LARGE;
-    let base = rss_bytes();
+    let base = common::rss_bytes();
     // The shard count users get by default.
     let shards = hotpath_config::TrackerConfig::default().shards;
     let store: Box<dyn SwarmTable> = if ids {
@@ -44,19 +35,7 @@ fn main() {
     let mut rng = fastrand::Rng::with_seed(7);
     let mut sel = Selection::default();
     let started = Instant::now();
-    let mut a = PeerAnnounce {
-        info_hash: [0; 20],
-        peer_id: [0; 20],
-        v4: None,
-        v6: None,
-        alias6: None,
-        seeder: false,
-        complete: false,
-        event: Event::Started,
-        want: 0,
-        want_v4: true,
-        want_v6: false,
-    };
+    let mut a = common::started();
     for i in 0..peers {
         // Torrent i % M with a pseudo-random but fixed hash; peer i gets a distinct address.
         let t = i % torrents;
@@ -77,7 +56,7 @@ fn main() {
     }
     let elapsed = started.elapsed();
     let totals = store.totals();
-    let rss = rss_bytes();
+    let rss = common::rss_bytes();
     // What a restart does with these swarms: save them, then load them into a new table.
     let t = Instant::now();
     let mut snapshot = Vec::new();

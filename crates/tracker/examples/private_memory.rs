@@ -11,23 +11,14 @@
 //! `cargo run --release -p hotpath-tracker --example private_memory -- [PEERS] [TORRENTS]
 //! [USERS]` (defaults: 10,000,000 peers, 1,000,000 torrents, 1,000,000 users).
 
+mod common;
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
 use hotpath_config::{PrivateConfig, TrackerConfig};
 use hotpath_tracker::private::{Accounted, Ask, Private, Torrent, User};
-use hotpath_tracker::table::{Caps, PeerAnnounce, Selection, SwarmTable, Table};
-use hotpath_wire::query::Event;
-
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS");
-    kb * 1024
-}
+use hotpath_tracker::table::{Caps, Selection, SwarmTable, Table};
 
 fn arg(i: usize, default: u64, name: &str) -> u64 {
     std::env::args()
@@ -58,7 +49,7 @@ fn main() {
     let users = arg(3, 1_000_000, "USERS");
     let config = PrivateConfig::default();
     let tracker = TrackerConfig::default();
-    let base = rss_bytes();
+    let base = common::rss_bytes();
     let private = Private::new(&config, usize::MAX, tracker.peer_timeout_secs);
     for u in 0..users {
         let user = User {
@@ -81,24 +72,12 @@ fn main() {
             .put(&info_hash(t), torrent)
             .expect("room for every torrent");
     }
-    let registered = rss_bytes();
+    let registered = common::rss_bytes();
     // The swarm table a private tracker runs by default (no peer ids kept).
     let swarms: Box<dyn SwarmTable> = Box::new(Table::<0>::new(tracker.shards, Caps::LARGE));
     let mut rng = fastrand::Rng::with_seed(7);
     let mut sel = Selection::default();
-    let mut a = PeerAnnounce {
-        info_hash: [0; 20],
-        peer_id: [0; 20],
-        v4: None,
-        v6: None,
-        alias6: None,
-        seeder: false,
-        complete: false,
-        event: Event::Started,
-        want: 0,
-        want_v4: true,
-        want_v6: false,
-    };
+    let mut a = common::started();
     let started = Instant::now();
     for i in 0..peers {
         // Peer i is on torrent i % T, of a user that has no other peer on that torrent.
@@ -151,7 +130,7 @@ fn main() {
             .expect("no caps are set");
     }
     let elapsed = started.elapsed();
-    let rss = rss_bytes();
+    let rss = common::rss_bytes();
     let totals = swarms.totals();
     assert_eq!(totals.peers as u64, peers);
     assert_eq!(private.ledger.len() as u64, peers);
