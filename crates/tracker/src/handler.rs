@@ -622,7 +622,7 @@ impl ServiceWorker for TrackerWorker {
                 })?;
                 Ok(serde_json::json!({
                     "id": u.id,
-                    "passkey": String::from_utf8_lossy(&key),
+                    "passkey": key.text().map(String::from_utf8_lossy),
                     "can_leech": u.can_leech,
                     "freeleech_until": p.policy.read().personal_until(id),
                     "leeching": p.ledger.leeching(id),

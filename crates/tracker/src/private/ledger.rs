@@ -32,7 +32,7 @@ use hotpath_wire::query::Id20;
 /// Shards of the ledger (a power of two).
 pub const SHARDS: usize = 64;
 
-/// What a peer last reported, and where it is: 32 bytes.
+/// What a peer last reported, and where it is: 28 bytes.
 ///
 /// A user's peers on one torrent share a hash (of the torrent and user ids), so finding them
 /// all, to count them against the user's cap, is one probe sequence: no second map of counts
@@ -47,11 +47,46 @@ struct Slot {
     /// Process second of its last announce ([`AGE`] bits), with [`LEECHING`] set while it
     /// has something left to download.
     stamp: u32,
-    uploaded: u64,
-    downloaded: u64,
+    /// The low 32 bits of its `uploaded` and `downloaded` counters ...
+    lo: [u32; 2],
+    /// ... and the next 16: counters are held to 48 bits ([`MAX_COUNTER`]).
+    hi: [u16; 2],
 }
 
+/// The largest counter a peer is held at: 256 TiB in one client session (a larger report is
+/// taken as this).
+pub const MAX_COUNTER: u64 = (1 << 48) - 1;
+
 impl Slot {
+    /// Its `uploaded` and `downloaded` counters.
+    fn counters(&self) -> (u64, u64) {
+        let at = |i: usize| u64::from(self.hi[i]) << 32 | u64::from(self.lo[i]);
+        (at(0), at(1))
+    }
+
+    /// Sets its counters (each at most [`MAX_COUNTER`]).
+    fn set_counters(&mut self, uploaded: u64, downloaded: u64) {
+        for (i, v) in [uploaded, downloaded].into_iter().enumerate() {
+            let v = v.min(MAX_COUNTER);
+            self.lo[i] = v as u32;
+            self.hi[i] = (v >> 32) as u16;
+        }
+    }
+
+    /// A peer's slot.
+    fn new(torrent: u32, user: u32, peer: u32, stamp: u32, counters: (u64, u64)) -> Slot {
+        let mut s = Slot {
+            torrent,
+            user,
+            peer,
+            stamp,
+            lo: [0; 2],
+            hi: [0; 2],
+        };
+        s.set_counters(counters.0, counters.1);
+        s
+    }
+
     fn leeching(&self) -> bool {
         self.stamp & LEECHING != 0
     }
@@ -232,6 +267,11 @@ impl Ledger {
     /// torrent, or one that would start a torrent downloading past the user's leech slots, is
     /// refused and changes nothing.
     pub fn report(&self, r: Report<'_>) -> Result<Delta, TooManyPeers> {
+        let r = Report {
+            uploaded: r.uploaded.min(MAX_COUNTER),
+            downloaded: r.downloaded.min(MAX_COUNTER),
+            ..r
+        };
         let h = self.pair_hash(r.torrent, r.user);
         let peer = self.peer_hash(r.peer_id) as u32;
         let leeching = r.leeching && !r.stopped;
@@ -241,7 +281,7 @@ impl Ledger {
             // The common case, a known peer announcing again as it did: one lookup.
             Some(last) if !r.stopped && last.leeching() == leeching => {
                 let d = delta(last, &r);
-                (last.uploaded, last.downloaded) = (r.uploaded, r.downloaded);
+                last.set_counters(r.uploaded, r.downloaded);
                 last.stamp = stamp(r.now, leeching);
                 return Ok(d);
             }
@@ -268,14 +308,13 @@ impl Ledger {
         if downloading == 0 && after > 0 {
             self.take_slot(r.user, r.slots)?;
         }
-        let now = Slot {
-            torrent: r.torrent,
-            user: r.user,
+        let now = Slot::new(
+            r.torrent,
+            r.user,
             peer,
-            stamp: stamp(r.now, leeching),
-            uploaded: r.uploaded,
-            downloaded: r.downloaded,
-        };
+            stamp(r.now, leeching),
+            (r.uploaded, r.downloaded),
+        );
         let delta = match last {
             Some(last) => delta(&last, &r),
             None => Delta::default(),
@@ -360,8 +399,9 @@ impl Ledger {
                 out.extend_from_slice(&s.torrent.to_le_bytes());
                 out.extend_from_slice(&s.user.to_le_bytes());
                 out.extend_from_slice(&u64::from(s.peer).to_le_bytes());
-                out.extend_from_slice(&s.uploaded.to_le_bytes());
-                out.extend_from_slice(&s.downloaded.to_le_bytes());
+                let (up, down) = s.counters();
+                out.extend_from_slice(&up.to_le_bytes());
+                out.extend_from_slice(&down.to_le_bytes());
                 let flag = if s.leeching() { LEECHING } else { 0 };
                 out.extend_from_slice(&(s.age(now) | flag).to_le_bytes());
                 n += 1;
@@ -411,14 +451,13 @@ impl Ledger {
             if leeching && downloading == 0 {
                 let _ = self.take_slot(user, &|_| 0);
             }
-            let slot = Slot {
+            let slot = Slot::new(
                 torrent,
                 user,
                 peer,
-                stamp: stamp(now.wrapping_sub(age), leeching),
-                uploaded: u64_at(16),
-                downloaded: u64_at(24),
-            };
+                stamp(now.wrapping_sub(age), leeching),
+                (u64_at(16), u64_at(24)),
+            );
             shard.insert_unique(h, slot, |s| self.pair_hash(s.torrent, s.user));
             self.len.fetch_add(1, Ordering::Relaxed);
             n += 1;
@@ -495,14 +534,11 @@ pub fn parse_ledger(data: &[u8]) -> Result<LedgerHead<'_>, &'static str> {
 
 /// What a known peer's announce `r` adds to its `last` one: only counters that grew credit.
 fn delta(last: &Slot, r: &Report<'_>) -> Delta {
-    let grew = r.uploaded >= last.uploaded && r.downloaded >= last.downloaded;
+    let (up, down) = last.counters();
+    let grew = r.uploaded >= up && r.downloaded >= down;
     Delta {
-        uploaded: if grew { r.uploaded - last.uploaded } else { 0 },
-        downloaded: if grew {
-            r.downloaded - last.downloaded
-        } else {
-            0
-        },
+        uploaded: if grew { r.uploaded - up } else { 0 },
+        downloaded: if grew { r.downloaded - down } else { 0 },
         known: true,
         since: last.age(r.now),
     }
@@ -552,6 +588,25 @@ mod tests {
         assert_eq!(d.uploaded, 100);
         assert!(l.is_empty());
         assert_eq!(l.report(rep(1, 1000, 0, 80)), Ok(Delta::default()));
+    }
+
+    #[test]
+    fn counters_are_held_to_48_bits_and_a_larger_report_credits_no_more() {
+        assert_eq!(std::mem::size_of::<Slot>(), 28);
+        let l = Ledger::new(3, 100, false);
+        let big = (1u64 << 40) + 12_345;
+        l.report(rep(1, big, 7, 1)).unwrap();
+        let d = l.report(rep(1, big + 10, 9, 2)).unwrap();
+        assert_eq!((d.uploaded, d.downloaded, d.known), (10, 2, true));
+        // A hostile counter past 2^48 is taken as 2^48 - 1: it credits up to there once.
+        let d = l.report(rep(1, u64::MAX, 9, 3)).unwrap();
+        assert_eq!(d.uploaded, MAX_COUNTER - big - 10);
+        let d = l.report(rep(1, u64::MAX, 9, 4)).unwrap();
+        assert_eq!((d.uploaded, d.downloaded), (0, 0));
+        let mut out = Vec::new();
+        l.save(4, 0, &mut out);
+        let up = u64::from_le_bytes(out[HEAD + 16..HEAD + 24].try_into().unwrap());
+        assert_eq!(up, MAX_COUNTER, "saved as held");
     }
 
     #[test]

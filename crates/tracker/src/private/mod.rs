@@ -27,7 +27,7 @@ use ledger::{Ledger, Report, TooManyPeers};
 use parking_lot::{Mutex, RwLock};
 use policy::{Policy, PushLog};
 use push::{ApiError, Push};
-use registry::{Entry, Registry};
+use registry::{Entry, Passkey, Registry};
 use slots::LeechSlots;
 pub use source::Source;
 use stored::{AccountChange, Client};
@@ -274,7 +274,7 @@ pub struct Accounted<'a> {
 /// The users, the torrents and the rules of a private tracker.
 pub struct Private {
     /// Users by passkey.
-    pub users: Registry<Box<[u8]>, User>,
+    pub users: Registry<Passkey, User>,
     /// Torrents by info hash.
     pub torrents: Registry<Id20, Torrent>,
     /// Client and port rules, site-wide factors, freeleech (what the push API sets).
@@ -884,7 +884,7 @@ mod tests {
         let free = p.torrents.get(&[7; 20]).unwrap();
         p.account(user, free, &at(0, 0, 10), 0).unwrap();
         let (c, _) = p.account(user, free, &at(10, u64::MAX, 0), 0).unwrap();
-        assert_eq!((c.downloaded_raw, c.downloaded), (u64::MAX, 0));
+        assert_eq!((c.downloaded_raw, c.downloaded), (ledger::MAX_COUNTER, 0));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use hotpath_store::table::Value;
 use hotpath_store::{Backend, Dialect, StoreError};
 use parking_lot::Mutex;
 
-use super::registry::{Entry, Key, Registry};
+use super::registry::{Entry, Key, Passkey, Registry};
 use super::slots::LeechSlots;
 use super::{Torrent, User};
 
@@ -126,11 +126,11 @@ impl Source {
     }
 
     /// A user of a row (id, passkey, can_leech), or `None` for a malformed row.
-    fn user(r: &[Value]) -> Option<(Box<[u8]>, User)> {
+    fn user(r: &[Value]) -> Option<(Passkey, User)> {
         let id = u32::try_from(r[0].int()).ok().filter(|&id| id > 0)?;
         let key = hotpath_wire::passkey::check(r[1].bytes()).ok()?;
         let can_leech = !matches!(r[2], Value::Int(0));
-        Some((key.into(), User { id, can_leech }))
+        Some((Passkey::of(key), User { id, can_leech }))
     }
 
     /// A torrent of a row (id, info hash, two preset columns), or `None` for a malformed
@@ -170,7 +170,7 @@ impl Source {
         &self,
         db: &mut dyn Backend,
         full: bool,
-        users: &Registry<Box<[u8]>, User>,
+        users: &Registry<Passkey, User>,
         torrents: &Registry<[u8; 20], Torrent>,
         slots: &LeechSlots,
     ) -> Result<usize, StoreError> {
@@ -288,7 +288,7 @@ impl Table<'_> {
                 registry.remove_id(id as u32);
             }
             for (k, v) in rows {
-                if registry.put(k.as_ref(), v).is_err() {
+                if registry.put_key(k, v).is_err() {
                     skipped += 1;
                 }
             }
