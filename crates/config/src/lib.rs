@@ -327,6 +327,7 @@ impl PrivateSchema {
                 ("torrents.id", "topic_id"),
                 ("torrents.info_hash", "info_hash"),
                 ("torrents.tor_type", "tor_type"),
+                ("torrents.poster_id", "poster_id"),
                 ("peers", "bb_bt_tracker"),
                 ("totals", "bb_bt_users"),
                 ("totals.id", "user_id"),
@@ -349,6 +350,7 @@ impl PrivateSchema {
                 | "torrents.updated_at"
                 | "torrents.flags"
                 | "torrents.tor_type"
+                | "torrents.poster_id"
                 | "torrents.download_pct"
                 | "torrents.upload_pct"
                 | "totals.updated_at"

@@ -180,9 +180,10 @@ fn torrentpier_gets_peer_rows_its_cron_credits() {
         &[T1.into(), T2.into()],
     )
     .unwrap();
-    // A gold torrent (no download counts) and a normal one.
+    // A gold torrent (no download counts) and a normal one that user 1 uploaded (its releaser).
     site.execute_with(
-        "INSERT INTO bb_bt_torrents (topic_id, info_hash, tor_type) VALUES (20, ?, 1), (21, ?, 0)",
+        "INSERT INTO bb_bt_torrents (topic_id, info_hash, tor_type, poster_id) VALUES \
+         (20, ?, 1, 0), (21, ?, 0, 1)",
         &[Value::Blob(A.into()), Value::Blob(B.into())],
     )
     .unwrap();
@@ -205,18 +206,19 @@ fn torrentpier_gets_peer_rows_its_cron_credits() {
         None
     );
     let rows = "SELECT topic_id, user_id, port, seeder, uploaded, downloaded, remain, up_add, \
-                down_add, update_time = 0, complete FROM bb_bt_tracker ORDER BY topic_id, \
-                user_id";
+                down_add, update_time = 0, complete, releaser FROM bb_bt_tracker ORDER BY \
+                topic_id, user_id";
     wait_until("the flush", Duration::from_secs(10), || {
         ints(&mut *site, rows).len() == 3 && ints(&mut *site, rows)[1][9] == 1
     });
     assert_eq!(
         ints(&mut *site, rows),
         [
-            vec![20, 1, 40001, 1, 300, 0, 0, 300, 0, 0, 1],
+            vec![20, 1, 40001, 1, 300, 0, 0, 300, 0, 0, 1, 0],
             // Gold: 900 downloaded, none counted; stopped, so its update_time is 0.
-            vec![20, 2, 40002, 1, 100, 900, 0, 100, 0, 1, 1],
-            vec![21, 1, 40001, 1, 500, 0, 0, 500, 0, 0, 1],
+            vec![20, 2, 40002, 1, 100, 900, 0, 100, 0, 1, 1, 0],
+            // User 1 uploaded torrent 21: the releaser.
+            vec![21, 1, 40001, 1, 500, 0, 0, 500, 0, 0, 1, 1],
         ]
     );
     let mut text = Vec::new();
@@ -239,8 +241,10 @@ fn torrentpier_gets_peer_rows_its_cron_credits() {
     // The site's cron credits the users and deletes the stopped row.
     let now = hotpath_store::unix_now();
     torrentpier_cron(&mut *site, now - 3600);
-    let totals = "SELECT user_id, u_up_total, u_down_total FROM bb_bt_users ORDER BY user_id";
-    assert_eq!(ints(&mut *site, totals), [[1, 800, 0], [2, 100, 0]]);
+    let totals = "SELECT user_id, u_up_total, u_down_total, u_up_release FROM bb_bt_users \
+                  ORDER BY user_id";
+    // The releaser's 500 count as release too, as with TorrentPier's own announcer.
+    assert_eq!(ints(&mut *site, totals), [[1, 800, 0, 500], [2, 100, 0, 0]]);
     assert_eq!(ints(&mut *site, rows).len(), 2);
     // Traffic after the cron is added to the zeroed rows, and credited once by the next run.
     assert_eq!(go(&mut http, T1, uk, B, 1, 700, 0, 0, Event::None), None);
@@ -249,7 +253,10 @@ fn torrentpier_gets_peer_rows_its_cron_credits() {
     });
     server.shutdown().unwrap();
     torrentpier_cron(&mut *site, now - 3600);
-    assert_eq!(ints(&mut *site, totals), [[1, 1000, 0], [2, 100, 0]]);
+    assert_eq!(
+        ints(&mut *site, totals),
+        [[1, 1000, 0, 700], [2, 100, 0, 0]]
+    );
 }
 
 /// TorrentPier's rating tiers as the site configures them (ratio under 0.4: one torrent at a

@@ -66,6 +66,7 @@ fn main() {
             id: t as u32 + 1,
             download_pct: 100,
             upload_pct: 100,
+            poster: 0,
         };
         private
             .torrents

@@ -640,6 +640,7 @@ impl ServiceWorker for TrackerWorker {
                     "info_hash": hotpath_store::table::hex(&hash),
                     "download_pct": t.download_pct,
                     "upload_pct": t.upload_pct,
+                    "poster_id": t.poster,
                     "seeders": c.seeders,
                     "leechers": c.leechers,
                     "completed": c.completed,

@@ -584,10 +584,14 @@ pub const TORRENTPIER_SCHEMA: [&str; 3] = [
 /// What TorrentPier's cron does with `bb_bt_tracker`: adds up_add and down_add to the users'
 /// totals, zeroes them, deletes rows not updated since `expire`.
 pub fn torrentpier_cron(site: &mut dyn hotpath_store::Backend, expire: i64) {
+    // Per torrent and user, as its cron sums them: a releaser's upload also counts as release.
     site.execute(
-        "UPDATE bb_bt_users u JOIN (SELECT user_id, SUM(up_add) AS up, SUM(down_add) AS down \
-         FROM bb_bt_tracker GROUP BY user_id) t ON u.user_id = t.user_id SET u.u_up_total = \
-         u.u_up_total + t.up, u.u_down_total = u.u_down_total + t.down",
+        "UPDATE bb_bt_users u JOIN (SELECT user_id, SUM(up) AS up, SUM(down) AS down, \
+         SUM(rel) AS rel FROM (SELECT user_id, SUM(up_add) AS up, SUM(down_add) AS down, \
+         IF(MAX(releaser), SUM(up_add), 0) AS rel FROM bb_bt_tracker GROUP BY topic_id, \
+         user_id) x GROUP BY user_id) t ON u.user_id = t.user_id SET u.u_up_total = \
+         u.u_up_total + t.up, u.u_down_total = u.u_down_total + t.down, u.u_up_release = \
+         u.u_up_release + t.rel",
     )
     .unwrap();
     site.execute("UPDATE bb_bt_tracker SET up_add = 0, down_add = 0")

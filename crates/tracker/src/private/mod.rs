@@ -57,6 +57,9 @@ pub struct Torrent {
     pub download_pct: u16,
     /// Percent of uploaded bytes credited (100 normal, 200 double upload).
     pub upload_pct: u16,
+    /// The user who uploaded it (0: none read): their clients on it are its releaser's
+    /// (TorrentPier's `poster_id`, its `releaser` flag).
+    pub poster: u32,
 }
 
 impl Entry for Torrent {
@@ -447,6 +450,9 @@ impl Private {
         if a.stopped {
             flags |= AccountChange::STOPPED;
         }
+        if torrent.poster == user.id {
+            flags |= AccountChange::RELEASER;
+        }
         let change = AccountChange {
             user: user.id,
             torrent: torrent.id,
@@ -628,12 +634,14 @@ impl Private {
                 info_hash,
                 download_pct,
                 upload_pct,
+                poster_id,
             } => {
                 if let Ok(hash) = push::info_hash_of(info_hash) {
                     let torrent = Torrent {
                         id: *id,
                         download_pct: *download_pct,
                         upload_pct: *upload_pct,
+                        poster: *poster_id,
                     };
                     if self.torrents.put(&hash, torrent).is_err() {
                         self.push_errors.add(1);
@@ -766,6 +774,7 @@ mod tests {
                     id: 9,
                     download_pct: 0,
                     upload_pct: 100,
+                    poster: 0,
                 },
             )
             .unwrap();
@@ -855,6 +864,7 @@ mod tests {
             id: 3,
             download_pct: 50,
             upload_pct: 200,
+            poster: 1,
         };
         let id = [1; 20];
         let at = |up: u64, down: u64, left: u64| Accounted {
@@ -879,11 +889,16 @@ mod tests {
             "double up, half down"
         );
         assert_eq!((c.user, c.torrent, c.remaining, c.at), (1, 3, 0, 77));
-        assert_eq!(c.flags, AccountChange::SEEDING);
+        assert_eq!(
+            c.flags,
+            AccountChange::SEEDING | AccountChange::RELEASER,
+            "user 1 uploaded it"
+        );
         // Free: nothing downloaded is credited.
         let free = p.torrents.get(&[7; 20]).unwrap();
         p.account(user, free, &at(0, 0, 10), 0).unwrap();
         let (c, _) = p.account(user, free, &at(10, u64::MAX, 0), 0).unwrap();
+        assert_eq!(c.flags, AccountChange::SEEDING, "nobody's upload");
         assert_eq!((c.downloaded_raw, c.downloaded), (ledger::MAX_COUNTER, 0));
     }
 
@@ -914,6 +929,7 @@ mod tests {
             info_hash: "11".repeat(20),
             download_pct: 50,
             upload_pct: 100,
+            poster_id: 1,
         };
         let token = push::Push::Token {
             user: 1,
@@ -925,8 +941,9 @@ mod tests {
             upload_pct: 200,
         };
         p.push(&[half], 1000).unwrap();
-        let (_, t) = p.check(ask(b"newkey", &[0x11; 20], &id)).unwrap();
+        let (u, t) = p.check(ask(b"newkey", &[0x11; 20], &id)).unwrap();
         assert_eq!((t.id, t.download_pct, t.upload_pct), (10, 50, 100));
+        assert_eq!((u.id, t.poster), (1, 1), "user 1 uploaded it");
         p.push(&[token, site], 1000).unwrap();
         let (_, t) = p.check(ask(b"newkey", &[0x11; 20], &id)).unwrap();
         assert_eq!((t.download_pct, t.upload_pct), (0, 200));

@@ -52,6 +52,10 @@ pub enum Push {
         /// Percent of uploaded bytes credited (200 double upload).
         #[serde(default = "hundred")]
         upload_pct: u16,
+        /// The user who uploaded it (0: none), whose clients on it are its releaser's
+        /// (TorrentPier's `poster_id`).
+        #[serde(default)]
+        poster_id: u32,
     },
     /// Removes a torrent: announces for it are refused.
     RemoveTorrent {
@@ -163,6 +167,7 @@ impl Push {
                 info_hash,
                 download_pct,
                 upload_pct,
+                ..
             } => {
                 id("id", *i)?;
                 info_hash_of(info_hash)?;
@@ -301,6 +306,8 @@ struct TorrentBody {
     download_pct: u16,
     #[serde(default = "hundred")]
     upload_pct: u16,
+    #[serde(default)]
+    poster_id: u32,
 }
 
 #[derive(Deserialize)]
@@ -388,6 +395,7 @@ pub fn decode(method: &str, path: &str, body_bytes: &[u8]) -> Result<Call, ApiEr
                 info_hash: b.info_hash,
                 download_pct: b.download_pct,
                 upload_pct: b.upload_pct,
+                poster_id: b.poster_id,
             })
         }
         ("DELETE", ["torrents", id]) => one(Push::RemoveTorrent {
@@ -516,6 +524,19 @@ mod tests {
                     info_hash: hash.into(),
                     download_pct: 0,
                     upload_pct: 100,
+                    poster_id: 0,
+                }]),
+            ),
+            (
+                "PUT",
+                "/admin/tracker/torrents/7",
+                &format!(r#"{{"info_hash":"{hash}","poster_id":42}}"#),
+                Call::Push(vec![Push::Torrent {
+                    id: 7,
+                    info_hash: hash.into(),
+                    download_pct: 100,
+                    upload_pct: 100,
+                    poster_id: 42,
                 }]),
             ),
             (
@@ -624,6 +645,13 @@ mod tests {
                 r#"{"info_hash":"0123456789abcdef0123456789abcdef0123456g"}"#,
                 400,
                 "info_hash",
+            ),
+            (
+                "PUT",
+                "/admin/tracker/torrents/5",
+                r#"{"info_hash":"0123456789abcdef0123456789abcdef01234567","poster_id":-1}"#,
+                400,
+                "invalid value",
             ),
             (
                 "PUT",

@@ -54,7 +54,9 @@ impl Source {
             PrivateSchema::Xbt | PrivateSchema::XbtFiles => {
                 (or("torrents.flags", "0"), "#0".into())
             }
-            PrivateSchema::Torrentpier => (or("torrents.tor_type", "0"), "#0".into()),
+            PrivateSchema::Torrentpier => {
+                (or("torrents.tor_type", "0"), or("torrents.poster_id", "0"))
+            }
         };
         Source {
             schema: c.schema,
@@ -154,10 +156,15 @@ impl Source {
                 _ => (100, 100),
             },
         };
+        let poster = match self.schema {
+            PrivateSchema::Torrentpier => u32::try_from(r[3].int()).unwrap_or(0),
+            _ => 0,
+        };
         let t = Torrent {
             id,
             download_pct,
             upload_pct,
+            poster,
         };
         Some(Some((hash, t)))
     }
@@ -343,7 +350,7 @@ mod tests {
         );
         assert_eq!(
             t,
-            r#"SELECT "topic_id", "info_hash", "tor_type", 0 FROM "bb_bt_torrents""#
+            r#"SELECT "topic_id", "info_hash", "tor_type", "poster_id" FROM "bb_bt_torrents""#
         );
         let s = Source::new(&PrivateConfig::default());
         let sql = Source::select(

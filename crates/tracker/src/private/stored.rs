@@ -81,7 +81,7 @@ pub struct AccountChange {
     pub remaining: u64,
     /// Downloads this announce completed (0 or 1).
     pub completed: u64,
-    /// Bit 0: seeding; bit 1: stopped.
+    /// Bit 0: seeding; bit 1: stopped; bit 2: the torrent's uploader.
     pub flags: u8,
     /// Unix seconds.
     pub at: u32,
@@ -94,6 +94,8 @@ impl AccountChange {
     pub const SEEDING: u8 = 1;
     /// Stopped.
     pub const STOPPED: u8 = 2;
+    /// The torrent's uploader (TorrentPier's `releaser`).
+    pub const RELEASER: u8 = 4;
 
     /// Decodes the change at the start of `b` and its length; `None` when it is not one.
     pub fn decode(b: &[u8]) -> Option<(AccountChange, usize)> {
@@ -540,6 +542,7 @@ impl AccountQueue {
                 ipv6,
                 port,
                 seeder.clone(),
+                Value::Int(i64::from(r.flags & AccountChange::RELEASER != 0)),
                 up,
                 down,
                 int(r.remaining),
@@ -715,6 +718,7 @@ fn site_service(c: &PrivateConfig) -> &'static Service {
                     col("ipv6", Type::Text, r),
                     col("port", Type::Int, r),
                     col("seeder", Type::Int, r),
+                    col("releaser", Type::Int, r),
                     col("uploaded", Type::Int, r),
                     col("downloaded", Type::Int, r),
                     col("remain", Type::Int, r),
@@ -1031,6 +1035,8 @@ mod tests {
                 uploaded: 1100,
                 ..c
             }),
+            // User 1 uploaded torrent 10: the tracker marks their clients on it.
+            flags: AccountChange::SEEDING | AccountChange::RELEASER,
             ..change(1, 10, 10, 60)
         })
         .unwrap();
@@ -1075,19 +1081,20 @@ mod tests {
         assert_eq!(first[5], Value::Null, "no IPv6");
         assert_eq!(
             first[6..],
-            [51413i64, 1, 1100, 7, 60, 3, 4, 110, 55, 60, 1].map(Value::Int),
-            "port, seeder, uploaded, downloaded, remain, speeds, up_add, down_add, \
+            [51413i64, 1, 1, 1100, 7, 60, 3, 4, 110, 55, 60, 1].map(Value::Int),
+            "port, seeder, releaser, uploaded, downloaded, remain, speeds, up_add, down_add, \
              update_time, complete"
         );
         let stopped = by_hash(10, 1, &[b'x'; 20]);
         assert_eq!(stopped[5].text(), "2001:db8::7");
         assert_eq!(
-            stopped[15],
+            stopped[16],
             Value::Int(0),
             "update_time 0: the cron deletes it"
         );
         let orphan = by_hash(10, 2, &[0; 20]);
-        assert_eq!(orphan[13..16], [40i64, 20, 0].map(Value::Int));
+        assert_eq!(orphan[14..17], [40i64, 20, 0].map(Value::Int));
+        assert_eq!(orphan[8], Value::Int(0), "not the releaser");
     }
 
     #[test]
