@@ -203,12 +203,7 @@ impl Ledger {
 
     /// The keyed hash a peer id is kept as (its low 32 bits in memory, [`Slot::peer`]).
     fn peer_hash(&self, peer_id: &Id20) -> u64 {
-        let [k0, k1] = *self.key.get_or_init(|| {
-            let mut b = [0u8; 16];
-            getrandom::fill(&mut b).expect("the OS's random numbers");
-            let half = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-            [half(0), half(8)]
-        });
+        let [k0, k1] = *self.key.get_or_init(super::random_key);
         let mut h = siphasher::sip::SipHasher13::new_with_keys(k0, k1);
         h.write(peer_id);
         h.finish()

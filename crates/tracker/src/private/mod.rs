@@ -32,6 +32,14 @@ use slots::LeechSlots;
 pub use source::Source;
 use stored::{AccountChange, Client};
 
+/// A random 128-bit SipHash key, from the OS.
+fn random_key() -> [u64; 2] {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the OS's random numbers");
+    let half = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    [half(0), half(8)]
+}
+
 /// A registered user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct User {
