@@ -26,6 +26,18 @@ use crate::table::{Counts, PeerAnnounce, Selection};
 use crate::{Shared, ANNOUNCE, CONNECT, SCRAPE};
 use hotpath_wire::passkey::{self, Route};
 
+/// What an announce of either codec (HTTP or BEP 15) gives a private tracker to check and
+/// account.
+struct Reported<'a> {
+    info_hash: &'a Id20,
+    peer_id: &'a Id20,
+    port: u16,
+    uploaded: u64,
+    downloaded: u64,
+    left: u64,
+    event: Event,
+}
+
 /// Bodies at least this large are gzip-coded when the client accepts it.
 const GZIP_MIN: usize = 1024;
 
@@ -197,18 +209,43 @@ impl TrackerWorker {
     /// what it records (else the announce is refused, so nothing counted goes unrecorded).
     /// With the change comes, for an announce sooner than the minimum interval, how many
     /// seconds it came too soon (it then gets no peers).
+    /// Checks and accounts a private announce `r` (from either codec) of `passkey`, made
+    /// from `ip` at process second `now`.
     fn private_announce(
         &mut self,
         p: &Private,
-        ask: Ask<'_>,
-        a: Accounted<'_>,
+        passkey: Result<&[u8], &'static str>,
+        r: &Reported<'_>,
+        ip: IpAddr,
+        now: u32,
     ) -> Result<(AccountChange, Option<u32>), &'static str> {
-        let (user, torrent): (User, Torrent) = p.check(ask)?;
+        let at = self.unix(now);
+        let stopped = r.event == Event::Stopped;
+        let (user, torrent): (User, Torrent) = p.check(Ask {
+            passkey,
+            info_hash: r.info_hash,
+            peer_id: r.peer_id,
+            port: r.port,
+            leeching: r.left > 0 && !stopped,
+            at,
+        })?;
         if let Some(j) = &self.journal {
             if !j.has_room(ACCOUNT_MAX_LEN + TORRENT_LEN) {
                 return Err(j.refuse());
             }
         }
+        let a = Accounted {
+            peer_id: r.peer_id,
+            ip,
+            port: r.port,
+            uploaded: r.uploaded,
+            downloaded: r.downloaded,
+            left: r.left,
+            stopped,
+            regular: r.event == Event::None,
+            now,
+            at,
+        };
         p.account(user, torrent, &a, self.intervals().1)
     }
 
@@ -249,30 +286,16 @@ impl TrackerWorker {
         let (account, too_soon) = match self.shared.private.clone() {
             None => (None, None),
             Some(p) => {
-                let at = self.unix(ctx.now);
-                let (change, too_soon) = self.private_announce(
-                    &p,
-                    Ask {
-                        passkey: key,
-                        info_hash: &a.info_hash,
-                        peer_id: &a.peer_id,
-                        port: a.port,
-                        leeching: a.left > 0 && a.event != Event::Stopped,
-                        at,
-                    },
-                    Accounted {
-                        peer_id: &a.peer_id,
-                        ip,
-                        port: a.port,
-                        uploaded: a.uploaded,
-                        downloaded: a.downloaded,
-                        left: a.left,
-                        stopped: a.event == Event::Stopped,
-                        regular: a.event == Event::None,
-                        now: ctx.now,
-                        at,
-                    },
-                )?;
+                let reported = Reported {
+                    info_hash: &a.info_hash,
+                    peer_id: &a.peer_id,
+                    port: a.port,
+                    uploaded: a.uploaded,
+                    downloaded: a.downloaded,
+                    left: a.left,
+                    event: a.event,
+                };
+                let (change, too_soon) = self.private_announce(&p, key, &reported, ip, ctx.now)?;
                 (Some(change), too_soon)
             }
         };
@@ -439,30 +462,17 @@ impl TrackerWorker {
         if let Some(p) = self.shared.private.clone() {
             r.options.url_data(&mut self.url_data);
             let url_data = std::mem::take(&mut self.url_data);
-            let at = self.unix(ctx.now);
-            let checked = self.private_announce(
-                &p,
-                Ask {
-                    passkey: passkey::from_url_data(&url_data, &p.passkey_param),
-                    info_hash: &r.info_hash,
-                    peer_id: &r.peer_id,
-                    port: r.port,
-                    leeching: r.left > 0 && r.event != Event::Stopped,
-                    at,
-                },
-                Accounted {
-                    peer_id: &r.peer_id,
-                    ip,
-                    port: r.port,
-                    uploaded: r.uploaded,
-                    downloaded: r.downloaded,
-                    left: r.left,
-                    stopped: r.event == Event::Stopped,
-                    regular: r.event == Event::None,
-                    now: ctx.now,
-                    at,
-                },
-            );
+            let reported = Reported {
+                info_hash: &r.info_hash,
+                peer_id: &r.peer_id,
+                port: r.port,
+                uploaded: r.uploaded,
+                downloaded: r.downloaded,
+                left: r.left,
+                event: r.event,
+            };
+            let passkey = passkey::from_url_data(&url_data, &p.passkey_param);
+            let checked = self.private_announce(&p, passkey, &reported, ip, ctx.now);
             self.url_data = url_data;
             match checked {
                 Ok((change, soon)) => {
