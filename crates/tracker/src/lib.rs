@@ -11,6 +11,7 @@
 
 pub mod access;
 pub mod connid;
+mod dense;
 mod error;
 pub mod handler;
 pub mod persist;

@@ -24,15 +24,18 @@ use std::hash::Hasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use hashbrown::{HashMap, HashTable};
+use hashbrown::HashMap;
 use parking_lot::Mutex;
 
 use hotpath_wire::query::Id20;
 
+use crate::dense::Dense;
+
 /// Shards of the ledger (a power of two).
 pub const SHARDS: usize = 64;
 
-/// What a peer last reported, and where it is: 28 bytes.
+/// What a peer last reported, and where it is: 28 bytes, stored densely (with the 4-byte
+/// position its shard's hash table keeps, ~36 bytes per peer at 10M).
 ///
 /// A user's peers on one torrent share a hash (of the torrent and user ids), so finding them
 /// all, to count them against the user's cap, is one probe sequence: no second map of counts
@@ -106,7 +109,7 @@ fn stamp(now: u32, leeching: bool) -> u32 {
     (now & AGE) | if leeching { LEECHING } else { 0 }
 }
 
-type Shard = HashTable<Slot>;
+type Shard = Dense<Slot>;
 
 /// What one announce adds, raw (before a torrent's factors).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -316,9 +319,7 @@ impl Ledger {
         };
         match (last.is_some(), r.stopped) {
             (true, true) => {
-                if let Ok(e) = shard.find_entry(h, is) {
-                    e.remove();
-                }
+                shard.remove(h, is, |s| self.pair_hash(s.torrent, s.user));
                 self.len.fetch_sub(1, Ordering::Relaxed);
             }
             (true, false) => {
@@ -345,13 +346,16 @@ impl Ledger {
         let before = shard.len();
         // Users and torrents of the downloading peers forgotten.
         let mut stopped = Vec::new();
-        shard.retain(|s| {
-            let keep = s.age(now) <= timeout;
-            if !keep && s.leeching() {
-                stopped.push((s.torrent, s.user));
-            }
-            keep
-        });
+        shard.retain(
+            |s| {
+                let keep = s.age(now) <= timeout;
+                if !keep && s.leeching() {
+                    stopped.push((s.torrent, s.user));
+                }
+                keep
+            },
+            |s| self.pair_hash(s.torrent, s.user),
+        );
         stopped.sort_unstable();
         stopped.dedup();
         // A slot is free where none of the user's peers on the torrent still downloads.
