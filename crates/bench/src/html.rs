@@ -50,6 +50,24 @@ struct Series<'a> {
     points: Vec<(f64, f64)>,
 }
 
+/// How a chart's y axis maps values.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scale {
+    /// From 0, in even steps.
+    Linear,
+    /// By powers of ten, so a p50 of 50 us and a max of 40 ms both read (latencies).
+    Log,
+}
+
+/// The decades a log axis spans for positive values `lo..=hi`: (first, last) powers of ten.
+fn decades(lo: f64, hi: f64) -> (i32, i32) {
+    let lo = if lo > 0.0 && lo.is_finite() { lo } else { 1.0 };
+    let hi = if hi > lo && hi.is_finite() { hi } else { lo };
+    let first = lo.log10().floor() as i32;
+    let last = (hi.log10().ceil() as i32).max(first + 1);
+    (first, last)
+}
+
 /// An SVG line chart; `xticks` are (value, label) pairs.
 fn chart(
     title: &str,
@@ -57,24 +75,44 @@ fn chart(
     y_fmt: &dyn Fn(f64) -> String,
     xticks: &[(f64, String)],
     x_max: f64,
+    scale: Scale,
     series: &[Series<'_>],
 ) -> String {
-    let y_max_raw = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1))
-        .fold(0.0, f64::max);
+    let values = || series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+    let y_max_raw = values().fold(0.0, f64::max);
+    let y_min_pos = values().filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min);
     let (y_max, y_step) = nice(y_max_raw * 1.05);
+    let (d0, d1) = decades(y_min_pos, y_max_raw);
     let x_max = if x_max > 0.0 { x_max } else { 1.0 };
     let px = |x: f64| LEFT + (W - LEFT - RIGHT) * (x / x_max);
-    let py = |y: f64| TOP + (H - TOP - BOTTOM) * (1.0 - y / y_max);
+    let span = H - TOP - BOTTOM;
+    let py = |y: f64| match scale {
+        Scale::Linear => TOP + span * (1.0 - y / y_max),
+        Scale::Log => {
+            // Values at or below the lowest decade sit on the axis.
+            let l = y.max(10f64.powi(d0)).log10();
+            TOP + span * (1.0 - (l - f64::from(d0)) / f64::from(d1 - d0))
+        }
+    };
     let mut s = String::new();
     let _ = write!(
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{t}"><text x="{LEFT}" y="18" class="title">{t}</text>"#,
         t = escape(title)
     );
-    let mut y = 0.0;
-    while y <= y_max + y_step / 2.0 {
+    let yticks: Vec<f64> = match scale {
+        Scale::Linear => {
+            let mut v = Vec::new();
+            let mut y = 0.0;
+            while y <= y_max + y_step / 2.0 {
+                v.push(y);
+                y += y_step;
+            }
+            v
+        }
+        Scale::Log => (d0..=d1).map(|d| 10f64.powi(d)).collect(),
+    };
+    for y in yticks {
         let _ = write!(
             s,
             r#"<line x1="{LEFT}" x2="{x2}" y1="{yy:.1}" y2="{yy:.1}" class="grid"/><text x="{tx}" y="{ty:.1}" class="ytick">{label}</text>"#,
@@ -84,7 +122,6 @@ fn chart(
             ty = py(y) + 4.0,
             label = escape(&y_fmt(y))
         );
-        y += y_step;
     }
     for (x, label) in xticks {
         let _ = write!(
@@ -178,17 +215,28 @@ fn headline(p: &mut String, r: &Report) {
         p,
         "<div class=\"cards\"><div><b>{}</b><span>answered/s</span></div><div><b>{}</b><span>p50</span></div><div><b>{}</b><span>p99</span></div><div><b>{}</b><span>p99.9</span></div><div><b>{}</b><span>max</span></div><div><b>{}</b><span>errors</span></div><div><b>{}</b><span>sent per load CPU-s</span></div></div>",
         group(r.rate as u64),
-        fmt_micros(r.latency_us.get("p50")),
-        fmt_micros(r.latency_us.get("p99")),
-        fmt_micros(r.latency_us.get("p99.9")),
-        fmt_micros(r.latency_us.get("max")),
+        lat(r, "p50"),
+        lat(r, "p99"),
+        lat(r, "p99.9"),
+        lat(r, "max"),
         group(r.requests.errors),
         group(r.cpu.sent_per_cpu_sec as u64),
     );
 }
 
+/// A latency quantile for a card, or a dash when nothing was answered.
+fn lat(r: &Report, q: &str) -> String {
+    r.latency_us
+        .as_ref()
+        .map_or_else(|| "-".into(), |l| fmt_micros(l.get(q)))
+}
+
 /// Latency by percentile, on an axis that stretches the tail.
 fn latency_chart(p: &mut String, r: &Report) {
+    let (Some(_), Some(service)) = (&r.latency_us, &r.service_time_us) else {
+        p.push_str("<h2>Latency by percentile</h2><p class=\"missed\">No request was answered without error: there is no latency to show.</p>");
+        return;
+    };
     let ticks: Vec<(f64, String)> = ["0%", "90%", "99%", "99.9%", "99.99%", "99.999%"]
         .iter()
         .enumerate()
@@ -214,17 +262,18 @@ fn latency_chart(p: &mut String, r: &Report) {
             color: "#d29922",
             points: QUANTILES
                 .iter()
-                .map(|(n, q)| (tail_x(q * 100.0), r.service_time_us.get(n)))
+                .map(|(n, q)| (tail_x(q * 100.0), service.get(n)))
                 .collect(),
         });
     }
-    p.push_str("<h2>Latency by percentile</h2>");
+    p.push_str("<h2>Latency by percentile</h2><p class=\"sub\">log scale: each line up is ten times slower</p>");
     p.push_str(&chart(
         "latency by percentile",
         "latency",
         &fmt_micros,
         &ticks,
         5.0,
+        Scale::Log,
         &series,
     ));
 }
@@ -250,6 +299,7 @@ fn timeline_charts(p: &mut String, r: &Report) {
         &|v| group(v as u64),
         &xt,
         secs,
+        Scale::Linear,
         &[
             Series {
                 name: "ok/s",
@@ -270,6 +320,7 @@ fn timeline_charts(p: &mut String, r: &Report) {
         &fmt_micros,
         &xt,
         secs,
+        Scale::Log,
         &[
             Series {
                 name: "p50",
@@ -297,11 +348,19 @@ fn figures(p: &mut String, r: &Report) {
         let _ = write!(p, "<th>{q}</th>");
     }
     p.push_str("</tr>");
-    let mut rows = vec![("latency", &r.latency_us)];
+    let mut rows = vec![("latency", r.latency_us.as_ref())];
     if r.model == "open" {
-        rows.push(("service time", &r.service_time_us));
+        rows.push(("service time", r.service_time_us.as_ref()));
     }
     for (name, l) in rows {
+        let Some(l) = l else {
+            let _ = write!(
+                p,
+                "<tr><td>{name}</td><td colspan=\"{}\">none: no request was answered without error</td></tr>",
+                QUANTILES.len() + 1
+            );
+            continue;
+        };
         let _ = write!(p, "<tr><td>{name}</td><td>{}</td>", fmt_micros(l.mean));
         for (q, _) in QUANTILES {
             let _ = write!(p, "<td>{}</td>", fmt_micros(l.get(q)));
@@ -316,7 +375,7 @@ fn figures(p: &mut String, r: &Report) {
         ("errors", c.errors),
         ("sent late", c.late),
         ("never sent", c.unsent),
-        ("connections opened", c.connects),
+        ("connections opened (warm-up included)", c.connects),
         (
             "sent again after the server closed a kept-alive connection",
             c.reconnects,
@@ -383,5 +442,8 @@ mod tests {
         assert_eq!(escape("<a&\"b\">"), "&lt;a&amp;&quot;b&quot;&gt;");
         assert!((tail_x(99.0) - 2.0).abs() < 1e-9);
         assert!((tail_x(100.0) - 5.0).abs() < 1e-9);
+        assert_eq!(decades(48.0, 41_000.0), (1, 5));
+        assert_eq!(decades(0.0, 0.0), (0, 1));
+        assert_eq!(decades(100.0, 100.0), (2, 3));
     }
 }

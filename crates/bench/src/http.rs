@@ -319,7 +319,7 @@ impl Engine<'_> {
                 c.served = 0;
                 c.writable = true;
                 c.phase = Phase::Connecting;
-                self.rec.connected(now);
+                self.rec.connected();
             }
             Err(e) => self.connect_failed(i, &e, now),
         }

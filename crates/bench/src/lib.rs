@@ -163,6 +163,9 @@ pub enum Exit {
     Met,
     /// An objective was missed.
     Missed,
+    /// The run measured nothing worth reading: no request answered without error, or more
+    /// errors than `--max-errors` allows (the reason is printed).
+    Failed,
 }
 
 /// The whole command: resolve, run, print, write the HTML file; says whether objectives held.
@@ -179,6 +182,11 @@ pub fn command(args: &Args) -> Result<Exit, BenchError> {
             context: format!("cannot write {}", path.display()),
             source: e,
         })?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(why) = &report.failed {
+        eprintln!("hotpath bench: the run failed: {why}");
+        return Ok(Exit::Failed);
     }
     Ok(if report.slo_met {
         Exit::Met

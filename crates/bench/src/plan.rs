@@ -74,6 +74,10 @@ pub struct Args {
     /// Objectives, e.g. p99=2ms,errors=0,rate>=100000; a missed one exits with status 2.
     #[arg(long)]
     pub slo: Option<String>,
+    /// The run fails (exit status 3) when more than this percent of outcomes are errors; a
+    /// run in which no request was answered without error always fails [default: 1].
+    #[arg(long, value_name = "PERCENT")]
+    pub max_errors: Option<f64>,
     /// Print the report as JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -185,6 +189,8 @@ pub struct Scenario {
     pub keepalive: Option<bool>,
     /// Objectives.
     pub slo: Option<String>,
+    /// Percent of outcomes that may be errors before the run fails (`--max-errors`).
+    pub max_errors: Option<f64>,
     /// Random seed.
     pub seed: Option<u64>,
     /// Template variables.
@@ -269,6 +275,8 @@ pub struct Plan {
     pub timeout: Duration,
     /// Objectives.
     pub slos: Vec<Slo>,
+    /// Percent of outcomes that may be errors before the run fails.
+    pub max_error_pct: f64,
     /// Random seed.
     pub seed: u64,
     /// Scenario name, when one was used.
@@ -526,6 +534,12 @@ impl Plan {
             Some(s) => slo::parse(s)?,
             None => Vec::new(),
         };
+        let max_error_pct = args.max_errors.or(file.max_errors).unwrap_or(1.0);
+        if !(0.0..=100.0).contains(&max_error_pct) {
+            return Err(format!(
+                "--max-errors: {max_error_pct} is not a percent between 0 and 100"
+            ));
+        }
         let target = match scheme {
             "http" => http_target(args, &file, &url, authority, path, seed)?,
             "udp" => udp_target(args, &file, &url, authority)?,
@@ -541,6 +555,7 @@ impl Plan {
             rate,
             timeout,
             slos,
+            max_error_pct,
             seed,
             scenario: file.name,
         })

@@ -73,7 +73,7 @@ pub struct Counts {
     pub late: u64,
     /// Due but never sent (open model).
     pub unsent: u64,
-    /// Connections opened (HTTP).
+    /// Connections opened (HTTP), warm-up included.
     pub connects: u64,
     /// Requests sent again on a new connection because the server had closed the kept-alive
     /// one (HTTP).
@@ -137,10 +137,11 @@ pub struct Report {
     pub requests: Counts,
     /// Answered requests per second.
     pub rate: f64,
-    /// Latency from the intended send time (coordinated-omission corrected), us.
-    pub latency_us: Latency,
+    /// Latency from the intended send time (coordinated-omission corrected), us; `null` when
+    /// no request was answered without error (there is no latency to report).
+    pub latency_us: Option<Latency>,
     /// Latency from the actual send time, us (equal to `latency_us` in the closed loop).
-    pub service_time_us: Latency,
+    pub service_time_us: Option<Latency>,
     /// The latency distribution: (percentile, us) points for plotting.
     pub percentiles: Vec<(f64, f64)>,
     /// Errors by class.
@@ -153,6 +154,9 @@ pub struct Report {
     pub slo: Vec<Outcome>,
     /// Whether every objective was met.
     pub slo_met: bool,
+    /// Why the run failed, when it did: no request answered without error, or more errors
+    /// than `--max-errors` allows (`hotpath bench` then exits with status 3).
+    pub failed: Option<String>,
 }
 
 /// What a report is built from besides the merged record.
@@ -197,9 +201,19 @@ impl Report {
         for q in slo::quantiles(&plan.slos) {
             quantile.push((q, rec.latency.value_at_quantile(q) as f64));
         }
+        if rec.ok == 0 {
+            // No latency was measured: a latency objective cannot be met by an empty record.
+            for q in &mut quantile {
+                q.1 = f64::NAN;
+            }
+        }
         let figures = Figures {
             quantile,
-            mean: rec.latency.mean(),
+            mean: if rec.ok == 0 {
+                f64::NAN
+            } else {
+                rec.latency.mean()
+            },
             errors,
             sent: rec.sent,
             late: rec.late,
@@ -257,14 +271,15 @@ impl Report {
                 reconnects: rec.reconnects,
             },
             rate: rate.round(),
-            latency_us: Latency::of(&rec.latency),
-            service_time_us: Latency::of(&rec.service),
+            latency_us: (rec.ok > 0).then(|| Latency::of(&rec.latency)),
+            service_time_us: (rec.ok > 0).then(|| Latency::of(&rec.service)),
             percentiles: curve(&rec.latency),
             errors: rec.errors.clone(),
             timeline,
             cpu,
             slo_met: slo.iter().all(|o| o.met),
             slo,
+            failed: failure(rec.ok, errors, plan.max_error_pct),
         }
     }
 
@@ -328,13 +343,20 @@ impl Report {
             }
             s
         };
-        let _ = writeln!(t, "{}", line("latency", &self.latency_us));
-        if self.model == "open" {
-            let _ = writeln!(t, "{}", line("service", &self.service_time_us));
-            let _ = writeln!(t, "            (latency counts from each request's intended send time; service time from the actual send)");
+        match (&self.latency_us, &self.service_time_us) {
+            (Some(latency), Some(service)) => {
+                let _ = writeln!(t, "{}", line("latency", latency));
+                if self.model == "open" {
+                    let _ = writeln!(t, "{}", line("service", service));
+                    let _ = writeln!(t, "            (latency counts from each request's intended send time; service time from the actual send)");
+                }
+            }
+            _ => {
+                let _ = writeln!(t, "  latency   none: no request was answered without error");
+            }
         }
         if r.connects > 0 {
-            let _ = writeln!(t, "  connects  {}", group(r.connects));
+            let _ = writeln!(t, "  connects  {} (warm-up included)", group(r.connects));
         }
         if r.reconnects > 0 {
             let _ = writeln!(
@@ -356,6 +378,9 @@ impl Report {
             self.cpu.system_secs,
             group(self.cpu.sent_per_cpu_sec as u64)
         );
+        if let Some(why) = &self.failed {
+            let _ = writeln!(t, "  FAILED    {why}");
+        }
         for o in &self.slo {
             let actual = slo_actual(o);
             let _ = writeln!(
@@ -370,8 +395,30 @@ impl Report {
     }
 }
 
+/// Why a run with `ok` answers and `errors` errors failed, if it did: nothing answered
+/// without error, or errors over `max_pct` percent of all outcomes.
+pub fn failure(ok: u64, errors: u64, max_pct: f64) -> Option<String> {
+    if ok == 0 {
+        return Some(format!(
+            "no request was answered without error ({} errors): the run measured nothing",
+            group(errors)
+        ));
+    }
+    let pct = errors as f64 * 100.0 / (ok + errors) as f64;
+    (pct > max_pct).then(|| {
+        format!(
+            "{pct:.2}% of outcomes were errors ({} of {}), over --max-errors {max_pct}%",
+            group(errors),
+            group(ok + errors)
+        )
+    })
+}
+
 /// An objective's measured value, in its metric's unit.
 pub fn slo_actual(o: &Outcome) -> String {
+    if o.actual.is_nan() {
+        return "none".into();
+    }
     match o.slo.metric {
         slo::Metric::Quantile(_) | slo::Metric::Mean => fmt_nanos(o.actual as u64),
         slo::Metric::ErrorPercent => format!("{:.3}%", o.actual),
@@ -395,6 +442,21 @@ pub fn group(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_fails_when_nothing_was_answered_or_errors_pass_the_limit() {
+        assert!(failure(0, 0, 1.0)
+            .unwrap()
+            .contains("no request was answered"));
+        assert!(failure(0, 5, 100.0).unwrap().contains("(5 errors)"));
+        assert_eq!(failure(99, 1, 1.0), None, "1 % is allowed at 1 %");
+        let why = failure(98, 2, 1.0).unwrap();
+        assert!(
+            why.contains("2.00% of outcomes were errors (2 of 100)"),
+            "{why}"
+        );
+        assert_eq!(failure(1, 1_000_000, 100.0), None);
+    }
 
     #[test]
     fn grouping() {

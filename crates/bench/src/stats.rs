@@ -61,7 +61,7 @@ pub struct Recorder {
     pub late: u64,
     /// Requests whose intended time came before the end but that were never sent.
     pub unsent: u64,
-    /// Connections opened (HTTP) in the measured period.
+    /// Connections opened (HTTP), from the first (warm-up included).
     pub connects: u64,
     /// Kept-alive connections the server closed while a request was being sent on them; the
     /// request went again on a new connection.
@@ -144,11 +144,10 @@ impl Recorder {
         }
     }
 
-    /// Counts a connection opened at `now`.
-    pub fn connected(&mut self, now: u64) {
-        if self.measured(now) {
-            self.connects += 1;
-        }
+    /// Counts a connection opened (warm-up included: the connections a kept-alive load
+    /// opens at its start are connections it opened).
+    pub fn connected(&mut self) {
+        self.connects += 1;
     }
 
     /// Counts a request sent again because the server closed its kept-alive connection.

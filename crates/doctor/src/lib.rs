@@ -401,12 +401,16 @@ pub fn worst(findings: &[Finding]) -> Status {
 /// The findings for a terminal.
 pub fn to_text(findings: &[Finding]) -> String {
     let count = |st| findings.iter().filter(|f| f.status == st).count();
+    let n = |st, one: &str, many: &str| {
+        let k = count(st);
+        format!("{k} {}", if k == 1 { one } else { many })
+    };
     let mut t = format!(
-        "hotpath doctor: {} ok, {} notes, {} warnings, {} failures\n",
+        "hotpath doctor: {} ok, {}, {}, {}\n",
         count(Status::Ok),
-        count(Status::Note),
-        count(Status::Warn),
-        count(Status::Fail)
+        n(Status::Note, "note", "notes"),
+        n(Status::Warn, "warning", "warnings"),
+        n(Status::Fail, "failure", "failures")
     );
     let mut sorted: Vec<&Finding> = findings.iter().collect();
     sorted.sort_by_key(|f| std::cmp::Reverse(f.status));
@@ -432,6 +436,22 @@ pub fn to_json(findings: &[Finding]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_summary_says_one_warning_and_two_notes() {
+        let f = |status| Finding {
+            setting: "s".into(),
+            value: "v".into(),
+            status,
+            why: "w".into(),
+            fix: None,
+        };
+        let text = to_text(&[f(Status::Warn), f(Status::Note), f(Status::Note)]);
+        assert!(
+            text.starts_with("hotpath doctor: 0 ok, 2 notes, 1 warning, 0 failures\n"),
+            "{text}"
+        );
+    }
 
     struct Tree(PathBuf);
 

@@ -84,6 +84,9 @@ pub enum DbAction {
 
 /// Exit status of `hotpath bench` when an objective was missed.
 pub const EXIT_SLO_MISSED: u8 = 2;
+/// Exit status of `hotpath bench` when the run failed: no request answered without error, or
+/// errors past `--max-errors`.
+pub const EXIT_BENCH_FAILED: u8 = 3;
 /// Exit status of `hotpath doctor` when a host limit breaks the configuration.
 pub const EXIT_DOCTOR_FAIL: u8 = 1;
 
@@ -125,6 +128,7 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
         Command::Bench(args) => match hotpath_bench::command(&args)? {
             hotpath_bench::Exit::Met => Ok(0),
             hotpath_bench::Exit::Missed => Ok(EXIT_SLO_MISSED),
+            hotpath_bench::Exit::Failed => Ok(EXIT_BENCH_FAILED),
         },
         Command::Db { config, action } => db(&load_config(config.as_ref())?, action),
         Command::Doctor { config, json } => {
@@ -267,9 +271,10 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
             for s in &status {
                 match s.applied_at {
                     Some(at) => println!(
-                        "  {:>8}  {:<32} applied at unix {at}",
+                        "  {:>8}  {:<32} applied {}",
                         migration_label(s),
-                        s.name
+                        s.name,
+                        utc(at)
                     ),
                     None => {
                         pending += 1;
@@ -314,6 +319,27 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
             Ok(u8::from(pending > 0))
         }
     }
+}
+
+/// Unix second `t` as a UTC date and time, `2026-11-25 03:04:05 UTC` (proleptic Gregorian;
+/// days to a civil date by the usual era arithmetic).
+fn utc(t: i64) -> String {
+    let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 /// A migration as `db status` and `db migrate` name it: the store's by number, a service's
@@ -373,6 +399,15 @@ fn refused(
 mod tests {
     use super::*;
     use clap::CommandFactory as _;
+
+    #[test]
+    fn unix_seconds_read_as_utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_795_485_296), "2026-11-24 01:54:56 UTC");
+        assert_eq!(utc(-1), "1969-12-31 23:59:59 UTC");
+        assert_eq!(utc(4_102_444_799), "2099-12-31 23:59:59 UTC");
+    }
 
     #[test]
     fn the_command_line_is_well_formed_and_parses_what_the_readme_shows() {

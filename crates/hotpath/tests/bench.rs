@@ -92,8 +92,8 @@ fn http_keepalive_announces_with_templates() {
     assert_eq!(v["model"], "closed");
     assert_eq!(v["keepalive"], true);
     assert_eq!(v["requests"]["errors"], 0, "{v}");
-    // Four connections, kept: no connects in the measured period.
-    assert_eq!(v["requests"]["connects"], 0);
+    // Four connections, kept: four connects, all in the warm-up, and counted.
+    assert_eq!(v["requests"]["connects"], 4);
     assert_eq!(v["slo_met"], true);
     // The announces reached the swarm table: the hot torrents have peers.
     let stats = common::Client::connect(server.admin_addr().unwrap()).get("/stats");
@@ -136,22 +136,95 @@ fn tracker_failures_and_missed_objectives() {
     // No info_hash: every answer is a bencoded failure reason, counted by class.
     let url = format!("http://{}/announce?port=1", server.http_addr().unwrap());
     let (out, v) = bench(&url, &["-c", "2", "--slo", "errors=0,p99<=1s"]);
-    assert_eq!(out.status.code(), Some(2), "a missed objective exits 2");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "a run with nothing answered fails (3), whatever its objectives"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no request was answered"), "{stderr}");
+    assert!(v["failed"]
+        .as_str()
+        .unwrap()
+        .contains("no request was answered"));
     assert_eq!(v["slo_met"], false);
     assert_eq!(v["slo"][0]["met"], false);
-    assert_eq!(v["slo"][1]["met"], true);
+    assert_eq!(
+        v["slo"][1]["met"], false,
+        "no latency was measured, so no latency objective is met: {v}"
+    );
+    assert!(v["latency_us"].is_null(), "no latency figures: {v}");
     let classes = v["errors"].as_object().unwrap();
     assert_eq!(classes.len(), 1, "{v}");
     let (class, n) = classes.iter().next().unwrap();
     assert!(class.starts_with("failure reason: "), "{class}");
     assert!(n.as_u64().unwrap() > 100);
     assert_eq!(v["requests"]["ok"], 0);
+    // The same in text: no latency line of zeros, and why it failed.
+    let out = hotpath(&[
+        "bench",
+        &url,
+        "-c",
+        "1",
+        "--duration",
+        "500ms",
+        "--warmup",
+        "0s",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("latency   none: no request was answered without error")
+            && text.contains("FAILED")
+            && !text.contains("mean 0"),
+        "{text}"
+    );
     // 404s are counted by status class.
     let (_, v) = bench(
         &format!("http://{}/nothing-here", server.http_addr().unwrap()),
         &["-c", "1"],
     );
     assert!(v["errors"]["http 4xx"].as_u64().unwrap() > 100, "{v}");
+    // A run with some errors passes under --max-errors and fails over it: a mix of one good
+    // request kind and one that gets 404 (about half of each).
+    let dir = std::env::temp_dir().join(format!("hotpath-bench-mix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let scenario = dir.join("mix.toml");
+    std::fs::write(
+        &scenario,
+        format!(
+            "url = \"http://{}/healthz\"\n[[request]]\npath = \"/healthz\"\n[[request]]\npath = \"/nothing-here\"\n",
+            server.http_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    let sc = scenario.to_str().unwrap();
+    let mut args = vec!["bench", "--scenario", sc, "--json", "-c", "2"];
+    args.extend_from_slice(&SHORT);
+    let out = hotpath(&args);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "half errors, over the 1 % default"
+    );
+    let v = json(&out);
+    assert!(
+        v["failed"]
+            .as_str()
+            .unwrap()
+            .contains("over --max-errors 1%"),
+        "{v}"
+    );
+    assert!(v["latency_us"]["p99"].as_f64().unwrap() > 0.0);
+    args.extend_from_slice(&["--max-errors", "80"]);
+    let out = hotpath(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(json(&out)["failed"].is_null());
+    std::fs::remove_dir_all(dir).unwrap();
     server.shutdown().unwrap();
 }
 
@@ -182,8 +255,13 @@ fn udp_tracker_mix() {
     );
     check_common(&v, "udp");
     assert_eq!(v["requests"]["errors"], 0, "{v}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("wrote {}", html.display())),
+        "says where the report went"
+    );
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.starts_with("<!doctype html>") && page.matches("<svg").count() == 3);
+    assert!(page.contains("log scale"), "latency on a log axis");
     assert!(!page.contains("<script"), "self-contained, no scripts");
     std::fs::remove_dir_all(dir).unwrap();
     server.shutdown().unwrap();
@@ -198,7 +276,11 @@ fn nothing_listening_is_a_connect_error_not_a_hang() {
         .unwrap()
         .port();
     let (out, v) = bench(&format!("http://127.0.0.1:{port}/"), &["-c", "1"]);
-    assert!(out.status.success());
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "nothing answered: the run failed"
+    );
     assert!(
         v["errors"]["connect: refused"].as_u64().unwrap() > 10,
         "{v}"

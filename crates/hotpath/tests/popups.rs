@@ -490,7 +490,15 @@ fn admin_and_database_edits_reach_every_worker_within_a_second() {
     // Enough connections that both workers hold some.
     let mut clients: Vec<Client> = (0..8).map(|_| Client::connect(p.http)).collect();
     let mut a = Client::connect(p.http);
-    assert_eq!(admin(&mut a, "POST", "/admin/popups", FALLBACK).status, 201);
+    // PUT answers 201 when it creates a popup and 200 when it replaces one.
+    assert_eq!(
+        admin(&mut a, "PUT", "/admin/popups/2", FALLBACK).status,
+        201
+    );
+    assert_eq!(
+        admin(&mut a, "PUT", "/admin/popups/2", FALLBACK).status,
+        200
+    );
     // An admin write is published before its answer: every worker decides with it at once.
     for (i, c) in clients.iter_mut().enumerate() {
         assert_eq!(decide(c, &format!("user=u{i}")).map(|d| d.0), Some(2));

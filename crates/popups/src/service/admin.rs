@@ -173,7 +173,13 @@ impl PopupsWorker {
                         &format!("id: the body says {}, the path {id}", popup.id),
                     );
                 }
-                self.save_job(key, resp, popup, 200)
+                // 201 for a popup this PUT creates, 200 for one it replaces.
+                let status = if self.live.by_id.contains_key(&id) {
+                    200
+                } else {
+                    201
+                };
+                self.save_job(key, resp, popup, status)
             }
             ("POST", _, Some(id), Some("disable" | "enable")) => {
                 let Some(p) = self.live.catalog.get(id) else {
