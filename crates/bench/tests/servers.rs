@@ -194,5 +194,8 @@ fn chunked_answers_on_kept_alive_connections() {
     let r = run(&plan(format!("http://{addr}/"), 2)).unwrap();
     assert_eq!(r.requests.errors, 0, "{:?}", r.errors);
     assert!(r.requests.ok > 50, "{:?}", r.requests);
-    assert_eq!(r.requests.connects, 2, "two connections, opened once and kept");
+    assert_eq!(
+        r.requests.connects, 2,
+        "two connections, opened once and kept"
+    );
 }

@@ -321,19 +321,10 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
     }
 }
 
-/// Unix second `t` as a UTC date and time, `2026-11-25 03:04:05 UTC` (proleptic Gregorian;
-/// days to a civil date by the usual era arithmetic).
+/// Unix second `t` as a UTC date and time, `2026-11-25 03:04:05 UTC`.
 fn utc(t: i64) -> String {
     let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = hotpath_wire::http::civil_date(days);
     format!(
         "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
         secs / 3600,

@@ -327,6 +327,21 @@ pub fn write_response(
     out.extend_from_slice(body);
 }
 
+/// The (year, month 1-12, day 1-31) of `days` since 1970-01-01, proleptic Gregorian, by
+/// 400-year eras.
+pub fn civil_date(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month as u32, day as u32)
+}
+
 /// Formats `unix_secs` as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the HTTP Date format.
 pub fn http_date(unix_secs: u64) -> [u8; 29] {
     const DAYS: [&[u8; 3]; 7] = [b"Thu", b"Fri", b"Sat", b"Sun", b"Mon", b"Tue", b"Wed"];
@@ -337,19 +352,10 @@ pub fn http_date(unix_secs: u64) -> [u8; 29] {
     let days = unix_secs / 86_400;
     let secs = unix_secs % 86_400;
     let weekday = DAYS[(days % 7) as usize];
-    // Civil date from days since 1970-01-01 (proleptic Gregorian), by 400-year eras.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = civil_date(days as i64);
     let mut out = *b"Thu, 01 Jan 1970 00:00:00 GMT";
     out[..3].copy_from_slice(weekday);
-    two_digits(&mut out[5..7], day as u64);
+    two_digits(&mut out[5..7], u64::from(day));
     out[8..11].copy_from_slice(MONTHS[(month - 1) as usize]);
     let y = year.clamp(0, 9999) as u64;
     two_digits(&mut out[12..14], y / 100);
