@@ -205,12 +205,11 @@ impl TrackerWorker {
         Ok(c)
     }
 
-    /// Private mode: checks an announce and accounts it. The journal must have room for
+    /// Private mode: checks a private announce `r` (from either codec) of `passkey`, made
+    /// from `ip` at process second `now`, and accounts it. The journal must have room for
     /// what it records (else the announce is refused, so nothing counted goes unrecorded).
     /// With the change comes, for an announce sooner than the minimum interval, how many
     /// seconds it came too soon (it then gets no peers).
-    /// Checks and accounts a private announce `r` (from either codec) of `passkey`, made
-    /// from `ip` at process second `now`.
     fn private_announce(
         &mut self,
         p: &Private,

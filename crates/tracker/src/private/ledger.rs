@@ -287,12 +287,7 @@ impl Ledger {
             None if r.stopped => return Ok(Delta::default()),
             None => None,
         };
-        // The user's peers on the torrent, and those downloading.
-        let (mut peers, mut downloading) = (0u32, 0u32);
-        for s in shard.iter_hash(h).filter(|s| s.of(r.torrent, r.user)) {
-            peers += 1;
-            downloading += u32::from(s.leeching());
-        }
+        let (peers, downloading, _) = census(&shard, h, r.torrent, r.user, peer);
         if last.is_none() {
             if self.len.load(Ordering::Relaxed) >= self.max {
                 return Err(TooManyPeers::Ledger);
@@ -436,13 +431,7 @@ impl Ledger {
             }
             let h = self.pair_hash(torrent, user);
             let mut shard = self.shard(torrent).lock();
-            let (mut peers, mut downloading) = (0u32, 0u32);
-            let mut repeat = false;
-            for s in shard.iter_hash(h).filter(|s| s.of(torrent, user)) {
-                peers += 1;
-                downloading += u32::from(s.leeching());
-                repeat |= s.peer == peer;
-            }
+            let (peers, downloading, repeat) = census(&shard, h, torrent, user, peer);
             if repeat || peers >= u32::from(self.max_per_user) {
                 continue;
             }
@@ -529,6 +518,18 @@ pub fn parse_ledger(data: &[u8]) -> Result<LedgerHead<'_>, &'static str> {
         key: [u64_at(16), u64_at(24)],
         body: &rest[HEAD..],
     })
+}
+
+/// A user's peers on a torrent (whose pair hash is `h`) in `shard`: how many, how many
+/// download, and whether `peer` is among them.
+fn census(shard: &Shard, h: u64, torrent: u32, user: u32, peer: u32) -> (u32, u32, bool) {
+    let (mut peers, mut downloading, mut has) = (0u32, 0u32, false);
+    for s in shard.iter_hash(h).filter(|s| s.of(torrent, user)) {
+        peers += 1;
+        downloading += u32::from(s.leeching());
+        has |= s.peer == peer;
+    }
+    (peers, downloading, has)
 }
 
 /// What a known peer's announce `r` adds to its `last` one: only counters that grew credit.
