@@ -49,6 +49,15 @@ const SLICES_PER_ADDRESS: u8 = 2;
 /// Time one event-loop turn spends on connections before the rest wait for the next turn
 /// (after its new events): a flood of busy connections delays another client's answer by
 /// about this much, not by all of their work.
+/// The live dashboard (`/` and `/dashboard` on the admin listener): one page that reads
+/// `/metrics` every second, with everything it needs inline.
+const DASHBOARD: &str = include_str!("dashboard.html");
+
+/// The page may run only its own inline script and style and read only this listener.
+const DASHBOARD_HEADERS: &[u8] = b"Content-Security-Policy: default-src 'none'; \
+    script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'\r\n\
+    X-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n";
+
 const TURN_BUDGET: Duration = Duration::from_millis(2);
 /// Connections one listener accepts per turn; a longer backlog is taken over the next turns,
 /// so a burst of connections does not hold up the answers of those already open.
@@ -330,6 +339,12 @@ impl Handler {
                 let mut text = String::with_capacity(16_384);
                 self.shared.scrape().prometheus(&mut text);
                 self.resp.body = text.into_bytes();
+                (Kind::ADMIN, Outcome::Ok)
+            }
+            (ListenerKind::Admin, "/" | "/dashboard") => {
+                self.resp.content_type = "text/html; charset=utf-8";
+                self.resp.body.extend_from_slice(DASHBOARD.as_bytes());
+                self.resp.extra_headers.extend_from_slice(DASHBOARD_HEADERS);
                 (Kind::ADMIN, Outcome::Ok)
             }
             (ListenerKind::Admin, "/stats") => {
