@@ -1,6 +1,6 @@
-//! Config files: parsed and validated, or refused with an error naming the key; a config that
-//! passes is written out as commented TOML (what `hotpath config` prints) that parses back to
-//! the same text.
+//! Config files: parsed and validated, or refused with errors naming the key, each placed
+//! within the text; a config that passes is written out as commented TOML (what `hotpath
+//! config` prints) that parses back to the same text.
 #![no_main]
 
 use hotpath_config::Config;
@@ -17,6 +17,15 @@ fuzz_target!(|data: &[u8]| {
             let again = Config::parse(&written).expect("a written config parses");
             assert_eq!(again.to_commented_toml(), written);
         }
-        Err(e) => assert!(!e.to_string().is_empty()),
+        Err(e) => {
+            assert!(!e.errors.is_empty() && !e.to_string().is_empty());
+            // Every place given is in the text.
+            let lines = text.split('\n').count();
+            for (at, _) in &e.errors {
+                if let Some(at) = at {
+                    assert!(at.line >= 1 && at.line <= lines && at.column >= 1, "{at:?}");
+                }
+            }
+        }
     }
 });

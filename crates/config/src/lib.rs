@@ -25,10 +25,16 @@ pub enum ConfigError {
         /// The underlying I/O error.
         source: std::io::Error,
     },
-    /// The TOML did not parse, a key is unknown, or a value has the wrong type.
+    /// The text is not TOML.
+    #[error("not TOML: {message}")]
+    Syntax {
+        /// What the parser expected.
+        message: String,
+    },
+    /// A key is unknown, or a value has the wrong type.
     #[error("config key `{key}`: {message}")]
     Parse {
-        /// The dotted path of the key (`.` for the top level).
+        /// The dotted path of the key (`lua.routes[0].script`).
         key: String,
         /// What is wrong with it.
         message: String,
@@ -41,6 +47,212 @@ pub enum ConfigError {
         /// What is wrong with it and what is allowed.
         message: String,
     },
+    /// What a key names cannot be used: a script that does not compile, a file that cannot be
+    /// read (found by the checks `serve` makes before it starts anything).
+    #[error("config key `{key}`: {message}")]
+    Check {
+        /// The dotted path of the key.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// The key it is about, if any.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Read { .. } | ConfigError::Syntax { .. } => None,
+            ConfigError::Parse { key, .. } | ConfigError::Check { key, .. } => Some(key),
+            ConfigError::Invalid { key, .. } => Some(key),
+        }
+    }
+}
+
+/// Errors reported at most for one file (a file of nothing but mistakes says enough by then).
+const MAX_ERRORS: usize = 50;
+
+/// A place in a config file: 1-based line and column (in characters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pos {
+    /// The line.
+    pub line: usize,
+    /// The column.
+    pub column: usize,
+}
+
+/// Every error found in one config file, each with its place when known. Shown one per line,
+/// as `FILE:LINE:COLUMN: error`.
+#[derive(Debug)]
+pub struct ConfigErrors {
+    /// The file, when the text came from one.
+    pub file: Option<String>,
+    /// The errors, in the order of the file (syntax, then keys, then values).
+    pub errors: Vec<(Option<Pos>, ConfigError)>,
+}
+
+impl ConfigErrors {
+    /// Adds `error`, placed at its key in `text` when it names one that is there.
+    pub fn push_key(&mut self, text: &str, error: ConfigError) {
+        let at = error.key().and_then(|key| locate(text, key));
+        self.errors.push((at, error));
+    }
+
+    /// Puts the errors in the order of the file (those without a place last).
+    fn sort(&mut self) {
+        self.errors
+            .sort_by_key(|(at, _)| at.map_or((usize::MAX, 0), |p| (p.line, p.column)));
+    }
+
+    /// `Ok(value)` when no error was found.
+    pub fn into_result<T>(self, value: T) -> Result<T, ConfigErrors> {
+        if self.errors.is_empty() {
+            Ok(value)
+        } else {
+            Err(self)
+        }
+    }
+}
+
+impl std::fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (at, e)) in self.errors.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            match (&self.file, at, e) {
+                // The read error names the file itself.
+                (_, _, ConfigError::Read { .. }) => write!(f, "{e}")?,
+                (Some(file), Some(at), _) => write!(f, "{file}:{}:{}: {e}", at.line, at.column)?,
+                (Some(file), None, _) => write!(f, "{file}: {e}")?,
+                (None, Some(at), _) => write!(f, "line {}, column {}: {e}", at.line, at.column)?,
+                (None, None, _) => write!(f, "{e}")?,
+            }
+        }
+        if self.errors.len() > 1 {
+            write!(f, "\n{} errors", self.errors.len())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// One step of a key's path: a table key or an array index.
+#[derive(Debug, Clone)]
+enum Segment {
+    Key(String),
+    Index(usize),
+}
+
+fn segment(s: &serde_path_to_error::Segment) -> Option<Segment> {
+    match s {
+        serde_path_to_error::Segment::Map { key } => Some(Segment::Key(key.clone())),
+        serde_path_to_error::Segment::Seq { index } => Some(Segment::Index(*index)),
+        _ => None,
+    }
+}
+
+/// The path of a dotted key with indexes, as errors name them: `lua.routes[0].script`.
+fn parse_key(key: &str) -> Vec<Segment> {
+    let mut out = Vec::new();
+    for part in key.split('.') {
+        let (name, mut rest) = part.split_once('[').map_or((part, ""), |(n, r)| (n, r));
+        if !name.is_empty() {
+            out.push(Segment::Key(name.to_string()));
+        }
+        while let Some((index, after)) = rest.split_once(']') {
+            if let Ok(i) = index.parse() {
+                out.push(Segment::Index(i));
+            }
+            rest = after.strip_prefix('[').unwrap_or("");
+        }
+    }
+    out
+}
+
+/// Where `key` (`section.key`, `lua.routes[0].script`) is written in `text`, if it is.
+pub fn locate(text: &str, key: &str) -> Option<Pos> {
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    span_of(&doc, &parse_key(key), text, false)
+}
+
+/// The place of the deepest part of `path` that `doc` holds: its value or table, or with
+/// `at_key` the last key itself.
+fn span_of(
+    doc: &toml_edit::ImDocument<&str>,
+    path: &[Segment],
+    text: &str,
+    at_key: bool,
+) -> Option<Pos> {
+    let mut item = doc.as_item();
+    let mut best = None;
+    for (n, seg) in path.iter().enumerate() {
+        let next = match seg {
+            Segment::Key(k) => item.get(k.as_str()),
+            Segment::Index(i) => item.get(*i),
+        };
+        if let (true, Segment::Key(k), Some(t)) = (at_key, seg, item.as_table_like()) {
+            if n + 1 == path.len() {
+                if let Some(span) = t.key(k).and_then(|k| k.span()) {
+                    return Some(position(text, span.start));
+                }
+            }
+        }
+        let Some(next) = next else { break };
+        item = next;
+        let span = match item {
+            toml_edit::Item::Table(t) => t.span(),
+            toml_edit::Item::Value(v) => v.span(),
+            toml_edit::Item::ArrayOfTables(a) => a.span(),
+            toml_edit::Item::None => None,
+        };
+        if let Some(span) = span {
+            best = Some(span.start);
+        }
+    }
+    best.map(|at| position(text, at))
+}
+
+/// The line and column of byte `at` in `text`.
+fn position(text: &str, at: usize) -> Pos {
+    let at = at.min(text.len());
+    let before = text.get(..at).unwrap_or(text);
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    Pos {
+        line: before.matches('\n').count() + 1,
+        column: before[line_start..].chars().count() + 1,
+    }
+}
+
+/// Takes `path` out of `table`; false when it is not there (nothing more can be learnt).
+fn remove(table: &mut toml::Table, path: &[Segment]) -> bool {
+    fn go(v: &mut toml::Value, path: &[Segment]) -> bool {
+        match (path, v) {
+            ([Segment::Key(k)], toml::Value::Table(t)) => t.remove(k).is_some(),
+            ([Segment::Index(i)], toml::Value::Array(a)) if *i < a.len() => {
+                a.remove(*i);
+                true
+            }
+            ([Segment::Key(k), rest @ ..], toml::Value::Table(t)) => match t.get_mut(k) {
+                Some(next) => go(next, rest),
+                None => false,
+            },
+            ([Segment::Index(i), rest @ ..], toml::Value::Array(a)) => match a.get_mut(*i) {
+                Some(next) => go(next, rest),
+                None => false,
+            },
+            _ => false,
+        }
+    }
+    let mut root = toml::Value::Table(std::mem::take(table));
+    // An error about a whole value (a wrong type in an array) names the array's element; one
+    // about a table's missing field names the table: either is taken out whole.
+    let done = !path.is_empty() && go(&mut root, path);
+    if let toml::Value::Table(t) = root {
+        *table = t;
+    }
+    done
 }
 
 /// Defines one config section: the struct (with serde defaults and `deny_unknown_fields`), its
@@ -428,6 +640,7 @@ section! {
         /// "off", "allow" (only listed hashes are served) or "deny" (listed hashes are refused).
         pub mode: AccessListMode = AccessListMode::Off,
         /// The file of 40-character hex info hashes; `#` starts a comment. Empty: no file.
+        /// A relative path is taken from the config file's directory.
         pub path: String = String::new(),
         /// Also list the info hashes in the database table hp_access_list (needs the store).
         pub database: bool = false,
@@ -630,11 +843,11 @@ section! {
 section! {
     /// Lua routes: requests to these paths are answered by a Lua script's `handle(req)`
     /// (Lua 5.4; one VM per worker; every script compiled once, at start and on reload by
-    /// SIGHUP). A route is `{ path = "/echo", script = "examples/lua/echo.lua" }`, with
+    /// SIGHUP). A route is `{ path = "/echo", script = "echo.lua" }`, with
     /// `prefix = true` to serve every path under it and `methods = ["GET", "POST"]` to allow
     /// only those (any by default). Paths the tracker or the popup service serve are theirs.
     pub struct LuaConfig {
-        /// The routes (script paths are relative to the working directory).
+        /// The routes (script paths are relative to the config file's directory).
         pub routes: Vec<LuaRoute> = Vec::new(),
         /// VM instructions one request may run before it is stopped with a 500 (a runaway
         /// loop costs the worker at most this).
@@ -654,7 +867,8 @@ section! {
         /// warning says when it is on.
         pub unsafe_stdlib: bool = false,
         /// Where `require("name")` finds modules (`name.lua`; `a.b` is `a/b.lua`); empty:
-        /// the directory of the first route's script.
+        /// the directory of the first route's script. A relative path is taken from the config
+        /// file's directory.
         pub module_dir: String = String::new(),
         /// Keys `hp.shared` (the dictionary all workers share) holds at most; beyond it, the
         /// least recently used go.
@@ -714,7 +928,8 @@ pub struct LuaRoute {
     /// The methods allowed (others get 405); empty: any.
     #[serde(default)]
     pub methods: Vec<String>,
-    /// The script: a Lua file that defines a global function `handle(req)`.
+    /// The script: a Lua file that defines a global function `handle(req)`. A relative path
+    /// is taken from the config file's directory.
     pub script: String,
 }
 
@@ -743,25 +958,117 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads, parses and validates a config file.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Config::parse(&text)
+    /// Reads, parses and validates a config file; every error found, each with its place.
+    /// Relative paths of files the config names (Lua scripts, `lua.module_dir`, the access
+    /// list) are then taken from the file's directory; `store.data_dir` and a relative SQLite
+    /// URL stay relative to the working directory.
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        Config::load_with(path, |_| Vec::new())
     }
 
-    /// Parses and validates TOML text. Keys left out take their defaults.
-    pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let de = toml::Deserializer::new(text);
-        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
-            let key = e.path().to_string();
-            let message = e.into_inner().message().trim().to_string();
-            ConfigError::Parse { key, message }
+    /// [`Config::load`], with `check` run on the config as soon as its keys parse (even when
+    /// some values make no sense) to find more problems, as (key, what is wrong): all are
+    /// reported together, in the order of the file.
+    pub fn load_with(
+        path: &Path,
+        check: impl FnOnce(&Config) -> Vec<(String, String)>,
+    ) -> Result<Config, ConfigErrors> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigErrors {
+            file: Some(file.clone()),
+            errors: vec![(
+                None,
+                ConfigError::Read {
+                    path: file.clone(),
+                    source,
+                },
+            )],
         })?;
-        config.validate()?;
-        Ok(config)
+        let (config, mut errors) = Config::read(&text);
+        errors.file = Some(file);
+        let Some(mut config) = config else {
+            return Err(errors);
+        };
+        if let Some(dir) = path.parent() {
+            config.resolve_paths(dir);
+        }
+        for (key, message) in check(&config) {
+            errors.push_key(&text, ConfigError::Check { key, message });
+        }
+        errors.sort();
+        errors.into_result(config)
+    }
+
+    /// Parses and validates TOML text. Keys left out take their defaults. Every error is
+    /// reported, each with its line and column: a syntax error alone (the parser cannot go
+    /// past it), otherwise every unknown key and value of the wrong type, then every value
+    /// that makes no sense.
+    pub fn parse(text: &str) -> Result<Config, ConfigErrors> {
+        let (config, mut errors) = Config::read(text);
+        errors.sort();
+        match config {
+            Some(c) => errors.into_result(c),
+            None => Err(errors),
+        }
+    }
+
+    /// The config in `text` when its keys parse (with defaults for the rest), and every error.
+    fn read(text: &str) -> (Option<Config>, ConfigErrors) {
+        let mut errors = ConfigErrors {
+            file: None,
+            errors: Vec::new(),
+        };
+        let mut table: toml::Table = match toml::from_str(text) {
+            Ok(t) => t,
+            Err(e) => {
+                let at = e.span().map(|s| position(text, s.start));
+                let message = e.message().trim().lines().collect::<Vec<_>>().join("; ");
+                errors.errors.push((at, ConfigError::Syntax { message }));
+                return (None, errors);
+            }
+        };
+        let doc = toml_edit::ImDocument::parse(text).ok();
+        // One wrong key at a time: note it, take it out, and read the rest again.
+        let config = loop {
+            let value = toml::Value::Table(table.clone());
+            match serde_path_to_error::deserialize::<_, Config>(value) {
+                Ok(c) => break Some(c),
+                Err(e) => {
+                    let path: Vec<Segment> = e.path().iter().filter_map(segment).collect();
+                    let key = e.path().to_string();
+                    let message = e.into_inner().message().trim().to_string();
+                    // An unknown key is shown where it is written; a bad value, at the value.
+                    let at_key = message.starts_with("unknown field");
+                    let at = doc.as_ref().and_then(|d| span_of(d, &path, text, at_key));
+                    errors
+                        .errors
+                        .push((at, ConfigError::Parse { key, message }));
+                    if errors.errors.len() >= MAX_ERRORS || !remove(&mut table, &path) {
+                        break None;
+                    }
+                }
+            }
+        };
+        if let Some(config) = &config {
+            for problem in config.problems() {
+                errors.push_key(text, problem);
+            }
+        }
+        (config, errors)
+    }
+
+    /// Takes relative paths of the files this config names from `dir`.
+    pub fn resolve_paths(&mut self, dir: &Path) {
+        let resolve = |p: &mut String| {
+            if !p.is_empty() && Path::new(p.as_str()).is_relative() {
+                *p = dir.join(p.as_str()).display().to_string();
+            }
+        };
+        for r in &mut self.lua.routes {
+            resolve(&mut r.script);
+        }
+        resolve(&mut self.lua.module_dir);
+        resolve(&mut self.access_list.path);
     }
 
     /// Checks values that parse but make no sense; the first problem (see
@@ -890,6 +1197,112 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("access_list.mode"), "{err}");
+    }
+
+    #[test]
+    fn every_error_of_a_file_is_placed_and_in_its_order() {
+        let text = "[server]\nworkerz = 2\nworkers = \"four\"\nbacklog = 0\n\n[srever]\nx = 1\n\n\
+                    [listen]\nhttp = [\"1.2.3.4:5\",\n  \"nonsense\"]\n\n\
+                    [[lua.routes]]\npath = \"/x\"\n";
+        let e = Config::parse(text).unwrap_err();
+        let got: Vec<(usize, usize, String)> = e
+            .errors
+            .iter()
+            .map(|(at, e)| {
+                let at = at.expect("placed");
+                (at.line, at.column, e.key().unwrap_or("").to_string())
+            })
+            .collect();
+        let want = [
+            (2, 1, "server.workerz"),
+            (3, 11, "server.workers"),
+            (4, 11, "server.backlog"),
+            (6, 2, "srever"),
+            (11, 3, "listen.http[1]"),
+            (13, 1, "lua.routes[0]"),
+        ];
+        let want: Vec<(usize, usize, String)> = want
+            .iter()
+            .map(|(l, c, k)| (*l, *c, k.to_string()))
+            .collect();
+        assert_eq!(got, want, "{e}");
+        let shown = e.to_string();
+        assert!(
+            shown.starts_with("line 2, column 1: config key `server.workerz`"),
+            "{shown}"
+        );
+        assert!(shown.contains("missing field `script`"), "{shown}");
+        assert!(shown.ends_with("6 errors"), "{shown}");
+
+        // Syntax: one error (the parser stops there), placed, on one line.
+        let e = Config::parse("[server]\nworkers = 2\nbacklog = \n").unwrap_err();
+        assert_eq!(e.errors.len(), 1);
+        assert_eq!(
+            e.errors[0].0,
+            Some(Pos {
+                line: 3,
+                column: 11
+            })
+        );
+        assert!(matches!(e.errors[0].1, ConfigError::Syntax { .. }));
+        assert!(!e.to_string().contains('\n'), "{e}");
+
+        // A file of nothing but mistakes: reported up to a bound, and fast.
+        let many: String = (0..5000).map(|i| format!("[server]\nk{i} = 1\n")).collect();
+        assert!(Config::parse(&many).is_err());
+        let many: String = (0..5000).map(|i| format!("k{i} = 1\n")).collect();
+        let e = Config::parse(&many).unwrap_err();
+        assert_eq!(e.errors.len(), MAX_ERRORS);
+    }
+
+    #[test]
+    fn keys_are_located_in_tables_and_arrays_of_tables() {
+        let text = "[store]\nurl = \"x\"\n\n[[lua.routes]]\npath = \"/a\"\nscript = \"a.lua\"\n\n\
+                    [[lua.routes]]\npath = \"/b\"\n  script = \"b.lua\"\n";
+        assert_eq!(locate(text, "store.url"), Some(Pos { line: 2, column: 7 }));
+        assert_eq!(
+            locate(text, "lua.routes[1].script"),
+            Some(Pos {
+                line: 10,
+                column: 12
+            })
+        );
+        assert_eq!(locate(text, "lua.routes[0].script").unwrap().line, 6);
+        // A key left out: the deepest part that is there (its table); nothing, not there.
+        assert_eq!(
+            locate(text, "store.data_dir"),
+            Some(Pos { line: 1, column: 1 })
+        );
+        assert_eq!(locate(text, "popups.enabled"), None);
+        assert_eq!(locate("not toml [", "store.url"), None);
+    }
+
+    #[test]
+    fn relative_paths_are_taken_from_the_config_files_directory() {
+        let dir = std::env::temp_dir().join(format!("hotpath-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("h.toml");
+        std::fs::write(
+            &file,
+            "[access_list]\npath = \"list.txt\"\n[lua]\nmodule_dir = \"/abs\"\n\
+             [[lua.routes]]\npath = \"/a\"\nscript = \"lua/a.lua\"\n[store]\ndata_dir = \"data\"\n",
+        )
+        .unwrap();
+        let c = Config::load(&file).unwrap();
+        assert_eq!(
+            c.lua.routes[0].script,
+            dir.join("lua/a.lua").display().to_string()
+        );
+        assert_eq!(
+            c.access_list.path,
+            dir.join("list.txt").display().to_string()
+        );
+        assert_eq!(c.lua.module_dir, "/abs");
+        assert_eq!(
+            c.store.data_dir, "data",
+            "the data directory stays the working directory's"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

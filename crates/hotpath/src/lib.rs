@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
-use hotpath_config::Config;
+use hotpath_config::{Config, ConfigErrors};
 use hotpath_lua::LuaService;
 use hotpath_popups::Popups;
 use hotpath_server::RunningServer;
@@ -16,7 +16,16 @@ use hotpath_tracker::Tracker;
 
 /// The command line: the one definition both the binary and the tests parse.
 #[derive(Parser, Debug)]
-#[command(name = "hotpath", version, about)]
+#[command(
+    name = "hotpath",
+    version,
+    about,
+    after_help = "Start here: `hotpath serve` runs the tracker on http://0.0.0.0:6969/announce and \
+udp://0.0.0.0:6969 with every setting at its default, keeping its state in ./data; the live \
+dashboard is at http://127.0.0.1:9090/, /metrics and /stats beside it. `hotpath config > \
+hotpath.toml` writes every setting with a comment (popups.enabled, [[lua.routes]], the \
+database in store.url); `hotpath serve --config hotpath.toml` runs it."
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -35,13 +44,15 @@ pub enum Command {
     },
     /// Print the full default configuration as commented TOML, or check a file.
     Config {
-        /// Check this file instead: parse and validate it, print errors naming the key.
+        /// Check this file instead, as `serve` would before starting anything: keys, values,
+        /// the Lua scripts it names (compiled) and its access list. Every error is printed,
+        /// with the file, line and column; exit status 1 when there is one.
         #[arg(long, value_name = "FILE")]
         check: Option<PathBuf>,
     },
     /// Load-test a server: HTTP/1.1 or the BEP 15 UDP tracker mix, closed loop or a fixed
     /// rate, with latency percentiles, errors by class and objectives (exit status 2 when
-    /// one is missed).
+    /// one is missed, 3 when nothing was answered or errors passed --max-errors).
     Bench(Box<hotpath_bench::Args>),
     /// Check this host's kernel and process limits against the configuration (exit status 1
     /// when one would break a configured limit).
@@ -90,12 +101,52 @@ pub const EXIT_BENCH_FAILED: u8 = 3;
 /// Exit status of `hotpath doctor` when a host limit breaks the configuration.
 pub const EXIT_DOCTOR_FAIL: u8 = 1;
 
-/// Loads the config file, or the defaults when there is none.
-pub fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
-    match path {
-        Some(p) => Config::load(p).with_context(|| format!("config file {}", p.display())),
-        None => Ok(Config::default()),
+/// Loads the config file, or the defaults when there is none, and checks what its keys name
+/// as `serve` needs it, before anything is started or written: every error at once, each
+/// placed in the file.
+pub fn load_config(path: Option<&PathBuf>) -> Result<Config, ConfigErrors> {
+    let Some(path) = path else {
+        return Ok(Config::default());
+    };
+    Config::load_with(path, preflight)
+}
+
+/// What the config names that would stop a start: Lua scripts that cannot be read or do not
+/// compile (or define no `handle`), a module directory that is not one, an access list that
+/// cannot be read or parsed. Each as (key, what is wrong). Nothing is started or written.
+fn preflight(config: &Config) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let dir = &config.lua.module_dir;
+    if !dir.is_empty() && !std::path::Path::new(dir).is_dir() {
+        out.push(("lua.module_dir".into(), format!("{dir}: not a directory")));
     }
+    for (i, e) in LuaService::check(&config.lua) {
+        out.push((format!("lua.routes[{i}].script"), e.to_string()));
+    }
+    let list = &config.access_list;
+    if list.mode != hotpath_config::AccessListMode::Off && !list.path.is_empty() {
+        if let Err(e) = hotpath_tracker::access::AccessList::load(list.mode, &list.path) {
+            out.push(("access_list.path".into(), e.to_string()));
+        }
+    }
+    out
+}
+
+/// An error and its causes on one line, each said once: a cause whose text the line holds
+/// already (an error that shows its source in its own message) is left out.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.contains(part.as_str()) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }
 
 /// Runs a command to completion; returns the process's exit status.
@@ -106,8 +157,22 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
             Ok(0)
         }
         Command::Config { check: Some(path) } => {
-            load_config(Some(&path))?;
-            println!("{}: ok", path.display());
+            let config = match load_config(Some(&path)) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return Ok(1);
+                }
+            };
+            let mut notes = vec![format!(
+                "{}: ok (data in {}",
+                path.display(),
+                config.store.data_dir
+            )];
+            if !config.lua.routes.is_empty() {
+                notes.push(format!(", {} Lua routes compiled", config.lua.routes.len()));
+            }
+            println!("{})", notes.concat());
             Ok(0)
         }
         Command::Serve { config } => {

@@ -10,7 +10,7 @@ fn main() -> ExitCode {
     match hotpath::run(hotpath::Cli::parse().command) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            log::error!("{e:#}");
+            log::error!("{}", hotpath::error_text(&e));
             ExitCode::FAILURE
         }
     }

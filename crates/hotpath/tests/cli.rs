@@ -76,6 +76,146 @@ fn bad_config_names_the_key_and_exits_non_zero() {
     }
 }
 
+/// A config with mistakes of every kind, beside the scripts it names (by paths relative to
+/// itself): `config --check` and `serve` report all of them at once, each at its line and
+/// column, and `serve` creates nothing before it refuses.
+#[test]
+fn every_config_error_is_reported_at_once_with_its_place_and_nothing_is_created() {
+    let dir = std::env::temp_dir().join(format!("hotpath-cli-{}-errors", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("lua")).unwrap();
+    std::fs::write(
+        dir.join("lua/good.lua"),
+        "function handle(req)\n  return 200, nil, \"ok\"\nend\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("lua/broken.lua"),
+        "function handle(req)\n  return 200 nil\nend\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("lua/nohandle.lua"), "x = 1\n").unwrap();
+    let data = dir.join("data");
+    let config = dir.join("hotpath.toml");
+    let text = format!(
+        "[server]\nworkerz = 2\nbacklog = 0\n\n[tracker]\ninterval_secs = 10\nmin_interval_secs = 20\n\n\
+         [listen]\nhttp = [\"127.0.0.1:0\",\n  \"nonsense\"]\n\n\
+         [[lua.routes]]\npath = \"/good\"\nscript = \"lua/good.lua\"\n\n\
+         [[lua.routes]]\npath = \"/broken\"\nscript = \"lua/broken.lua\"\n\n\
+         [[lua.routes]]\npath = \"/missing\"\nscript = \"lua/missing.lua\"\n\n\
+         [[lua.routes]]\npath = \"/nohandle\"\nscript = \"lua/nohandle.lua\"\n\n\
+         [store]\ndata_dir = \"{}\"\n",
+        data.display()
+    );
+    std::fs::write(&config, &text).unwrap();
+    let file = config.display().to_string();
+    // From another working directory: the scripts are found beside the config.
+    for args in [["config", "--check"], ["serve", "--config"]] {
+        let out = hotpath().args(args).arg(&config).output().unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        let expected = [
+            (2, 1, "config key `server.workerz`: unknown field `workerz`"),
+            (
+                3,
+                11,
+                "config key `server.backlog`: must be between 1 and 1048576",
+            ),
+            (
+                7,
+                21,
+                "config key `tracker.min_interval_secs`: must not exceed",
+            ),
+            (
+                11,
+                3,
+                "config key `listen.http[1]`: invalid socket address syntax",
+            ),
+            (19, 10, "config key `lua.routes[1].script`"),
+            (23, 10, "config key `lua.routes[2].script`"),
+            (27, 10, "config key `lua.routes[3].script`"),
+        ];
+        let mut at = 0;
+        for (line, column, what) in expected {
+            let needle = format!("{file}:{line}:{column}: {what}");
+            let found = err[at..]
+                .find(&needle)
+                .unwrap_or_else(|| panic!("{args:?}: no {needle:?}, in order, in:\n{err}"));
+            at += found + needle.len();
+        }
+        assert!(err.contains("'end' expected"), "{err}");
+        assert!(
+            err.contains("missing.lua: cannot read: No such file or directory"),
+            "{err}"
+        );
+        assert!(err.contains("defines no function handle"), "{err}");
+        assert!(err.contains("7 errors"), "{err}");
+        assert!(
+            !err.contains("good.lua"),
+            "a good script is no error: {err}"
+        );
+        // Each said once: no cause repeated after its own message.
+        assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+        assert!(!data.exists(), "{args:?} created {}", data.display());
+    }
+
+    // Fixed, it passes, and says what it checked.
+    let fixed = text
+        .replace("workerz = 2\n", "")
+        .replace("backlog = 0\n", "")
+        .replace("min_interval_secs = 20", "min_interval_secs = 5")
+        .replace(",\n  \"nonsense\"]", "]")
+        .replace("lua/broken.lua", "lua/good.lua")
+        .replace("lua/missing.lua", "lua/good.lua")
+        .replace("lua/nohandle.lua", "lua/good.lua");
+    std::fs::write(&config, fixed).unwrap();
+    let out = hotpath()
+        .args(["config", "--check"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains(": ok") && said.contains("4 Lua routes compiled"),
+        "{said}"
+    );
+    assert!(!data.exists());
+
+    // Not TOML: the place of the syntax error.
+    std::fs::write(&config, "[server]\nworkers = 2\nbacklog = \n").unwrap();
+    let out = hotpath()
+        .args(["config", "--check"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{file}:3:")) && err.contains("not TOML"),
+        "{err}"
+    );
+    assert!(
+        !err.contains('\n') || err.trim_end().lines().count() == 1,
+        "one line: {err}"
+    );
+
+    // A missing file is said once.
+    let out = hotpath()
+        .args(["serve", "--config"])
+        .arg(dir.join("nope.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    assert_eq!(err.matches("nope.toml").count(), 1, "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn serve_stops_cleanly_on_sigterm() {
     let file = temp(

@@ -250,25 +250,34 @@ impl Inner {
     /// Reads every script and loads them into a VM of their own (which is then dropped):
     /// what a worker would meet, found before any worker meets it.
     fn read_and_check(&self) -> Result<Vec<Script>, LuaError> {
-        let mut scripts = Vec::with_capacity(self.files.len());
-        for f in &self.files {
-            let source = std::fs::read(f).map_err(|source| LuaError::Read {
-                path: f.clone(),
-                source,
-            })?;
-            scripts.push(Script {
-                name: f.clone(),
-                source,
-            });
-        }
-        // The check VM counts (compiles, hp.metrics) apart from the workers'.
-        let env = Env {
+        let scripts = self
+            .files
+            .iter()
+            .map(|f| self.read(f))
+            .collect::<Result<Vec<_>, _>>()?;
+        Vm::new(&scripts, &self.check_env(), self.pool(), None, None)?;
+        Ok(scripts)
+    }
+
+    fn read(&self, f: &str) -> Result<Script, LuaError> {
+        let source = std::fs::read(f).map_err(|source| LuaError::Read {
+            path: f.to_string(),
+            source,
+        })?;
+        Ok(Script {
+            name: f.to_string(),
+            source,
+        })
+    }
+
+    /// The environment of a VM that only checks: it counts (compiles, hp.metrics) apart from
+    /// the workers'.
+    fn check_env(&self) -> Env {
+        Env {
             counters: Arc::new(Counters::default()),
             udp: Arc::new(UdpCounters::default()),
             ..self.env()
-        };
-        Vm::new(&scripts, &env, self.pool(), None, None)?;
-        Ok(scripts)
+        }
     }
 }
 
@@ -281,8 +290,63 @@ impl LuaService {
     /// Reads and checks every script of `cfg`'s routes; an error names the script. With a
     /// store, `hp.store` writes behind to it.
     pub fn new(cfg: &LuaConfig, store: Option<Arc<Store>>) -> Result<LuaService, LuaError> {
+        let inner = Inner::new(cfg, store);
+        if cfg.unsafe_stdlib && !cfg.routes.is_empty() {
+            log::warn!(
+                "lua.unsafe_stdlib = true: scripts can read and write files, run programs, read \
+                 the environment and end the server (io, os, require of any path, bytecode)"
+            );
+        }
+        let scripts = inner.read_and_check()?;
+        *inner.scripts.write() = Arc::new(scripts);
+        Ok(LuaService {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Every problem `cfg`'s scripts would stop a start with, found with nothing started
+    /// (no store, no socket): each script read and loaded into a VM of its own, then, when
+    /// each loads, all of them into one as a worker would. Each error comes with the index of
+    /// the first route that names its script.
+    pub fn check(cfg: &LuaConfig) -> Vec<(usize, LuaError)> {
+        let inner = Inner::new(cfg, None);
+        let env = inner.check_env();
+        let mut errors = Vec::new();
+        for (i, f) in inner.files.iter().enumerate() {
+            if inner.files[..i].contains(f) {
+                continue;
+            }
+            let loaded = inner
+                .read(f)
+                .and_then(|script| Vm::new(&[script], &env, inner.pool(), None, None).map(drop));
+            if let Err(e) = loaded {
+                errors.push((i, e));
+            }
+        }
+        if errors.is_empty() {
+            if let Err(e) = inner.read_and_check() {
+                let i = match &e {
+                    LuaError::Script { script, .. } => {
+                        inner.files.iter().position(|f| f == script).unwrap_or(0)
+                    }
+                    _ => 0,
+                };
+                errors.push((i, e));
+            }
+        }
+        errors
+    }
+
+    /// The service's counters.
+    pub fn counters(&self) -> &Counters {
+        &self.inner.counters
+    }
+}
+
+impl Inner {
+    fn new(cfg: &LuaConfig, store: Option<Arc<Store>>) -> Inner {
         let mb = |m: u64| usize::try_from(m << 20).unwrap_or(usize::MAX);
-        let inner = Inner {
+        Inner {
             router: Router::new(cfg),
             paths: cfg.routes.iter().map(|r| r.path.clone()).collect(),
             files: cfg.routes.iter().map(|r| r.script.clone()).collect(),
@@ -315,23 +379,7 @@ impl LuaService {
                     .unwrap_or_default(),
                 (dir, _) => dir.into(),
             },
-        };
-        if cfg.unsafe_stdlib && !cfg.routes.is_empty() {
-            log::warn!(
-                "lua.unsafe_stdlib = true: scripts can read and write files, run programs, read \
-                 the environment and end the server (io, os, require of any path, bytecode)"
-            );
         }
-        let scripts = inner.read_and_check()?;
-        *inner.scripts.write() = Arc::new(scripts);
-        Ok(LuaService {
-            inner: Arc::new(inner),
-        })
-    }
-
-    /// The service's counters.
-    pub fn counters(&self) -> &Counters {
-        &self.inner.counters
     }
 }
 
