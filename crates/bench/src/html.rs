@@ -371,8 +371,10 @@ fn figures(p: &mut String, r: &Report) {
     let c = &r.requests;
     for (k, v) in [
         ("sent", c.sent),
-        ("ok", c.ok),
-        ("errors", c.errors),
+        ("of those, answered ok", c.ok),
+        ("of those, ended in an error", c.failed),
+        ("of those, in flight at the end", c.in_flight),
+        ("errors that end no request sent", c.stray),
         ("sent late", c.late),
         ("never sent", c.unsent),
         ("connections opened (warm-up included)", c.connects),

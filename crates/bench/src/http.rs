@@ -50,6 +50,8 @@ pub struct HttpLoad<'a> {
     pub schedule: Schedule,
     /// Random seed of this thread.
     pub seed: u64,
+    /// Where to hand over counts for the live progress line, when one is shown.
+    pub progress: Option<std::sync::Arc<crate::progress::Progress>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,7 +141,7 @@ pub fn run(load: &HttpLoad<'_>) -> std::io::Result<Recorder> {
         conns: Vec::with_capacity(load.connections),
         timers: BinaryHeap::new(),
         deadlines: BinaryHeap::new(),
-        rec: Recorder::new(s.measure_from, s.end),
+        rec: Recorder::new(s.measure_from, s.end).with_progress(load.progress.clone()),
         rng: fastrand::Rng::with_seed(load.seed),
         draw: Draw::default(),
         scratch: Vec::new(),
@@ -245,7 +247,8 @@ impl Engine<'_> {
         match kind {
             Timer::Due | Timer::Reconnect if c.phase == Phase::Idle => self.start(i, now),
             Timer::Timeout if c.phase != Phase::Idle => {
-                self.rec.error("timeout", now);
+                let sent = c.sent;
+                self.rec.failed("timeout", sent, now);
                 self.reset(i);
                 self.next(i, now);
             }
@@ -346,7 +349,10 @@ impl Engine<'_> {
     }
 
     fn connect_failed(&mut self, i: usize, e: &std::io::Error, now: u64) {
-        self.rec.error(&format!("connect: {}", error_kind(e)), now);
+        // A connection is opened to send a request: its failure ends that request.
+        let sent = self.conns[i].sent;
+        self.rec
+            .failed(&format!("connect: {}", error_kind(e)), sent, now);
         self.reset(i);
         let c = &mut self.conns[i];
         c.generation = c.generation.wrapping_add(1);
@@ -410,7 +416,8 @@ impl Engine<'_> {
 
     fn fail(&mut self, i: usize, class: &str) {
         let now = self.load.schedule.now();
-        self.rec.error(class, now);
+        let sent = self.conns[i].sent;
+        self.rec.failed(class, sent, now);
         self.reset(i);
         self.next(i, now);
     }
@@ -579,11 +586,13 @@ impl Engine<'_> {
         c.served += 1;
         let status = head.status;
         if let Some(reason) = c.failure.take() {
-            self.rec.error(&format!("failure reason: {reason}"), now);
+            self.rec
+                .failed(&format!("failure reason: {reason}"), c.sent, now);
         } else if (200..400).contains(&status) {
             self.rec.ok(c.intended, c.sent, now);
         } else {
-            self.rec.error(&format!("http {}xx", status / 100), now);
+            self.rec
+                .failed(&format!("http {}xx", status / 100), c.sent, now);
         }
         if head.close || !self.load.keepalive || matches!(c.body, Body::UntilClose) {
             self.reset(i);

@@ -16,6 +16,7 @@ pub mod clock;
 pub mod html;
 pub mod http;
 pub mod plan;
+pub mod progress;
 pub mod report;
 pub mod slo;
 pub mod stats;
@@ -27,7 +28,10 @@ pub mod zipf;
 pub use plan::{Args, Plan, Scenario, Target};
 pub use report::Report;
 
+use std::sync::Arc;
+
 use crate::clock::Schedule;
+use crate::progress::Progress;
 use crate::report::{Cpu, Meta};
 use crate::stats::Recorder;
 
@@ -65,7 +69,13 @@ fn share(n: usize, parts: usize, i: usize) -> usize {
 
 /// Runs a plan to its end and returns the report.
 pub fn run(plan: &Plan) -> Result<Report, BenchError> {
+    run_with(plan, false)
+}
+
+/// [`run`], with a live progress line on standard error once a second when `live`.
+pub fn run_with(plan: &Plan, live: bool) -> Result<Report, BenchError> {
     let schedule = Schedule::new(plan.warmup, plan.duration);
+    let progress = live.then(|| Arc::new(Progress::default()));
     let timeout = plan.timeout.as_nanos() as u64;
     let threads = plan.threads;
     let (cpu0, records) = std::thread::scope(|scope| {
@@ -77,6 +87,7 @@ pub fn run(plan: &Plan) -> Result<Report, BenchError> {
                 .rate
                 .map(|r| r * conns as f64 / plan.connections as f64);
             let seed = plan.seed.wrapping_mul(0x9E37_79B9).wrapping_add(t as u64);
+            let progress = progress.clone();
             let first_socket = first;
             first += conns;
             let h = std::thread::Builder::new()
@@ -100,6 +111,7 @@ pub fn run(plan: &Plan) -> Result<Report, BenchError> {
                             timeout,
                             schedule,
                             seed,
+                            progress,
                         }),
                         Target::Udp { addr, spec } => udp::run(&udp::UdpLoad {
                             addr: *addr,
@@ -110,6 +122,7 @@ pub fn run(plan: &Plan) -> Result<Report, BenchError> {
                             timeout,
                             schedule,
                             seed,
+                            progress,
                         }),
                     }
                 })
@@ -126,8 +139,13 @@ pub fn run(plan: &Plan) -> Result<Report, BenchError> {
                 .saturating_duration_since(std::time::Instant::now());
             std::thread::sleep(left);
         };
-        until(schedule.measure_from);
-        let cpu0 = rusage();
+        let cpu0 = match &progress {
+            Some(p) => show_progress(p, &schedule),
+            None => {
+                until(schedule.measure_from);
+                rusage()
+            }
+        };
         let records: Vec<Result<Recorder, BenchError>> = handles
             .into_iter()
             .map(|h| {
@@ -157,6 +175,62 @@ pub fn run(plan: &Plan) -> Result<Report, BenchError> {
     Ok(Report::new(&merged, Meta { plan, cpu }))
 }
 
+/// Shows the progress line once a second until the run ends (cleared then); returns this
+/// process's CPU time at the start of the measured period.
+fn show_progress(p: &Progress, schedule: &Schedule) -> (f64, f64) {
+    use std::io::Write as _;
+    let mut err = std::io::stderr();
+    let mut cpu0 = None;
+    let mut start = p.read();
+    let mut before = start.clone();
+    let mut t_before = schedule.now();
+    loop {
+        let now = schedule.now();
+        if cpu0.is_none() && now >= schedule.measure_from {
+            cpu0 = Some(rusage());
+            start = p.read();
+        }
+        if now >= schedule.end {
+            break;
+        }
+        // Wake at the next whole second of the run, or at the start of the measured period.
+        let next = (now / 1_000_000_000 + 1) * 1_000_000_000;
+        let next = if now < schedule.measure_from {
+            next.min(schedule.measure_from)
+        } else {
+            next
+        }
+        .min(schedule.end);
+        std::thread::sleep(
+            schedule
+                .instant(next)
+                .saturating_duration_since(std::time::Instant::now()),
+        );
+        let t = schedule.now();
+        let reading = p.read();
+        let warmup = t < schedule.measure_from;
+        let secs = if warmup {
+            t as f64 / 1e9
+        } else {
+            (t - schedule.measure_from) as f64 / 1e9
+        };
+        let dt = (t - t_before) as f64 / 1e9;
+        let at = progress::At {
+            secs,
+            of: (schedule.end - schedule.measure_from) as f64 / 1e9,
+            warmup,
+        };
+        let text = progress::line(&reading, &before, &start, dt, at);
+        let _ = write!(err, "\r\x1b[2K{text}");
+        let _ = err.flush();
+        before = reading;
+        t_before = t;
+    }
+    let _ = write!(err, "\r\x1b[2K");
+    let _ = err.flush();
+    cpu0.unwrap_or_else(rusage)
+}
+
 /// What `hotpath bench` ends with.
 pub enum Exit {
     /// Every objective met (or none given).
@@ -171,7 +245,9 @@ pub enum Exit {
 /// The whole command: resolve, run, print, write the HTML file; says whether objectives held.
 pub fn command(args: &Args) -> Result<Exit, BenchError> {
     let plan = Plan::from_args(args).map_err(BenchError::Plan)?;
-    let report = run(&plan)?;
+    // A live line only for a person watching: on a terminal, and never with --json.
+    let live = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let report = run_with(&plan, live)?;
     if args.json {
         println!("{}", report.to_json());
     } else {

@@ -63,12 +63,18 @@ fn us(h: &Histogram<u64>, q: f64) -> f64 {
 /// Request counts over the measured period.
 #[derive(Debug, Clone, Serialize)]
 pub struct Counts {
-    /// Requests sent.
+    /// Requests sent in the measured period: `ok` + `failed` + `in_flight`.
     pub sent: u64,
-    /// Answered without error.
+    /// Of those, answered without error.
     pub ok: u64,
-    /// Errors of every class.
+    /// Of those, ended in an error.
+    pub failed: u64,
+    /// Of those, still unanswered when the run ended.
+    pub in_flight: u64,
+    /// Errors of every class: `failed` and `stray`.
     pub errors: u64,
+    /// Errors that end no request sent (an ICMP refusal, an answer to no request in flight).
+    pub stray: u64,
     /// Sent more than 1 ms after their intended time (open model).
     pub late: u64,
     /// Due but never sent (open model).
@@ -264,7 +270,10 @@ impl Report {
             requests: Counts {
                 sent: rec.sent,
                 ok: rec.ok,
+                failed: rec.failed,
+                in_flight: rec.in_flight(),
                 errors,
+                stray: rec.stray,
                 late: rec.late,
                 unsent: rec.unsent,
                 connects: rec.connects,
@@ -322,12 +331,20 @@ impl Report {
         let r = &self.requests;
         let _ = writeln!(
             t,
-            "  requests  {} sent, {} ok, {} errors  =>  {}/s",
+            "  requests  {} sent = {} ok + {} errors + {} in flight at the end  =>  {}/s",
             group(r.sent),
             group(r.ok),
-            group(r.errors),
+            group(r.failed),
+            group(r.in_flight),
             group(self.rate as u64)
         );
+        if r.stray > 0 {
+            let _ = writeln!(
+                t,
+                "  stray     {} errors that end no request sent (refusals, answers to no request)",
+                group(r.stray)
+            );
+        }
         if self.model == "open" {
             let _ = writeln!(
                 t,

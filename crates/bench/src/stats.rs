@@ -5,7 +5,11 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use hdrhistogram::Histogram;
+
+use crate::progress::{Pending, Progress};
 
 /// Longest latency recorded exactly; longer ones are clamped to it (one minute).
 pub const MAX_LATENCY_NS: u64 = 60_000_000_000;
@@ -53,10 +57,16 @@ pub struct Recorder {
     pub seconds: Vec<Second>,
     /// Errors by class.
     pub errors: BTreeMap<String, u64>,
-    /// Requests sent in the measured period.
+    /// Requests sent in the measured period. Each ends as one of `ok` or `failed`, or is
+    /// still in flight when the run ends: outcomes are counted by their request's send time.
     pub sent: u64,
-    /// Responses that ended a request without error.
+    /// Requests sent in the measured period and answered without error.
     pub ok: u64,
+    /// Requests sent in the measured period that ended in an error.
+    pub failed: u64,
+    /// Errors in the measured period that end no request sent (an ICMP refusal, an answer
+    /// to no request in flight).
+    pub stray: u64,
     /// Requests sent more than [`LATE_AFTER_NS`] after their intended time.
     pub late: u64,
     /// Requests whose intended time came before the end but that were never sent.
@@ -66,6 +76,8 @@ pub struct Recorder {
     /// Kept-alive connections the server closed while a request was being sent on them; the
     /// request went again on a new connection.
     pub reconnects: u64,
+    /// Counts for the live progress line, when one is shown.
+    progress: Option<Pending>,
 }
 
 impl Recorder {
@@ -80,11 +92,20 @@ impl Recorder {
             errors: BTreeMap::new(),
             sent: 0,
             ok: 0,
+            failed: 0,
+            stray: 0,
             late: 0,
             unsent: 0,
             connects: 0,
             reconnects: 0,
+            progress: None,
         }
+    }
+
+    /// The same recorder, handing its counts over to `progress` too (when given).
+    pub fn with_progress(mut self, progress: Option<Arc<Progress>>) -> Self {
+        self.progress = progress.map(Pending::new);
+        self
     }
 
     /// Whether `t` falls in the measured period.
@@ -112,29 +133,57 @@ impl Recorder {
         }
     }
 
-    /// Records a successful response completed at `now`.
+    /// Records a successful response, completed at `now`, to a request sent at `sent` that
+    /// was meant to go at `intended`: in the totals when it was sent in the measured period,
+    /// in the second it completed in when that one is.
     #[inline]
     pub fn ok(&mut self, intended: u64, sent: u64, now: u64) {
-        if !self.measured(now) {
-            return;
-        }
         let corrected = now.saturating_sub(intended).clamp(1, MAX_LATENCY_NS);
-        let service = now.saturating_sub(sent).clamp(1, MAX_LATENCY_NS);
-        self.ok += 1;
-        // In range by the clamp, so recording cannot fail.
-        let _ = self.latency.record(corrected);
-        let _ = self.service.record(service);
-        let s = self.second(now);
-        s.responses += 1;
-        let _ = s.latency.record(corrected);
+        if let Some(p) = &mut self.progress {
+            p.ok(corrected, now);
+        }
+        if self.measured(sent) {
+            let service = now.saturating_sub(sent).clamp(1, MAX_LATENCY_NS);
+            self.ok += 1;
+            // In range by the clamp, so recording cannot fail.
+            let _ = self.latency.record(corrected);
+            let _ = self.service.record(service);
+        }
+        if self.measured(now) {
+            let s = self.second(now);
+            s.responses += 1;
+            let _ = s.latency.record(corrected);
+        }
     }
 
-    /// Records an error of `class` at `now`.
+    /// Records that the request sent at `sent` ended in an error of `class` at `now`.
+    pub fn failed(&mut self, class: &str, sent: u64, now: u64) {
+        if let Some(p) = &mut self.progress {
+            p.error(now);
+        }
+        if self.measured(now) {
+            self.second(now).errors += 1;
+        }
+        if self.measured(sent) {
+            self.failed += 1;
+            self.class(class);
+        }
+    }
+
+    /// Records an error of `class` at `now` that ends no request sent.
     pub fn error(&mut self, class: &str, now: u64) {
+        if let Some(p) = &mut self.progress {
+            p.error(now);
+        }
         if !self.measured(now) {
             return;
         }
         self.second(now).errors += 1;
+        self.stray += 1;
+        self.class(class);
+    }
+
+    fn class(&mut self, class: &str) {
         if let Some(n) = self.errors.get_mut(class) {
             *n += 1;
         } else if self.errors.len() < MAX_ERROR_CLASSES {
@@ -175,6 +224,8 @@ impl Recorder {
         }
         self.sent += other.sent;
         self.ok += other.ok;
+        self.failed += other.failed;
+        self.stray += other.stray;
         self.late += other.late;
         self.unsent += other.unsent;
         self.connects += other.connects;
@@ -185,6 +236,11 @@ impl Recorder {
     pub fn error_count(&self) -> u64 {
         self.errors.values().sum()
     }
+
+    /// Requests sent in the measured period and not ended when the run ended.
+    pub fn in_flight(&self) -> u64 {
+        self.sent.saturating_sub(self.ok + self.failed)
+    }
 }
 
 #[cfg(test)]
@@ -193,6 +249,36 @@ mod tests {
 
     const MS: u64 = 1_000_000;
     const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn outcomes_count_by_their_requests_send_time() {
+        let mut r = Recorder::new(S, 3 * S);
+        // Sent in the warm-up, answered in the period: the warm-up's, in no total; its
+        // second still shows the answer.
+        r.sent(S / 2, S / 2);
+        r.ok(S / 2, S / 2, S + MS);
+        r.failed("timeout", S / 2, S + 2 * MS);
+        assert_eq!((r.sent, r.ok, r.failed, r.in_flight()), (0, 0, 0, 0));
+        assert_eq!((r.seconds[0].responses, r.seconds[0].errors), (1, 1));
+        assert!(r.errors.is_empty());
+        // Sent in the period: answered, failed, or left in flight.
+        for t in [S + 10 * MS, S + 20 * MS, S + 30 * MS, 3 * S - MS] {
+            r.sent(t, t);
+        }
+        r.ok(S + 10 * MS, S + 10 * MS, S + 11 * MS);
+        r.failed("http 5xx", S + 20 * MS, S + 21 * MS);
+        r.error("answer to no request in flight", 2 * S);
+        assert_eq!(
+            (r.sent, r.ok, r.failed, r.in_flight(), r.stray),
+            (4, 1, 1, 2, 1)
+        );
+        assert_eq!(r.error_count(), 2);
+        // An answer after the period to a request sent in it counts; the second it came in
+        // is not one of the period's.
+        r.ok(3 * S - MS, 3 * S - MS, 3 * S + MS);
+        assert_eq!((r.ok, r.in_flight()), (2, 1));
+        assert_eq!(r.seconds.len(), 2);
+    }
 
     #[test]
     fn percentiles_of_a_known_distribution() {

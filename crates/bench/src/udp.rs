@@ -62,6 +62,8 @@ pub struct UdpLoad<'a> {
     pub schedule: Schedule,
     /// Random seed of this thread.
     pub seed: u64,
+    /// Where to hand over counts for the live progress line, when one is shown.
+    pub progress: Option<std::sync::Arc<crate::progress::Progress>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,7 +195,7 @@ pub fn run(load: &UdpLoad<'_>) -> std::io::Result<Recorder> {
             no_addrs: vec![None; BATCH],
             lens: Vec::with_capacity(BATCH),
         },
-        rec: Recorder::new(s.measure_from, s.end),
+        rec: Recorder::new(s.measure_from, s.end).with_progress(load.progress.clone()),
         rng: fastrand::Rng::with_seed(load.seed),
         torrents: Zipf::new(spec.torrents, spec.zipf).map_err(std::io::Error::other)?,
         weights: [spec.connect, spec.announce, spec.scrape],
@@ -421,10 +423,13 @@ impl Engine<'_> {
                         Some(format!("send: {}", error_kind(&std::io::Error::from(e))))
                     };
                     for &slot in &sock.out_slots[done..n] {
+                        let s = sock.slots[slot as usize];
                         sock.slots[slot as usize].busy = false;
                         sock.free.push(slot);
                         if let Some(c) = &class {
-                            self.rec.error(c, now);
+                            // Sent, as far as the load goes, and refused by the kernel.
+                            self.rec.sent(s.intended, s.sent);
+                            self.rec.failed(c, s.sent, now);
                         }
                     }
                     break;
@@ -520,9 +525,10 @@ impl Engine<'_> {
                     // An expired or unknown connection id: get a new one.
                     sock.connection_id = None;
                 }
-                self.rec.error(&format!("tracker error: {m}"), now);
+                self.rec
+                    .failed(&format!("tracker error: {m}"), slot.sent, now);
             }
-            _ => self.rec.error("answer of the wrong kind", now),
+            _ => self.rec.failed("answer of the wrong kind", slot.sent, now),
         }
     }
 
@@ -534,7 +540,7 @@ impl Engine<'_> {
                 if slot.busy && now.saturating_sub(slot.sent) > timeout {
                     slot.busy = false;
                     sock.free.push(i as u16);
-                    self.rec.error("timeout", now);
+                    self.rec.failed("timeout", slot.sent, now);
                 }
             }
         }

@@ -51,6 +51,23 @@ fn check_common(v: &Value, protocol: &str) {
     assert!(!v["timeline"].as_array().unwrap().is_empty());
     assert!(v["percentiles"].as_array().unwrap().len() > 50);
     assert!(v["cpu"]["sent_per_cpu_sec"].as_f64().unwrap() > 0.0);
+    check_counts(v);
+}
+
+/// Every request sent in the measured period is accounted for once: answered, failed, or
+/// still in flight when the run ended; every error is one of those failures or stray.
+fn check_counts(v: &Value) {
+    let r = &v["requests"];
+    let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("requests.{k}: {v}"));
+    assert_eq!(n("sent"), n("ok") + n("failed") + n("in_flight"), "{v}");
+    assert_eq!(n("errors"), n("failed") + n("stray"), "{v}");
+    let classes: u64 = v["errors"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|c| c.as_u64().unwrap())
+        .sum();
+    assert_eq!(classes, n("errors"), "{v}");
 }
 
 /// The test config, with no cap on peers per address: the load generator sends every peer
@@ -286,6 +303,70 @@ fn nothing_listening_is_a_connect_error_not_a_hang() {
         "{v}"
     );
     assert_eq!(v["requests"]["ok"], 0);
+    // Each refused connection ends the request it was opened for.
+    check_counts(&v);
+    assert_eq!(v["requests"]["stray"], 0, "{v}");
+    assert!(v["requests"]["in_flight"].as_u64().unwrap() <= 1, "{v}");
+    let text = String::from_utf8_lossy(
+        &hotpath(&[
+            "bench",
+            &format!("http://127.0.0.1:{port}/"),
+            "-c",
+            "1",
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+        ])
+        .stdout,
+    )
+    .into_owned();
+    assert!(
+        text.contains(" sent = 0 ok + ") && text.contains(" in flight at the end"),
+        "{text}"
+    );
+}
+
+/// On a terminal (a pseudo-terminal here, as a person's would be) the run shows a live line
+/// once a second on standard error; with --json, or when not on a terminal, it does not.
+#[test]
+fn a_live_progress_line_on_a_terminal_only() {
+    let server = common::start(&load_config());
+    let url = format!("http://{}/healthz", server.http_addr().unwrap());
+    let on_tty = |extra: &[&str]| -> String {
+        let out = Command::new("/usr/bin/python3")
+            .args(["-c", "import pty, sys; pty.spawn(sys.argv[1:])"])
+            .arg(env!("CARGO_BIN_EXE_hotpath"))
+            .args([
+                "bench",
+                &url,
+                "-c",
+                "2",
+                "--duration",
+                "2s",
+                "--warmup",
+                "500ms",
+            ])
+            .args(extra)
+            .output()
+            .expect("python3 runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let shown = on_tty(&[]);
+    assert!(shown.contains("\r\x1b[2K  1s of 2s "), "{shown:?}");
+    assert!(
+        shown.contains("/s answered  p99 ") && shown.contains(" so far  0 errors"),
+        "{shown:?}"
+    );
+    assert!(shown.contains("requests "), "the report follows: {shown:?}");
+    let json = on_tty(&["--json"]);
+    assert!(
+        json.contains("\"requests\"") && !json.contains("so far"),
+        "{json:?}"
+    );
+    let (out, _) = bench(&url, &["-c", "2"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("so far"));
+    server.shutdown().unwrap();
 }
 
 #[test]
