@@ -92,10 +92,18 @@ pub struct ConfigErrors {
 }
 
 impl ConfigErrors {
-    /// Adds `error`, placed at its key in `text` when it names one that is there.
-    pub fn push_key(&mut self, text: &str, error: ConfigError) {
-        let at = error.key().and_then(|key| locate(text, key));
-        self.errors.push((at, error));
+    /// Adds `errors`, each placed at its key in `text` when it names one that is there (the
+    /// text is parsed once for all of them).
+    pub fn push_keys(&mut self, text: &str, errors: impl IntoIterator<Item = ConfigError>) {
+        let mut doc = None;
+        for error in errors {
+            let doc = doc.get_or_insert_with(|| toml_edit::ImDocument::parse(text).ok());
+            let at = error
+                .key()
+                .zip(doc.as_ref())
+                .and_then(|(key, d)| span_of(d, &parse_key(key), text, false));
+            self.errors.push((at, error));
+        }
     }
 
     /// Puts the errors in the order of the file (those without a place last).
@@ -992,9 +1000,13 @@ impl Config {
         if let Some(dir) = path.parent() {
             config.resolve_paths(dir);
         }
-        for (key, message) in check(&config) {
-            errors.push_key(&text, ConfigError::Check { key, message });
-        }
+        let checks = check(&config);
+        errors.push_keys(
+            &text,
+            checks
+                .into_iter()
+                .map(|(key, message)| ConfigError::Check { key, message }),
+        );
         errors.sort();
         errors.into_result(config)
     }
@@ -1050,9 +1062,7 @@ impl Config {
             }
         };
         if let Some(config) = &config {
-            for problem in config.problems() {
-                errors.push_key(text, problem);
-            }
+            errors.push_keys(text, config.problems());
         }
         (config, errors)
     }

@@ -15,7 +15,7 @@ pub enum LuaError {
         source: std::io::Error,
     },
     /// A script did not compile, its top-level code failed, or it defines no `handle`.
-    #[error("{script}: {message}")]
+    #[error("{}", named(script, message))]
     Script {
         /// The script.
         script: String,
@@ -31,5 +31,36 @@ pub enum LuaError {
 impl From<mlua::Error> for LuaError {
     fn from(e: mlua::Error) -> LuaError {
         LuaError::Vm(e.to_string())
+    }
+}
+
+/// `message` about `script`, naming the script once: Lua's own messages name it already (as
+/// their chunk name, `script:LINE: ...`).
+fn named(script: &str, message: &str) -> String {
+    if message.contains(&format!("{script}:")) {
+        message.to_string()
+    } else {
+        format!("{script}: {message}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_script_is_named_once() {
+        let e = |message: &str| LuaError::Script {
+            script: "lua/bad.lua".into(),
+            message: message.into(),
+        };
+        assert_eq!(
+            e("syntax error: lua/bad.lua:2: 'end' expected near 'nil'").to_string(),
+            "syntax error: lua/bad.lua:2: 'end' expected near 'nil'"
+        );
+        assert_eq!(
+            e("defines no function handle(req)").to_string(),
+            "lua/bad.lua: defines no function handle(req)"
+        );
     }
 }
