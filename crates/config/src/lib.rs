@@ -341,8 +341,12 @@ section! {
         /// Bytes of unsent responses one connection may hold before hotpath stops reading
         /// from it until the client reads (bounds memory under pipelining).
         pub max_output_bytes: usize = 262144,
-        /// Datagrams read with one recvmmsg call and answered with one sendmmsg call.
+        /// Datagrams read with one recvmmsg call and answered with one sendmmsg call; with
+        /// io_uring, receives each UDP socket keeps in flight.
         pub udp_batch: usize = 64,
+        /// How the UDP sockets are driven: "auto" (io_uring where the kernel allows it, else
+        /// epoll with recvmmsg/sendmmsg), "io_uring" (fail to start without it) or "epoll".
+        pub udp_io: UdpIo = UdpIo::Auto,
         /// SO_RCVBUF of every UDP socket in bytes (capped by net.core.rmem_max).
         pub udp_recv_buffer: usize = 8388608,
         /// SO_SNDBUF of every UDP socket in bytes (capped by net.core.wmem_max).
@@ -445,6 +449,18 @@ section! {
         /// user by a passkey and a registered torrent, as `[private]` says.
         pub mode: TrackerMode = TrackerMode::Open,
     }
+}
+
+/// How UDP sockets are driven (`server.udp_io`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UdpIo {
+    /// io_uring where the kernel has and allows it, else epoll.
+    Auto,
+    /// io_uring, or refuse to start.
+    IoUring,
+    /// epoll readiness with recvmmsg and sendmmsg batches.
+    Epoll,
 }
 
 /// Who the tracker serves.

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use hotpath_config::{effective_workers, Config};
+use hotpath_config::{effective_workers, Config, UdpIo};
 use hotpath_service::{process_secs, Service};
 
 use listen::{Addresses, ListenerKind};
@@ -51,6 +51,9 @@ pub enum ServerError {
         /// The other process, when the kernel tells.
         pid: Option<i32>,
     },
+    /// `server.udp_io = "io_uring"` on a kernel that does not allow it.
+    #[error("server.udp_io = \"io_uring\", but this kernel does not let hotpath use io_uring ({0}); set it to \"auto\" or \"epoll\"")]
+    NoIoUring(std::io::Error),
     /// Some other start-up step failed.
     #[error("cannot start: {0}")]
     Start(#[from] std::io::Error),
@@ -140,6 +143,25 @@ struct Bound {
 
 /// Binds the first worker's sockets (port 0 resolves there), then every other worker's on the
 /// resolved addresses, and makes each worker's poll.
+/// Whether the UDP workers use io_uring, as `server.udp_io` asks and the kernel allows.
+fn ring_wanted(io: UdpIo) -> Result<bool, ServerError> {
+    if io == UdpIo::Epoll {
+        log::info!("UDP: epoll with recvmmsg/sendmmsg (server.udp_io = \"epoll\")");
+        return Ok(false);
+    }
+    match hotpath_uring::available() {
+        Ok(()) => {
+            log::info!("UDP: io_uring");
+            Ok(true)
+        }
+        Err(e) if io == UdpIo::IoUring => Err(ServerError::NoIoUring(e)),
+        Err(e) => {
+            log::info!("UDP: epoll with recvmmsg/sendmmsg (io_uring is not available: {e})");
+            Ok(false)
+        }
+    }
+}
+
 fn bind(config: &Config, workers: usize) -> Result<Bound, ServerError> {
     let cfg = &config.server;
     let mut ports = Ports::default();
@@ -276,7 +298,9 @@ impl RunningServer {
         let metrics: Arc<[WorkerMetrics]> = (0..workers)
             .map(|_| WorkerMetrics::new(kinds.clone()))
             .collect();
+        let udp_ring = udp && ring_wanted(cfg.udp_io)?;
         let shared = Arc::new(Shared {
+            udp_ring,
             cfg: cfg.clone(),
             service: service.clone(),
             metrics,

@@ -22,11 +22,18 @@ use crate::limits::{Budget, PerIp};
 use crate::listen::ListenerKind;
 use crate::metrics::{self, WorkerMetrics};
 use crate::udp::Batch;
+use hotpath_uring::UdpRing;
+use mio::unix::SourceFd;
+use std::os::fd::AsRawFd;
 
 /// Token of the waker that shutdown uses.
 pub const WAKER: Token = Token(0);
 const LISTENER_BASE: usize = 1;
 const UDP_BASE: usize = 1 << 10;
+/// The io_uring's eventfd, when the UDP sockets are on a ring.
+const UDP_RING: usize = UDP_BASE - 1;
+/// Rounds of completions one turn takes from the ring before the rest of the loop's work.
+const RING_ROUNDS: usize = 16;
 const CONN_BASE: usize = 1 << 20;
 /// The header array's size on the stack; `server.max_headers` is at most this.
 const HEADER_SLOTS: usize = 256;
@@ -65,6 +72,8 @@ const ACCEPTS_PER_TURN: usize = 128;
 
 /// What every worker shares.
 pub struct Shared {
+    /// Whether the UDP sockets are driven by io_uring (`server.udp_io` and the kernel).
+    pub udp_ring: bool,
     /// Server settings.
     pub cfg: ServerConfig,
     /// The service that handles requests.
@@ -426,6 +435,13 @@ pub struct Worker {
     spare: Vec<(Vec<u8>, Vec<u8>)>,
     open: usize,
     batch: Batch,
+    /// The UDP sockets' io_uring, when they are on one (else they are in `poll`).
+    ring: Option<UdpRing>,
+    /// Slots the ring's last round received, and each one's sender.
+    ring_got: Vec<u32>,
+    ring_to: Vec<Option<SocketAddr>>,
+    /// The ring had completions left when the turn's rounds ran out.
+    ring_more: bool,
     h: Handler,
     last_sweep: u32,
     /// Connections whose answers wait for the journal commit at the end of this turn.
@@ -460,11 +476,32 @@ impl Worker {
             poll.registry()
                 .register(l, Token(LISTENER_BASE + i), Interest::READABLE)?;
         }
-        for (i, s) in udp.iter_mut().enumerate() {
-            poll.registry()
-                .register(s, Token(UDP_BASE + i), Interest::READABLE)?;
-        }
         let cfg = &shared.cfg;
+        let ring = if shared.udp_ring && !udp.is_empty() {
+            let fds: Vec<_> = udp.iter().map(|s| s.as_raw_fd()).collect();
+            match UdpRing::new(&fds, cfg.udp_batch) {
+                Ok(ring) => {
+                    poll.registry().register(
+                        &mut SourceFd(&ring.event_fd()),
+                        Token(UDP_RING),
+                        Interest::READABLE,
+                    )?;
+                    Some(ring)
+                }
+                Err(e) => {
+                    log::warn!("worker {index}: UDP on epoll: cannot set up io_uring: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        if ring.is_none() {
+            for (i, s) in udp.iter_mut().enumerate() {
+                poll.registry()
+                    .register(s, Token(UDP_BASE + i), Interest::READABLE)?;
+            }
+        }
         let limits = Limits {
             max_header_bytes: cfg.max_header_bytes,
             max_url_bytes: cfg.max_url_bytes,
@@ -502,7 +539,15 @@ impl Worker {
             free: Vec::new(),
             spare: Vec::new(),
             open: 0,
-            batch: Batch::new(shared.cfg.udp_batch),
+            batch: Batch::new(if ring.is_some() {
+                0
+            } else {
+                shared.cfg.udp_batch
+            }),
+            ring_got: Vec::with_capacity(ring.as_ref().map_or(0, |r| r.slots())),
+            ring_to: Vec::with_capacity(ring.as_ref().map_or(0, |r| r.slots())),
+            ring,
+            ring_more: false,
             last_sweep: process_secs(),
             h,
             deferred: Vec::new(),
@@ -520,8 +565,10 @@ impl Worker {
         let mut events = Events::with_capacity(1024);
         let mut grace_until: Option<Instant> = None;
         loop {
-            let busy =
-                !self.ready.is_empty() || !self.overflow.is_empty() || !self.backlog.is_empty();
+            let busy = !self.ready.is_empty()
+                || !self.overflow.is_empty()
+                || !self.backlog.is_empty()
+                || self.ring_more;
             let timeout = if busy {
                 Duration::ZERO
             } else if grace_until.is_some() {
@@ -570,9 +617,14 @@ impl Worker {
                     }
                 } else if t >= UDP_BASE {
                     self.udp_ready(t - UDP_BASE);
+                } else if t == UDP_RING {
+                    self.ring_more = true;
                 } else if t >= LISTENER_BASE {
                     self.accept(t - LISTENER_BASE);
                 }
+            }
+            if self.ring_more {
+                self.ring_ready();
             }
             if woken && !self.parked.is_empty() {
                 self.resume_parked();
@@ -666,9 +718,16 @@ impl Worker {
                 let _ = self.poll.registry().deregister(&mut l);
             }
         }
-        for s in self.udp.iter_mut() {
-            if let Some(mut s) = s.take() {
-                let _ = self.poll.registry().deregister(&mut s);
+        if let Some(ring) = self.ring.as_mut() {
+            // Receives are cancelled; answers in flight still go. The sockets stay open
+            // (deregistered from nothing) until the ring is dropped.
+            ring.stop();
+            self.ring_more = true;
+        } else {
+            for s in self.udp.iter_mut() {
+                if let Some(mut s) = s.take() {
+                    let _ = self.poll.registry().deregister(&mut s);
+                }
             }
         }
         // Idle connections go now; busy ones finish their answers first.
@@ -1014,6 +1073,66 @@ impl Worker {
                 return;
             }
         }
+    }
+
+    /// Answers what the io_uring received: each round takes every completion, answers the
+    /// received datagrams (one journal commit for the round, as for a recvmmsg batch) and
+    /// submits the answers with the next receives in one call, which also runs the ring's
+    /// completion work for the next round.
+    fn ring_ready(&mut self) {
+        self.ring_more = false;
+        let Some(ring) = self.ring.as_mut() else {
+            return;
+        };
+        let m = &self.h.shared.metrics[self.h.index];
+        // Runs the completion work the eventfd announced; each round's own submit then
+        // runs the next round's.
+        if let Err(e) = ring.submit() {
+            log::debug!("worker {}: io_uring submit: {e}", self.h.index);
+        }
+        for _ in 0..RING_ROUNDS {
+            self.ring_got.clear();
+            let reaped = ring.reap(&mut self.ring_got);
+            m.udp_out.add(reaped.sent as u64);
+            m.udp_send_errors.add(reaped.failed as u64);
+            let n = self.ring_got.len();
+            if n == 0 {
+                // Answers that finished may have freed buffers for a receive to arm again.
+                if let Err(e) = ring.settle() {
+                    log::debug!("worker {}: io_uring submit: {e}", self.h.index);
+                }
+                return;
+            }
+            let started = Instant::now();
+            m.udp_in.add(n as u64);
+            m.udp_batches.add(1);
+            self.ring_to.clear();
+            for &slot in &self.ring_got {
+                let (data, from, _, out) = ring.io(slot);
+                let ctx = Context {
+                    peer: from.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0))),
+                    now: self.h.now,
+                };
+                let (kind, outcome) = self.h.service.udp(data, &ctx, out);
+                m.count(metrics::UDP, kind, outcome);
+                self.ring_to.push(from);
+            }
+            let durable = !self.h.service.uncommitted() || self.h.service.commit();
+            if !durable {
+                log::error!(
+                    "worker {}: the journal write failed; dropping a batch of answers",
+                    self.h.index
+                );
+            }
+            for (&slot, &to) in self.ring_got.iter().zip(&self.ring_to) {
+                ring.answer(slot, to.filter(|_| durable));
+            }
+            if let Err(e) = ring.submit() {
+                log::debug!("worker {}: io_uring submit: {e}", self.h.index);
+            }
+            m.latency(n as u64, started.elapsed().as_nanos() as u64);
+        }
+        self.ring_more = true;
     }
 
     /// Closes connections that idled too long or are too slow sending a request or reading an
