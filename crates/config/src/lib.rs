@@ -344,9 +344,11 @@ section! {
         /// Datagrams read with one recvmmsg call and answered with one sendmmsg call; with
         /// io_uring, receives each UDP socket keeps in flight.
         pub udp_batch: usize = 64,
-        /// How the UDP sockets are driven: "auto" (io_uring where the kernel allows it, else
-        /// epoll with recvmmsg/sendmmsg), "io_uring" (fail to start without it) or "epoll".
-        pub udp_io: UdpIo = UdpIo::Auto,
+        /// How the UDP sockets are driven: "epoll" (readiness, recvmmsg/sendmmsg batches),
+        /// "io_uring" (multishot receives into provided buffers; refuses to start where the
+        /// kernel does not allow it) or "auto" (io_uring where allowed, else epoll). epoll
+        /// stays the default while io_uring measures no better (TUNING.md, "udp").
+        pub udp_io: UdpIo = UdpIo::Epoll,
         /// SO_RCVBUF of every UDP socket in bytes (capped by net.core.rmem_max).
         pub udp_recv_buffer: usize = 8388608,
         /// SO_SNDBUF of every UDP socket in bytes (capped by net.core.wmem_max).

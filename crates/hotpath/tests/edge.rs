@@ -46,9 +46,27 @@ fn connect_small(
 /// address (with one worker, every such announce failed).
 #[test]
 fn ipv4_and_ipv6_senders_interleaved_in_one_worker_get_their_own_answers() {
+    interleaved_senders(hotpath_config::UdpIo::Epoll);
+}
+
+/// The same exchanges through the io_uring path (one multishot receive per socket, answers
+/// from the slot paired with each buffer), and a server that stops cleanly after them.
+#[test]
+fn ipv4_and_ipv6_senders_interleaved_on_io_uring_get_their_own_answers() {
+    if let Err(e) = hotpath_uring::available() {
+        eprintln!("this kernel does not allow io_uring ({e}): the epoll path is tested above");
+        return;
+    }
+    interleaved_senders(hotpath_config::UdpIo::IoUring);
+}
+
+fn interleaved_senders(io: hotpath_config::UdpIo) {
     let _alone = alone();
     let mut cfg = test_config();
     cfg.server.workers = 1;
+    cfg.server.udp_io = io;
+    // Fewer buffers than exchanges in flight over the test: buffers must come back.
+    cfg.server.udp_batch = 2;
     cfg.listen.udp = vec!["127.0.0.1:0".parse().unwrap(), "[::1]:0".parse().unwrap()];
     let server = start(&cfg);
     let udp = server.addresses().udp.clone();
