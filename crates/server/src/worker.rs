@@ -631,7 +631,9 @@ impl Worker {
             }
             self.drive_ready(turn);
             // Also when no answer waits (its connection died): changes never sit uncommitted.
-            if self.h.service.uncommitted() {
+            // And when a UDP batch of this turn already committed the changes the held-back
+            // answers acknowledge: they go now (the commit finds nothing left to write).
+            if self.h.service.uncommitted() || !self.deferred.is_empty() {
                 self.commit_and_send();
             }
             if grace_until.is_none() && self.h.shared.stop.load(Ordering::Acquire) {
