@@ -104,6 +104,8 @@ pub struct WorkerMetrics {
     pub udp_out: LocalCounter,
     /// Datagrams whose answer could not be sent (send buffer full or an error).
     pub udp_send_errors: LocalCounter,
+    /// Times the io_uring path found every receive buffer taken.
+    pub udp_buffers_full: LocalCounter,
     /// Access log lines dropped because the log writer fell behind.
     pub access_log_dropped: LocalCounter,
 }
@@ -128,6 +130,7 @@ impl WorkerMetrics {
             udp_batches: LocalCounter::default(),
             udp_out: LocalCounter::default(),
             udp_send_errors: LocalCounter::default(),
+            udp_buffers_full: LocalCounter::default(),
             access_log_dropped: LocalCounter::default(),
         }
     }
@@ -221,6 +224,10 @@ static UDP_SEND_ERRORS: Desc = Desc::counter(
     "hotpath_udp_send_errors_total",
     "UDP answers that could not be sent.",
 );
+static UDP_BUFFERS_FULL: Desc = Desc::counter(
+    "hotpath_udp_receive_buffers_full_total",
+    "Times io_uring found every UDP receive buffer taken (datagrams wait in the socket buffer; server.udp_batch sets how many).",
+);
 static ACCESS_LOG_DROPPED: Desc = Desc::counter(
     "hotpath_access_log_dropped_total",
     "Access log lines dropped because the writer fell behind.",
@@ -285,6 +292,7 @@ pub fn collect(workers: &[WorkerMetrics], server: &ServerFigures, out: &mut Samp
         .add(&UDP_BATCHES, sum(|w| &w.udp_batches))
         .add(&UDP_OUT, sum(|w| &w.udp_out))
         .add(&UDP_SEND_ERRORS, sum(|w| &w.udp_send_errors))
+        .add(&UDP_BUFFERS_FULL, sum(|w| &w.udp_buffers_full))
         .add(&ACCESS_LOG_DROPPED, sum(|w| &w.access_log_dropped));
 }
 

@@ -437,9 +437,8 @@ pub struct Worker {
     batch: Batch,
     /// The UDP sockets' io_uring, when they are on one (else they are in `poll`).
     ring: Option<UdpRing>,
-    /// Slots the ring's last round received, and each one's sender.
+    /// Buffers the ring's last round received.
     ring_got: Vec<u32>,
-    ring_to: Vec<Option<SocketAddr>>,
     /// The ring had completions left when the turn's rounds ran out.
     ring_more: bool,
     h: Handler,
@@ -545,7 +544,6 @@ impl Worker {
                 shared.cfg.udp_batch
             }),
             ring_got: Vec::with_capacity(ring.as_ref().map_or(0, |r| r.slots())),
-            ring_to: Vec::with_capacity(ring.as_ref().map_or(0, |r| r.slots())),
             ring,
             ring_more: false,
             last_sweep: process_secs(),
@@ -1097,6 +1095,14 @@ impl Worker {
             let reaped = ring.reap(&mut self.ring_got);
             m.udp_out.add(reaped.sent as u64);
             m.udp_send_errors.add(reaped.failed as u64);
+            m.udp_buffers_full.add(reaped.buffers_full as u64);
+            if reaped.recv_errors > 0 {
+                log::debug!(
+                    "worker {}: {} io_uring receives failed",
+                    self.h.index,
+                    reaped.recv_errors
+                );
+            }
             let n = self.ring_got.len();
             if n == 0 {
                 // Answers that finished may have freed buffers for a receive to arm again.
@@ -1108,7 +1114,6 @@ impl Worker {
             let started = Instant::now();
             m.udp_in.add(n as u64);
             m.udp_batches.add(1);
-            self.ring_to.clear();
             for &slot in &self.ring_got {
                 let (data, from, _, out) = ring.io(slot);
                 let ctx = Context {
@@ -1117,7 +1122,6 @@ impl Worker {
                 };
                 let (kind, outcome) = self.h.service.udp(data, &ctx, out);
                 m.count(metrics::UDP, kind, outcome);
-                self.ring_to.push(from);
             }
             let durable = !self.h.service.uncommitted() || self.h.service.commit();
             if !durable {
@@ -1126,8 +1130,8 @@ impl Worker {
                     self.h.index
                 );
             }
-            for (&slot, &to) in self.ring_got.iter().zip(&self.ring_to) {
-                ring.answer(slot, to.filter(|_| durable));
+            for &slot in &self.ring_got {
+                ring.answer(slot, durable);
             }
             if let Err(e) = ring.submit() {
                 log::debug!("worker {}: io_uring submit: {e}", self.h.index);

@@ -106,6 +106,9 @@ pub struct Reaped {
     pub failed: usize,
     /// Receives that failed (not counting "no free buffer", which only waits).
     pub recv_errors: usize,
+    /// Times a receive found every buffer taken: datagrams then wait in the socket's own
+    /// buffer (and past it the kernel drops them) until answers bring buffers back.
+    pub buffers_full: usize,
 }
 
 /// One worker's UDP sockets on an io_uring.
@@ -362,8 +365,9 @@ impl UdpRing {
                 continue;
             }
             match -res {
-                // No free buffer (armed again when one comes back), or cancelled.
-                libc::ENOBUFS | libc::ECANCELED => {}
+                // No free buffer: armed again when one comes back.
+                libc::ENOBUFS => reaped.buffers_full += 1,
+                libc::ECANCELED => {}
                 // The socket is gone or cannot do this: do not spin on it.
                 libc::EBADF | libc::ENOTSOCK | libc::EINVAL | libc::EFAULT | libc::EOPNOTSUPP => {
                     reaped.recv_errors += 1;
@@ -382,30 +386,23 @@ impl UdpRing {
     /// answered; any other reads as an empty datagram from no one.
     pub fn io(&mut self, slot: u32) -> (&[u8], Option<SocketAddr>, usize, &mut Vec<u8>) {
         let i = slot as usize;
+        let (buf, socket) = received(&self.state, &self.bufs, i).unwrap_or((&[], 0));
         let out = &mut self.sends[i].1;
         out.clear();
-        let State::Received { socket, res } = self.state[i] else {
-            return (&[], None, 0, out);
-        };
-        // SAFETY: the buffer is Received: the kernel wrote it, took it out of the buffer ring
-        // and will not write it until `answer` (which needs `&mut self`, ending this borrow)
-        // puts it back; `res` (what the kernel wrote) is within it.
-        let buf = unsafe {
-            std::slice::from_raw_parts(self.bufs.ptr.as_ptr().add(i * BUF), res.min(BUF))
-        };
         (datagram(buf), sender(buf), socket as usize, out)
     }
 
-    /// Hands a received buffer back: its answer (if `io` left one and `to` is given) is sent
-    /// to `to` by the socket the datagram came in on, then the buffer goes back to the ring.
+    /// Hands a received buffer back: its answer (if `io` left one and `send`) goes to the
+    /// datagram's sender by the socket it came in on, then the buffer goes back to the ring.
     /// Queued until the next `submit`.
-    pub fn answer(&mut self, slot: u32, to: Option<SocketAddr>) {
+    pub fn answer(&mut self, slot: u32, send: bool) {
         let i = slot as usize;
-        let State::Received { socket, .. } = self.state[i] else {
+        let Some((buf, socket)) = received(&self.state, &self.bufs, i) else {
             return;
         };
+        let to = sender(buf);
         let (mem, out) = &mut self.sends[i];
-        let Some(to) = to.filter(|_| !out.is_empty() && !self.stopping) else {
+        let Some(to) = to.filter(|_| send && !out.is_empty() && !self.stopping) else {
             self.recycle(i);
             return;
         };
@@ -533,6 +530,18 @@ impl Drop for UdpRing {
             dealloc(self.entries.ptr.as_ptr(), self.entries.layout);
         }
     }
+}
+
+/// Buffer `i`'s bytes as the kernel wrote them, and its socket's index, if it is Received.
+fn received<'a>(state: &[State], bufs: &'a Raw, i: usize) -> Option<(&'a [u8], u32)> {
+    let State::Received { socket, res } = state[i] else {
+        return None;
+    };
+    // SAFETY: the buffer is Received: the kernel wrote it, took it out of the buffer ring and
+    // will not write it until `answer` puts it back, which needs `&mut UdpRing` and so ends
+    // this borrow of its `bufs` first; `res` (what the kernel wrote) is within it.
+    let buf = unsafe { std::slice::from_raw_parts(bufs.ptr.as_ptr().add(i * BUF), res.min(BUF)) };
+    Some((buf, socket))
 }
 
 /// An answer slot's `SendMem`, its header pointing at its own I/O vector and address.

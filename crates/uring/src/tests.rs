@@ -36,7 +36,7 @@ fn serve(ring: &mut UdpRing, want: usize) -> (usize, Vec<(usize, SocketAddr, Vec
             seen.push((socket, from.unwrap(), data.to_vec()));
             out.extend_from_slice(b"re:");
             out.extend_from_slice(data);
-            ring.answer(slot, from);
+            ring.answer(slot, true);
         }
         if got.is_empty() {
             std::thread::sleep(Duration::from_millis(1));
@@ -162,7 +162,7 @@ fn no_answer_means_nothing_sent_and_the_slot_receives_again() {
     }
     assert_eq!(got.len(), 1);
     let _ = ring.io(got[0]);
-    ring.answer(got[0], None);
+    ring.answer(got[0], false);
     ring.submit().unwrap();
     assert_eq!(
         ring.in_flight(),
@@ -205,10 +205,10 @@ fn the_eventfd_wakes_an_edge_triggered_poll_each_time_work_arrives() {
         }
         assert!(woken, "round {round}: poll not woken");
         assert_eq!(got.len(), 1, "round {round}");
-        let (data, from, _, out) = ring.io(got[0]);
+        let (data, _, _, out) = ring.io(got[0]);
         assert_eq!(data, [round]);
         out.push(1);
-        ring.answer(got[0], from);
+        ring.answer(got[0], true);
         ring.submit().unwrap();
         let mut buf = [0u8; 4];
         c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
@@ -293,4 +293,35 @@ fn the_probe_leaves_the_calling_threads_blocking_calls_alone() {
         .unwrap();
     let err = s.recv_from(&mut [0u8; 4]).unwrap_err();
     assert_ne!(err.kind(), io::ErrorKind::Interrupted, "{err}");
+}
+
+#[test]
+fn a_flood_past_every_buffer_is_counted_and_waits_in_the_socket_buffer() {
+    if !allowed() {
+        return;
+    }
+    let s = server("127.0.0.1:0");
+    let mut ring = UdpRing::new(&[s.as_raw_fd()], 1).unwrap();
+    let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for i in 0..20u8 {
+        c.send_to(&[i], s.local_addr().unwrap()).unwrap();
+    }
+    // Reaped without answering: the one buffer is taken, the receive ends, it is counted.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (mut got, mut full) = (Vec::new(), 0);
+    while (got.is_empty() || full == 0) && Instant::now() < deadline {
+        ring.submit().unwrap();
+        full += ring.reap(&mut got).buffers_full;
+    }
+    assert_eq!(got.len(), 1);
+    assert!(full >= 1, "a full buffer ring is counted");
+    assert_eq!(ring.in_flight(), 0, "no receive armed without a buffer");
+    let _ = ring.io(got[0]);
+    ring.answer(got[0], true);
+    // Its buffer back, the other 19 come through one at a time, none lost.
+    let (sent, seen) = serve(&mut ring, 19);
+    assert_eq!((sent, seen.len()), (19, 19));
+    let mut firsts: Vec<u8> = seen.iter().map(|(_, _, d)| d[0]).collect();
+    firsts.sort();
+    assert_eq!(firsts, (1..20).collect::<Vec<u8>>());
 }
