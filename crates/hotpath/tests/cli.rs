@@ -109,6 +109,13 @@ fn every_config_error_is_reported_at_once_with_its_place_and_nothing_is_created(
     );
     std::fs::write(&config, &text).unwrap();
     let file = config.display().to_string();
+    let check = || {
+        hotpath()
+            .args(["config", "--check"])
+            .arg(&config)
+            .output()
+            .unwrap()
+    };
     // From another working directory: the scripts are found beside the config.
     for args in [["config", "--check"], ["serve", "--config"]] {
         let out = hotpath().args(args).arg(&config).output().unwrap();
@@ -169,11 +176,7 @@ fn every_config_error_is_reported_at_once_with_its_place_and_nothing_is_created(
         .replace("lua/missing.lua", "lua/good.lua")
         .replace("lua/nohandle.lua", "lua/good.lua");
     std::fs::write(&config, fixed).unwrap();
-    let out = hotpath()
-        .args(["config", "--check"])
-        .arg(&config)
-        .output()
-        .unwrap();
+    let out = check();
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -188,11 +191,7 @@ fn every_config_error_is_reported_at_once_with_its_place_and_nothing_is_created(
 
     // Not TOML: the place of the syntax error.
     std::fs::write(&config, "[server]\nworkers = 2\nbacklog = \n").unwrap();
-    let out = hotpath()
-        .args(["config", "--check"])
-        .arg(&config)
-        .output()
-        .unwrap();
+    let out = check();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(&format!("{file}:3:")) && err.contains("not TOML"),
