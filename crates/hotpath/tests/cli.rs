@@ -62,6 +62,7 @@ fn bad_config_names_the_key_and_exits_non_zero() {
         ),
         ("[server]\nwrokers = 2\n", "wrokers"),
         ("[listen]\nudp = [\"not an address\"]\n", "listen.udp"),
+        ("[server]\nudp_io = \"uring\"\n", "server.udp_io"),
     ] {
         let file = temp("bad.toml", text);
         let out = hotpath()
