@@ -6,7 +6,9 @@
 //! or peer id), and a skewed (Zipf) pick from a pool of integers or of 20-byte values, so hot
 //! keys exist as in real traffic.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher as _, BuildHasherDefault, DefaultHasher};
+use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 
@@ -44,7 +46,9 @@ pub enum VarSpec {
     },
     /// `{ popup_token = "SECRET", user = "u", popup = "p" }`: a popup show token for the
     /// values drawn for variables `u` and `p` in the same request, signed with the server's
-    /// `popups.token_secret` at the current second (a click or close the server accepts).
+    /// `popups.token_secret` (a click or close the server accepts). As a front end's tokens
+    /// (one per show), no two tokens of one user name the same show: a user's first is
+    /// signed at the current second, each next one a second before that user's last.
     PopupToken {
         /// The server's token secret.
         popup_token: String,
@@ -134,12 +138,70 @@ enum Var {
     List(Vec<Vec<u8>>),
     ZipfInt(Zipf),
     ZipfBytes(Zipf, u64),
-    /// Signed with this signer over the values of variables `.1` (user) and `.2` (popup).
-    PopupToken(Signer, usize, usize),
+    /// Signed with this signer over the values of variables `.1` (user) and `.2` (popup), at
+    /// the second `.3` hands out for the user (shared by every connection and thread).
+    PopupToken(Signer, usize, usize, Arc<Mutex<ShowTimes>>),
     /// Variable `.0`'s value, modulo `.1` (0: not), plus `.2`, written as `.3`.
     Derived(usize, u64, u64, Form),
     /// Milliseconds since this instant.
     Clock(std::time::Instant),
+}
+
+/// The show second each user's next token is signed at, so that no two tokens of a user sign
+/// the same show (the server answers a second click or close of one show with a 409, which
+/// a front end that gets one token per show never meets). Users are told apart by a hash of
+/// their id: two that share one share a countdown, which keeps both apart as well.
+#[derive(Debug)]
+struct ShowTimes {
+    next: HashMap<u64, u64>,
+    /// Users followed at most ([`MAX_SHOW_USERS`]).
+    cap: usize,
+    /// The earliest second handed out so far.
+    floor: u64,
+    /// Once the map was emptied: first tokens start below this (the floor then).
+    below: Option<u64>,
+}
+
+/// Users [`ShowTimes`] follows at most (about 100 MB); past it the map is emptied, and a
+/// user seen after that starts below every second handed out before.
+const MAX_SHOW_USERS: usize = 4 << 20;
+
+impl ShowTimes {
+    fn new(cap: usize) -> ShowTimes {
+        ShowTimes {
+            next: HashMap::new(),
+            cap,
+            floor: 0,
+            below: None,
+        }
+    }
+
+    /// The second to sign `user`'s next token at, `now` being the current one.
+    fn take(&mut self, user: &[u8], now: u64) -> u64 {
+        let key = BuildHasherDefault::<DefaultHasher>::default().hash_one(user);
+        let this = match self.next.get_mut(&key) {
+            Some(at) => {
+                let this = *at;
+                *at = this.saturating_sub(1);
+                this
+            }
+            None => {
+                if self.next.len() >= self.cap {
+                    self.next.clear();
+                    self.below = Some(self.floor);
+                }
+                let this = self.below.map_or(now, |b| now.min(b.saturating_sub(1)));
+                self.next.insert(key, this.saturating_sub(1));
+                this
+            }
+        };
+        self.floor = if self.floor == 0 {
+            this
+        } else {
+            self.floor.min(this)
+        };
+        this
+    }
 }
 
 /// How a derived value is written.
@@ -167,6 +229,7 @@ fn compile(name: &str, spec: &VarSpec, seed: u64, names: &[String]) -> Result<Va
                 Signer::new(popup_token.as_bytes()),
                 index(user, "user")?,
                 index(popup, "popup")?,
+                Arc::new(Mutex::new(ShowTimes::new(MAX_SHOW_USERS))),
             )
         }
         VarSpec::Derived {
@@ -260,7 +323,7 @@ impl Vars {
         };
         for (i, (name, spec)) in specs.iter().enumerate() {
             let var = compile(name, spec, seed ^ (i as u64 + 1), &v.names)?;
-            if let Var::PopupToken(_, u, p) = &var {
+            if let Var::PopupToken(_, u, p, _) = &var {
                 let signs_token =
                     |j: usize| matches!(specs.values().nth(j), Some(VarSpec::PopupToken { .. }));
                 if signs_token(*u) || signs_token(*p) {
@@ -354,14 +417,18 @@ impl Vars {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
             for (i, var) in self.vars.iter().enumerate() {
-                if let Var::PopupToken(signer, u, p) = var {
+                if let Var::PopupToken(signer, u, p, times) = var {
                     let text = |j: usize| {
                         let (s, e) = draw.spans[j];
                         String::from_utf8_lossy(&draw.bytes[s..e]).into_owned()
                     };
                     let (user, popup) = (text(*u), text(*p).parse().unwrap_or(0));
+                    let at = times
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take(user.as_bytes(), now);
                     let start = draw.bytes.len();
-                    signer.sign(&mut draw.bytes, &user, popup, now);
+                    signer.sign(&mut draw.bytes, &user, popup, at);
                     draw.spans[i] = (start, draw.bytes.len());
                 }
             }
@@ -585,6 +652,8 @@ mod tests {
         ]);
         let t = Template::parse("{u} {p} {t}", &v, "body").unwrap();
         let signer = Signer::new(b"bench-secret-0123456789");
+        // A hot user's tokens never name one show twice (the server would refuse the second).
+        let mut shows = std::collections::HashSet::new();
         let mut rng = fastrand::Rng::with_seed(4);
         let mut draw = Draw::default();
         let now = std::time::SystemTime::now()
@@ -599,6 +668,10 @@ mod tests {
             let f: Vec<&str> = s.split(' ').collect();
             let at = signer.verify(f[2], f[0], f[1].parse().unwrap(), now + 1, 60);
             assert!(at.is_ok(), "{s}: {at:?}");
+            assert!(
+                shows.insert((f[0].to_string(), at.unwrap())),
+                "{s}: a show signed twice"
+            );
         }
         let bad: BTreeMap<String, VarSpec> = [(
             "t".to_string(),
@@ -610,6 +683,21 @@ mod tests {
         )]
         .into();
         assert!(Vars::new(&bad, 0).unwrap_err().contains("vars.t.user"));
+    }
+
+    /// Three users drawn again and again: each token of a user is a second before its last;
+    /// past the bound the users start below every second handed out.
+    #[test]
+    fn show_times_never_repeat_for_a_user() {
+        let mut t = ShowTimes::new(2);
+        assert_eq!(t.take(b"a", 1_000), 1_000);
+        assert_eq!(t.take(b"a", 1_000), 999);
+        assert_eq!(t.take(b"b", 1_001), 1_001);
+        assert_eq!(t.take(b"a", 1_001), 998);
+        // Full: emptied, and "c" and "a" start below 998.
+        assert_eq!(t.take(b"c", 1_002), 997);
+        assert_eq!(t.take(b"a", 1_002), 997);
+        assert_eq!(t.take(b"a", 1_002), 996);
     }
 
     #[test]
