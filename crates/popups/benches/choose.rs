@@ -39,17 +39,17 @@ fn popup(i: u32) -> Popup {
     if !platforms[k % 5].is_empty() {
         t.push(format!(r#""platform":{{"include":{}}}"#, platforms[k % 5]));
     }
-    let c = countries[if k % 3 != 0 { k % 5 } else { 3 }];
+    let c = countries[if !k.is_multiple_of(3) { k % 5 } else { 3 }];
     if !c.is_empty() {
         t.push(format!(r#""country":{c}"#));
     }
     if !segments[k % 6].is_empty() {
         t.push(format!(r#""segment":{}"#, segments[k % 6]));
     }
-    if k % 7 == 0 {
+    if k.is_multiple_of(7) {
         t.push(r#""app_version_min":"2.0.0""#.into());
     }
-    if k % 11 == 0 {
+    if k.is_multiple_of(11) {
         t.push(r#""app_version_max":"2.99.0""#.into());
     }
     let mut f = vec![

@@ -660,14 +660,14 @@ mod tests {
             platform: filter(&PLATFORMS, n[1] % 16, n[2] % 4),
             country: filter(&COUNTRIES, n[3] % 32, n[4] % 8),
             segment: filter(&SEGMENTS, n[5] % 16, n[6] % 8),
-            app_version_min: (n[7] % 4 == 0).then(|| "2.0".parse().unwrap()),
-            app_version_max: (n[7] % 5 == 0).then(|| "2.99".parse().unwrap()),
+            app_version_min: n[7].is_multiple_of(4).then(|| "2.0".parse().unwrap()),
+            app_version_max: n[7].is_multiple_of(5).then(|| "2.99".parse().unwrap()),
         };
         p.rollout_percent = [100, 50, 25, 0, 100][usize::from(n[8] % 5)];
-        p.enabled = n[9] % 7 != 0;
-        p.starts_at = (n[9] % 5 == 0).then_some(50);
-        p.ends_at = (n[9] % 6 == 0).then_some(150);
-        p.frequency.daily_cap = (n[0] % 9 == 0).then_some(3);
+        p.enabled = !n[9].is_multiple_of(7);
+        p.starts_at = n[9].is_multiple_of(5).then_some(50);
+        p.ends_at = n[9].is_multiple_of(6).then_some(150);
+        p.frequency.daily_cap = n[0].is_multiple_of(9).then_some(3);
         p
     }
 
