@@ -12,6 +12,7 @@
 //! and cannot cap a VM's memory, so neither the budget nor the cap would hold there.
 
 mod error;
+mod json;
 pub mod pattern;
 mod req;
 pub mod shared;
@@ -109,7 +110,7 @@ mod m {
 }
 
 pub use crate::error::LuaError;
-pub use crate::vm::json_decode;
+pub use crate::vm::{json_decode, json_encode};
 
 /// Journal numbers of the Lua workers (the tracker's are 0.., the popup service's 65536..).
 pub const JOURNAL_BASE: u32 = 2 << 16;

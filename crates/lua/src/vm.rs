@@ -728,23 +728,36 @@ fn install_api(
     // JSON runs at about 2 bytes per unit of the budget (see `strlib`): decoding is charged
     // before it starts, encoding once the text is made (its size is not known before).
     let c = charge.clone();
+    let array = lua.array_metatable();
+    // The text is made in a buffer kept from call to call, then copied into a Lua string.
+    let buf = RefCell::new(Vec::new());
     json.set(
         "encode",
-        lua.create_function(move |_, v: Value| {
-            json_depth(&v, &c)?;
-            // Straight from the Lua value to text, no tree in between.
-            let text = serde_json::to_string(&v)
-                .map_err(|e| mlua::Error::runtime(format!("hp.json.encode: {e}")))?;
-            c(text.len() as u64 / 2)?;
+        lua.create_function(move |lua, v: Value| {
+            let mut fresh = Vec::new();
+            let mut kept = buf.try_borrow_mut();
+            let out = kept.as_deref_mut().unwrap_or(&mut fresh);
+            let bounds = crate::json::Bounds {
+                caller: "hp.json.encode",
+                max_len: usize::MAX,
+            };
+            crate::json::encode(out, &v, &array, &*c, bounds)?;
+            c(out.len() as u64 / 2)?;
+            let text = lua.create_string(&*out)?;
+            // A large text's buffer is not held on to.
+            if out.capacity() > MAX_KEPT_JSON {
+                *out = Vec::new();
+            }
             Ok(text)
         })?,
     )?;
+    let array = lua.array_metatable();
     json.set(
         "decode",
         lua.create_function(move |lua, s: mlua::String| {
             let bytes = s.as_bytes();
             charge(bytes.len() as u64 / 2)?;
-            json_decode(lua, &bytes)
+            crate::json::decode(lua, &bytes, &array)
         })?,
     )?;
     json.set("null", lua.null())?;
@@ -799,46 +812,25 @@ fn install_api(
 }
 
 /// A table or column name: letters, digits and `_`, at most [`MAX_NAME_LEN`] bytes.
-/// The deepest nesting `hp.json.encode` takes: as deep as `hp.json.decode` reads (serde_json's
-/// limit). The encoder recurses once per level, so a deeper table would overflow the
-/// worker's stack and abort the server.
-const MAX_JSON_DEPTH: usize = 128;
-
-/// Refuses a value nested deeper than [`MAX_JSON_DEPTH`], walking it without recursion; each
-/// entry walked is charged to the budget (a table reached along many paths is walked along
-/// each, as the encoder would).
-fn json_depth(v: &Value, charge: &crate::strlib::Charge) -> mlua::Result<()> {
-    let Value::Table(t) = v else {
-        return Ok(());
-    };
-    let mut stack = vec![(t.clone(), 1usize)];
-    while let Some((t, depth)) = stack.pop() {
-        if depth > MAX_JSON_DEPTH {
-            return Err(mlua::Error::runtime(format!(
-                "hp.json.encode: nested deeper than {MAX_JSON_DEPTH} levels"
-            )));
-        }
-        let mut entries = 1;
-        for pair in t.pairs::<Value, Value>() {
-            let (k, v) = pair?;
-            entries += 1;
-            for x in [k, v] {
-                if let Value::Table(child) = x {
-                    stack.push((child, depth + 1));
-                }
-            }
-        }
-        charge(entries)?;
-    }
-    Ok(())
-}
+/// The largest encoding buffer `hp.json.encode` keeps for the next call.
+const MAX_KEPT_JSON: usize = 64 << 10;
 
 /// `hp.json.decode`: JSON text (often a request body) to a Lua value (no I/O: the decoder the
 /// fuzz target drives).
 pub fn json_decode(lua: &Lua, text: &[u8]) -> mlua::Result<Value> {
-    let j: serde_json::Value = serde_json::from_slice(text)
-        .map_err(|e| mlua::Error::runtime(format!("hp.json.decode: {e}")))?;
-    lua.to_value(&j)
+    crate::json::decode(lua, text, &lua.array_metatable())
+}
+
+/// `hp.json.encode` without the request's budget: a Lua value to JSON text (the fuzz target
+/// encodes what it decoded).
+pub fn json_encode(lua: &Lua, v: &Value) -> mlua::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let bounds = crate::json::Bounds {
+        caller: "hp.json.encode",
+        max_len: usize::MAX,
+    };
+    crate::json::encode(&mut out, v, &lua.array_metatable(), &|_| Ok(()), bounds)?;
+    Ok(out)
 }
 
 fn check_name(what: &str, name: &str) -> mlua::Result<()> {
@@ -888,14 +880,15 @@ fn install_store(
             let journal = enqueue_usable()?;
             let table = table.to_str()?;
             check_name("table", &table)?;
-            let data = serde_json::to_string(&row)
-                .map_err(|e| mlua::Error::runtime(format!("hp.store.enqueue: {e}")))?;
-            if data.len() > MAX_ROW_LEN {
-                return Err(mlua::Error::runtime(format!(
-                    "hp.store.enqueue: a row is at most {MAX_ROW_LEN} bytes of JSON, not {}",
-                    data.len()
-                )));
-            }
+            // Bounded in depth and length as it is made (a table nested past the depth
+            // would overflow the stack of a recursive encoder).
+            let mut data = Vec::new();
+            let bounds = crate::json::Bounds {
+                caller: "hp.store.enqueue",
+                max_len: MAX_ROW_LEN,
+            };
+            crate::json::encode(&mut data, &row, &lua.array_metatable(), &|_| Ok(()), bounds)?;
+            let data = String::from_utf8(data).expect("JSON text is UTF-8");
             let change = LuaChange::Row {
                 table: (*table).into(),
                 at: unix_now(),

@@ -1,0 +1,416 @@
+//! `hp.json`: JSON straight between Lua values and bytes, with no tree in between (no I/O).
+//!
+//! Encoding walks the Lua value once, writing into a buffer the caller keeps from call to
+//! call, and refuses a value nested deeper than [`MAX_DEPTH`] as it meets it (the walk
+//! recurses once per level, so a deeper table would overflow the worker's stack). Decoding
+//! drives serde_json's parser (which stops at the same depth) and builds the Lua tables as it
+//! reads, instead of a `serde_json::Value` first and Lua values from that.
+//!
+//! What maps to what, both ways:
+//! - `nil` and `hp.json.null` are `null`; `null` decodes to `hp.json.null`;
+//! - booleans; integers as integers; floats as serde_json writes them (`1.0`, `1e+300`), a NaN
+//!   or an infinity as `null`; a JSON integer past 64 bits decodes to a float;
+//! - a string that is UTF-8 as a JSON string, any other as an array of its bytes;
+//! - a table whose length (`#`) is above 0, or that has the array metatable (decoded arrays
+//!   get it, so `[]` comes back as `[]`), as an array of its items 1 to `#`; any other as an
+//!   object, its keys strings, integers, floats or booleans (written as strings);
+//! - a function, a coroutine or a userdata is an error.
+
+use std::ffi::c_void;
+
+use mlua::{Lua, LuaSerdeExt, Table, Value};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+/// The deepest nesting encoded: as deep as serde_json's parser reads.
+pub const MAX_DEPTH: usize = 128;
+
+/// What an encoding charges the request's budget: each table's entries as it walks them,
+/// then the text's size.
+pub type Charge<'a> = &'a dyn Fn(u64) -> mlua::Result<()>;
+
+/// How an encoding is bounded, and what its errors name.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// The function named in errors (`hp.json.encode`, `hp.store.enqueue`).
+    pub caller: &'static str,
+    /// The longest text, in bytes: past it the encoding stops with an error.
+    pub max_len: usize,
+}
+
+/// Appends `v` as JSON to `out` (cleared first).
+pub fn encode(
+    out: &mut Vec<u8>,
+    v: &Value,
+    array: &Table,
+    charge: Charge<'_>,
+    bounds: Bounds,
+) -> mlua::Result<()> {
+    out.clear();
+    let mut enc = Encoder {
+        out,
+        array: array.to_pointer(),
+        charge,
+        bounds,
+    };
+    enc.value(v, 0)?;
+    enc.fits()
+}
+
+struct Encoder<'o, 'c> {
+    out: &'o mut Vec<u8>,
+    /// The array metatable, by address.
+    array: *const c_void,
+    charge: Charge<'c>,
+    bounds: Bounds,
+}
+
+impl Encoder<'_, '_> {
+    fn error(&self, what: impl std::fmt::Display) -> mlua::Error {
+        mlua::Error::runtime(format!("{}: {what}", self.bounds.caller))
+    }
+
+    /// An error once the text is past its bound.
+    fn fits(&self) -> mlua::Result<()> {
+        let max = self.bounds.max_len;
+        if self.out.len() > max {
+            return Err(self.error(format!("the JSON text is longer than {max} bytes")));
+        }
+        Ok(())
+    }
+
+    fn value(&mut self, v: &Value, depth: usize) -> mlua::Result<()> {
+        match v {
+            Value::Nil => self.out.extend_from_slice(b"null"),
+            Value::LightUserData(p) if p.0.is_null() => self.out.extend_from_slice(b"null"),
+            Value::Boolean(b) => self
+                .out
+                .extend_from_slice(if *b { b"true" } else { b"false" }),
+            Value::Integer(i) => self
+                .out
+                .extend_from_slice(itoa::Buffer::new().format(*i).as_bytes()),
+            Value::Number(n) => self.float(*n),
+            Value::String(s) => self.string(&s.as_bytes()),
+            Value::Table(t) => self.table(t, depth + 1)?,
+            other => return Err(self.error(format!("cannot encode a {}", other.type_name()))),
+        }
+        Ok(())
+    }
+
+    fn float(&mut self, n: f64) {
+        if n.is_finite() {
+            // serde_json's own text for it (ryu, `.0` on whole numbers); no allocation.
+            let _ = serde_json::to_writer(&mut *self.out, &n);
+        } else {
+            self.out.extend_from_slice(b"null");
+        }
+    }
+
+    /// A JSON string with serde_json's escapes, or an array of the bytes when not UTF-8.
+    fn string(&mut self, bytes: &[u8]) {
+        let _ = match std::str::from_utf8(bytes) {
+            Ok(s) => serde_json::to_writer(&mut *self.out, s),
+            Err(_) => serde_json::to_writer(&mut *self.out, bytes),
+        };
+    }
+
+    fn table(&mut self, t: &Table, depth: usize) -> mlua::Result<()> {
+        if depth > MAX_DEPTH {
+            return Err(self.error(format!(
+                "nested deeper than {MAX_DEPTH} levels (or a table holds itself)"
+            )));
+        }
+        let array = t.raw_len() > 0 || t.metatable().is_some_and(|m| m.to_pointer() == self.array);
+        let mut entries = 1u64;
+        if array {
+            self.out.push(b'[');
+            // Items 1 to `#`, raw (as mlua's own serializer reads an array).
+            t.for_each_value::<Value>(|item| {
+                if entries > 1 {
+                    self.out.push(b',');
+                }
+                entries += 1;
+                self.value(&item, depth)?;
+                self.fits()
+            })?;
+            self.out.push(b']');
+        } else {
+            self.out.push(b'{');
+            t.for_each::<Value, Value>(|key, item| {
+                if entries > 1 {
+                    self.out.push(b',');
+                }
+                entries += 1;
+                self.key(&key)?;
+                self.out.push(b':');
+                self.value(&item, depth)?;
+                self.fits()
+            })?;
+            self.out.push(b'}');
+        }
+        (self.charge)(entries)
+    }
+
+    /// An object's key: a string, or a number or boolean written as one.
+    fn key(&mut self, key: &Value) -> mlua::Result<()> {
+        match key {
+            Value::String(s) => self.string(&s.as_bytes()),
+            Value::Integer(i) => {
+                self.out.push(b'"');
+                self.out
+                    .extend_from_slice(itoa::Buffer::new().format(*i).as_bytes());
+                self.out.push(b'"');
+            }
+            Value::Number(n) if n.is_finite() => {
+                self.out.push(b'"');
+                self.float(*n);
+                self.out.push(b'"');
+            }
+            Value::Boolean(b) => {
+                self.out
+                    .extend_from_slice(if *b { b"\"true\"" } else { b"\"false\"" })
+            }
+            Value::Number(_) => return Err(self.error("an object's key must be a finite number")),
+            other => {
+                return Err(self.error(format!(
+                    "an object's key must be a string or a number, not a {}",
+                    other.type_name()
+                )))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Decodes JSON text to a Lua value; arrays get `array` as their metatable.
+pub fn decode(lua: &Lua, text: &[u8], array: &Table) -> mlua::Result<Value> {
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let v = Seed { lua, array }
+        .deserialize(&mut de)
+        .and_then(|v| de.end().map(|()| v))
+        .map_err(|e| mlua::Error::runtime(format!("hp.json.decode: {e}")))?;
+    Ok(v)
+}
+
+/// Builds one Lua value from what the parser reads.
+#[derive(Clone, Copy)]
+struct Seed<'l> {
+    lua: &'l Lua,
+    array: &'l Table,
+}
+
+/// A Lua error (memory, mostly) as the parser's error.
+fn lua_error<E: serde::de::Error>(e: mlua::Error) -> E {
+    E::custom(e)
+}
+
+impl<'de> DeserializeSeed<'de> for Seed<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Seed<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Value, E> {
+        Ok(self.lua.null())
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Boolean(b))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, i: i64) -> Result<Value, E> {
+        Ok(Value::Integer(i))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, u: u64) -> Result<Value, E> {
+        Ok(i64::try_from(u).map_or(Value::Number(u as f64), Value::Integer))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Value, E> {
+        Ok(Value::Number(n))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Value, E> {
+        self.lua
+            .create_string(s)
+            .map(Value::String)
+            .map_err(lua_error)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let t = self
+            .lua
+            .create_table_with_capacity(seq.size_hint().unwrap_or(0), 0)
+            .map_err(lua_error)?;
+        t.set_metatable(Some(self.array.clone()));
+        let mut i = 0;
+        while let Some(v) = seq.next_element_seed(self)? {
+            i += 1;
+            t.raw_seti(i, v).map_err(lua_error)?;
+        }
+        Ok(Value::Table(t))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let t = self.lua.create_table().map_err(lua_error)?;
+        while let Some(k) = map.next_key_seed(self)? {
+            let v = map.next_value_seed(self)?;
+            t.raw_set(k, v).map_err(lua_error)?;
+        }
+        Ok(Value::Table(t))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ANY: Bounds = Bounds {
+        caller: "hp.json.encode",
+        max_len: usize::MAX,
+    };
+
+    fn lua() -> Lua {
+        Lua::new()
+    }
+
+    fn enc(lua: &Lua, code: &str) -> Result<String, String> {
+        let v: Value = lua.load(code).eval().unwrap();
+        let mut out = Vec::new();
+        encode(&mut out, &v, &lua.array_metatable(), &|_| Ok(()), ANY)
+            .map(|()| String::from_utf8(out).unwrap())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn encodes_what_the_module_doc_says() {
+        let l = lua();
+        l.globals().set("null", l.null()).unwrap();
+        let cases = [
+            ("nil", "null"),
+            ("null", "null"),
+            ("true", "true"),
+            ("-42", "-42"),
+            ("1.5", "1.5"),
+            ("3.0", "3.0"),
+            ("1e300", "1e+300"),
+            ("0/0", "null"),
+            ("1/0", "null"),
+            (r#""a\"b\n\0é""#, r#""a\"b\n\u0000é""#),
+            (r#""\xff\x01""#, "[255,1]"),
+            ("{}", "{}"),
+            ("{1, 2, {}}", "[1,2,{}]"),
+            ("{ a = { b = 'c' } }", r#"{"a":{"b":"c"}}"#),
+            ("{ [7] = 'x' }", r#"{"7":"x"}"#),
+            ("{ [1.5] = 'x' }", r#"{"1.5":"x"}"#),
+            ("{ [true] = 'x' }", r#"{"true":"x"}"#),
+        ];
+        for (code, want) in cases {
+            assert_eq!(
+                enc(&l, &format!("return {code}")).as_deref(),
+                Ok(want),
+                "{code}"
+            );
+        }
+        // A table with both parts: its array items only (as `#` counts them).
+        assert_eq!(enc(&l, "return { 1, 2, x = 3 }").as_deref(), Ok("[1,2]"));
+        let refused = [
+            ("return print", "cannot encode a function"),
+            ("return { f = print }", "cannot encode a function"),
+            (
+                "return { [{}] = 1 }",
+                "key must be a string or a number, not a table",
+            ),
+            ("return { [1/0] = 1 }", "key must be a finite number"),
+        ];
+        for (code, want) in refused {
+            let e = enc(&l, code).unwrap_err();
+            assert!(e.contains(want), "{code}: {e}");
+        }
+    }
+
+    #[test]
+    fn depth_is_bounded_and_a_table_holding_itself_is_an_error() {
+        let l = lua();
+        let deep = |n: usize| format!("local t = {{}} for i = 1, {n} do t = {{ t }} end return t");
+        // 128 levels (the empty table and 127 around it) encode; 129 do not.
+        assert_eq!(enc(&l, &deep(127)).unwrap().len(), 256);
+        assert!(enc(&l, &deep(128)).unwrap_err().contains("deeper than 128"));
+        let e = enc(&l, "local t = {} t.me = t return t").unwrap_err();
+        assert!(e.contains("holds itself"), "{e}");
+        // A table reached twice, but not inside itself, is fine.
+        assert_eq!(
+            enc(&l, "local t = { 1 } return { a = t, b = t }").map(|s| s.len()),
+            Ok(r#"{"a":[1],"b":[1]}"#.len())
+        );
+    }
+
+    #[test]
+    fn the_budget_is_charged_per_entry() {
+        let l = lua();
+        let v: Value = l.load("return { 1, 2, { 3 } }").eval().unwrap();
+        let charged = std::cell::Cell::new(0);
+        let charge = |n| {
+            charged.set(charged.get() + n);
+            Ok(())
+        };
+        let mut out = Vec::new();
+        encode(&mut out, &v, &l.array_metatable(), &charge, ANY).unwrap();
+        assert_eq!(charged.get(), 4 + 2);
+        let stop = |_| Err(mlua::Error::runtime("out of budget"));
+        let e = encode(&mut Vec::new(), &v, &l.array_metatable(), &stop, ANY).unwrap_err();
+        assert!(e.to_string().contains("out of budget"), "{e}");
+        // A bound on the text stops a large table early, naming the caller.
+        let big: Value = l
+            .load("local t = {} for i = 1, 100000 do t[i] = i end return t")
+            .eval()
+            .unwrap();
+        let bounds = Bounds {
+            caller: "hp.store.enqueue",
+            max_len: 1000,
+        };
+        let mut out = Vec::new();
+        let e = encode(&mut out, &big, &l.array_metatable(), &|_| Ok(()), bounds).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("hp.store.enqueue: the JSON text is longer than 1000 bytes"),
+            "{e}"
+        );
+        assert!(out.len() < 1100, "stopped at {} bytes", out.len());
+    }
+
+    #[test]
+    fn decodes_and_round_trips() {
+        let l = lua();
+        let mt = l.array_metatable();
+        let text = r#"{"a":[1,2.5,"x",null,true,[],{}],"big":18446744073709551615,"neg":-7}"#;
+        let v = decode(&l, text.as_bytes(), &mt).unwrap();
+        let t = v.as_table().unwrap();
+        let a: Table = t.get("a").unwrap();
+        assert_eq!(a.raw_len(), 7);
+        assert_eq!(a.get::<Value>(4).unwrap(), l.null());
+        assert_eq!(t.get::<f64>("big").unwrap(), u64::MAX as f64);
+        assert_eq!(t.get::<i64>("neg").unwrap(), -7);
+        // Encoded again: the same document (an empty array stays one; keys in any order).
+        let mut out = Vec::new();
+        encode(&mut out, &v, &mt, &|_| Ok(()), ANY).unwrap();
+        let back: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let mut want: serde_json::Value = serde_json::from_str(text).unwrap();
+        want["big"] = serde_json::json!(u64::MAX as f64);
+        assert_eq!(back, want);
+        for bad in ["", "{", "[1,]", "nul", "1 2", r#"{"a":1}x"#] {
+            let e = decode(&l, bad.as_bytes(), &mt).unwrap_err().to_string();
+            assert!(e.contains("hp.json.decode:"), "{bad}: {e}");
+        }
+        let deep = "[".repeat(200) + &"]".repeat(200);
+        assert!(decode(&l, deep.as_bytes(), &mt).is_err());
+    }
+}
