@@ -260,7 +260,12 @@ impl<'de> Visitor<'de> for Seed<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let t = self.lua.create_table().map_err(lua_error)?;
+        // Room for a few keys up front (the parser does not say how many come): most
+        // objects are small, and a table grown key by key rehashes at 1, 2 and 4.
+        let t = self
+            .lua
+            .create_table_with_capacity(0, map.size_hint().unwrap_or(4))
+            .map_err(lua_error)?;
         while let Some(k) = map.next_key_seed(self)? {
             let v = map.next_value_seed(self)?;
             t.raw_set(k, v).map_err(lua_error)?;
