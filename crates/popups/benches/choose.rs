@@ -103,19 +103,23 @@ fn choose(c: &mut Criterion) {
         let now = 1_800_000_000;
         for returning in [false, true] {
             let name = if returning { "returning" } else { "fresh" };
-            let seen = |_: u32| {
-                returning.then_some(Seen {
+            // A returning user has state for every popup: each cooling down.
+            let seen: Vec<(u32, Seen)> = if returning {
+                let s = Seen {
                     next_eligible: now + 60,
                     shows: 1,
                     last_action: Action::Shown,
-                })
+                };
+                (1..=size).map(|id| (id, s)).collect()
+            } else {
+                Vec::new()
             };
             let mut n = 0usize;
             group.bench_with_input(BenchmarkId::new(name, size), &catalog, |b, catalog| {
                 b.iter(|| {
                     n = (n + 1) % viewers.len();
                     catalog
-                        .choose(black_box(&viewers[n]), now, seen, |_| 0)
+                        .choose(black_box(&viewers[n]), now, &seen, |_| 0)
                         .map(|p| p.id)
                 })
             });

@@ -110,10 +110,13 @@ pub fn allowed(f: &Frequency, seen: Option<&Seen>, now: u64, shows_today: u64) -
     if f.daily_cap.is_some_and(|cap| shows_today >= cap) {
         return false;
     }
-    match seen {
-        None => true,
-        Some(s) => now >= s.next_eligible && f.max_shows.is_none_or(|m| s.shows < m),
-    }
+    seen.is_none_or(|s| state_allows(f, s, now))
+}
+
+/// Whether the user's own state for a popup lets them see it now (its cooldown is over, and
+/// it has not been shown its most times).
+fn state_allows(f: &Frequency, s: &Seen, now: u64) -> bool {
+    now >= s.next_eligible && f.max_shows.is_none_or(|m| s.shows < m)
 }
 
 /// A set of popups, as positions in the order of choice: one bit per popup.
@@ -339,12 +342,18 @@ impl Catalog {
 
     /// The first popup, in the order of choice, that is active, targets the viewer, has
     /// the viewer in its rollout and whose frequency rules allow it; `None` when none does.
-    /// `seen` gives the user's state per popup id, `shows_today` each popup's shows today.
+    /// `seen` is the user's state per popup id (each id once), `shows_today` gives each
+    /// popup's shows today.
+    ///
+    /// The popups the user's own state rules out (cooling down, or shown their most times)
+    /// are taken out of the candidates first, one hash lookup per popup the user has state
+    /// for: the walk then tests only the rules that need no per-user lookup, so a user who
+    /// has seen much of a large catalog costs what their state holds, not popups times state.
     pub fn choose(
         &self,
         v: &Viewer<'_>,
         now: u64,
-        seen: impl Fn(u32) -> Option<Seen>,
+        seen: &[(u32, Seen)],
         shows_today: impl Fn(u32) -> u64,
     ) -> Option<&Popup> {
         with_sets(self.enabled.len(), |cand, scratch| {
@@ -353,6 +362,13 @@ impl Catalog {
             self.country.narrow(v.country.into_iter(), cand, scratch);
             self.segment
                 .narrow(v.segments.iter().copied(), cand, scratch);
+            for (id, state) in seen {
+                if let Some(&i) = self.ids.get(id) {
+                    if !state_allows(&self.popups[i].frequency, state, now) {
+                        clear(cand, i);
+                    }
+                }
+            }
             // The user's rollout hash, once per request, and only if a popup asks for it.
             let mut rollout = None;
             for (w, &word) in cand.iter().enumerate() {
@@ -366,17 +382,8 @@ impl Catalog {
                             || rollout
                                 .get_or_insert_with(|| Rollout::new(v.user))
                                 .admits(p.id, p.rollout_percent))
-                        && allowed(
-                            &p.frequency,
-                            seen(p.id).as_ref(),
-                            now,
-                            // Counted only for popups with a cap: most have none.
-                            if p.frequency.daily_cap.is_some() {
-                                shows_today(p.id)
-                            } else {
-                                0
-                            },
-                        )
+                        // Counted only for popups with a cap: most have none.
+                        && p.frequency.daily_cap.is_none_or(|cap| shows_today(p.id) < cap)
                     {
                         return Some(p);
                     }
@@ -410,7 +417,6 @@ pub fn acted(seen: &mut Seen, f: &Frequency, action: Action, now: u64) {
 mod tests {
     use super::*;
     use crate::model::{Filter, Never, Targeting, Wait};
-    use std::collections::HashMap;
 
     fn popup(id: u32, priority: i32) -> Popup {
         Popup {
@@ -441,10 +447,6 @@ mod tests {
             app_version: Some("2.5.0".parse().unwrap()),
             segments: &["vip"],
         }
-    }
-
-    fn none(_: u32) -> Option<Seen> {
-        None
     }
 
     fn zero(_: u32) -> u64 {
@@ -612,31 +614,44 @@ mod tests {
         let ids: Vec<u32> = catalog.popups().iter().map(|p| p.id).collect();
         assert_eq!(ids, vec![4, 9, 3, 1]);
         let v = viewer("alice");
-        assert_eq!(catalog.choose(&v, 0, none, zero).map(|p| p.id), Some(4));
+        assert_eq!(catalog.choose(&v, 0, &[], zero).map(|p| p.id), Some(4));
         // 4 in its cooldown, 9 over its daily cap: 3 is next.
-        let mut cooling = HashMap::new();
-        cooling.insert(
+        let cooling = [(
             4,
             Seen {
                 next_eligible: 500,
                 shows: 1,
                 last_action: Action::Shown,
             },
-        );
-        let seen = |id| cooling.get(&id).copied();
+        )];
         let today = |id| if id == 9 { 100 } else { 0 };
-        assert_eq!(catalog.choose(&v, 10, seen, today).map(|p| p.id), Some(3));
+        assert_eq!(
+            catalog.choose(&v, 10, &cooling, today).map(|p| p.id),
+            Some(3)
+        );
+        // Past the cooldown 4 is back; state for a popup the catalog lacks is passed over.
+        let gone = (77, cooling[0].1);
+        assert_eq!(
+            catalog
+                .choose(&v, 500, &[cooling[0], gone], today)
+                .map(|p| p.id),
+            Some(4)
+        );
         // Nothing eligible: none.
         let mut v = viewer("bob");
         v.country = Some("FR");
-        let never = |_| {
-            Some(Seen {
-                next_eligible: u64::MAX,
-                shows: 1,
-                last_action: Action::Click,
+        let never: Vec<(u32, Seen)> = ids
+            .iter()
+            .map(|&id| {
+                let s = Seen {
+                    next_eligible: u64::MAX,
+                    shows: 1,
+                    last_action: Action::Click,
+                };
+                (id, s)
             })
-        };
-        assert!(catalog.choose(&v, 10, never, zero).is_none());
+            .collect();
+        assert!(catalog.choose(&v, 10, &never, zero).is_none());
     }
 
     /// A catalog from the property test's numbers: targeting drawn from small pools of values
@@ -695,14 +710,20 @@ mod tests {
                 app_version: version.map(|s| s.parse().unwrap()),
                 segments: &segments,
             };
-            // Some popups are in their cooldown for this user, some at today's cap.
+            // Some popups are in their cooldown for this user (or shown their most times),
+            // some at today's cap.
             let seen = |id: u32| {
                 (seen_mask & (1 << (id % 64)) != 0).then_some(Seen {
                     next_eligible: 100,
-                    shows: 1,
+                    shows: 1 + id % 3,
                     last_action: Action::Shown,
                 })
             };
+            let state: Vec<(u32, Seen)> = catalog
+                .popups()
+                .iter()
+                .filter_map(|p| seen(p.id).map(|s| (p.id, s)))
+                .collect();
             let today = |id: u32| u64::from(id % 5);
             let scan = catalog.popups().iter().find(|p| {
                 active(p, now)
@@ -711,7 +732,7 @@ mod tests {
                     && allowed(&p.frequency, seen(p.id).as_ref(), now, today(p.id))
             });
             proptest::prop_assert_eq!(
-                catalog.choose(&v, now, seen, today).map(|p| p.id),
+                catalog.choose(&v, now, &state, today).map(|p| p.id),
                 scan.map(|p| p.id)
             );
             for p in catalog.popups() {
@@ -770,6 +791,13 @@ mod tests {
                     last_action: Action::Shown,
                 })
             };
+            let state = |c: &Catalog| -> Vec<(u32, Seen)> {
+                c.popups()
+                    .iter()
+                    .filter_map(|p| seen(p.id).map(|s| (p.id, s)))
+                    .collect()
+            };
+            let (outer_state, inner_state) = (state(&catalog), state(&inner));
             let scan = |c: &Catalog| {
                 c.popups()
                     .iter()
@@ -782,11 +810,14 @@ mod tests {
                     .map(|p| p.id)
             };
             let want_inner = scan(&inner);
-            let nested = |id: u32| {
-                assert_eq!(inner.choose(&v, 100, seen, zero).map(|p| p.id), want_inner);
-                seen(id)
+            let nested = |_: u32| {
+                assert_eq!(
+                    inner.choose(&v, 100, &inner_state, zero).map(|p| p.id),
+                    want_inner
+                );
+                0
             };
-            let got = catalog.choose(&v, 100, nested, zero).map(|p| p.id);
+            let got = catalog.choose(&v, 100, &outer_state, nested).map(|p| p.id);
             assert_eq!(got, scan(&catalog), "request {n}");
             chosen += usize::from(got.is_some());
         }

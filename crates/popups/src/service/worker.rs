@@ -119,18 +119,13 @@ impl PopupsWorker {
             .with(viewer.user, self.index as u16, ctx.now, |state| {
                 let mut capped: Vec<u32> = Vec::new();
                 loop {
-                    let chosen = live.catalog.choose(
-                        &viewer,
-                        now,
-                        |id| state.get(id),
-                        |id| {
-                            if capped.contains(&id) {
-                                u64::MAX
-                            } else {
-                                daily.get(id)
-                            }
-                        },
-                    );
+                    let chosen = live.catalog.choose(&viewer, now, &state.seen, |id| {
+                        if capped.contains(&id) {
+                            u64::MAX
+                        } else {
+                            daily.get(id)
+                        }
+                    });
                     let Some(p) = chosen else {
                         return (None, false);
                     };
