@@ -13,7 +13,7 @@
 //! - a string that is UTF-8 as a JSON string, any other as an array of its bytes;
 //! - a table whose length (`#`) is above 0, or that has the array metatable (decoded arrays
 //!   get it, so `[]` comes back as `[]`), as an array of its items 1 to `#`; any other as an
-//!   object, its keys strings, integers, floats or booleans (written as strings);
+//!   object, its keys UTF-8 strings, integers, floats or booleans (written as strings);
 //! - a function, a coroutine or a userdata is an error.
 
 use std::ffi::c_void;
@@ -153,7 +153,13 @@ impl Encoder<'_, '_> {
     /// An object's key: a string, or a number or boolean written as one.
     fn key(&mut self, key: &Value) -> mlua::Result<()> {
         match key {
-            Value::String(s) => self.string(&s.as_bytes()),
+            Value::String(s) => {
+                let bytes = s.as_bytes();
+                if std::str::from_utf8(&bytes).is_err() {
+                    return Err(self.error("an object's key must be UTF-8 text"));
+                }
+                self.string(&bytes);
+            }
             Value::Integer(i) => {
                 self.out.push(b'"');
                 self.out
@@ -335,6 +341,7 @@ mod tests {
                 "key must be a string or a number, not a table",
             ),
             ("return { [1/0] = 1 }", "key must be a finite number"),
+            (r#"return { ["\xff"] = 1 }"#, "key must be UTF-8 text"),
         ];
         for (code, want) in refused {
             let e = enc(&l, code).unwrap_err();

@@ -811,7 +811,6 @@ fn install_api(
     Ok(())
 }
 
-/// A table or column name: letters, digits and `_`, at most [`MAX_NAME_LEN`] bytes.
 /// The largest encoding buffer `hp.json.encode` keeps for the next call.
 const MAX_KEPT_JSON: usize = 64 << 10;
 
@@ -833,6 +832,7 @@ pub fn json_encode(lua: &Lua, v: &Value) -> mlua::Result<Vec<u8>> {
     Ok(out)
 }
 
+/// A table or column name: letters, digits and `_`, at most [`MAX_NAME_LEN`] bytes.
 fn check_name(what: &str, name: &str) -> mlua::Result<()> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_LEN
