@@ -130,10 +130,34 @@ impl Drop for Browser {
             );
             let _ = c.read();
         }
+        // Ending the session asks Chromium to quit; one still running when the driver goes
+        // would be left behind, so its processes (known by this test's own profile
+        // directory) are waited for, then ended by PID.
+        let mine = format!("--user-data-dir={}", self.profile.display());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !pids_with_arg(&mine).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for pid in pids_with_arg(&mine) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
         let _ = std::fs::remove_dir_all(&self.profile);
     }
+}
+
+/// The processes with `arg` on their command line.
+fn pids_with_arg(arg: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == arg.as_bytes()))
+        })
+        .collect()
 }
 
 fn base64_decode(s: &str) -> Vec<u8> {
