@@ -903,6 +903,11 @@ fn deep_json_and_exploding_gsub_get_500s_not_a_crash() {
             "explode",
             r#"function handle(req) local big = string.rep("x", 100000) return 200, nil, tostring(#req.body:gsub("", big)) end"#,
         ),
+        // One 1 MB string held 100 times: a small table, a 100 MB text.
+        (
+            "repeat",
+            r#"function handle() local s = string.rep("x", 1000000) local t = {} for i = 1, 100 do t[i] = s end return 200, nil, hp.json.encode(t) end"#,
+        ),
         ("ok", "function handle() return 200, nil, 'ok' end"),
     ]);
     c.server.workers = 1;
@@ -921,6 +926,16 @@ fn deep_json_and_exploding_gsub_get_500s_not_a_crash() {
     );
     // 101 levels (the empty table and 100 around it) are fine: 101 pairs of brackets.
     assert_eq!(body(&cl.get("/wide")), "202");
+    // The text is built outside the VM's memory: stopped at its cap, counted as a memory
+    // failure, and the worker goes on.
+    let r = cl.get("/repeat");
+    assert_eq!(r.status, 500);
+    assert!(body(&r).contains("not enough memory"), "{}", body(&r));
+    let admin = server.admin_addr().unwrap();
+    assert_eq!(
+        metric(admin, "hotpath_lua_failures_total{reason=\"memory\"}"),
+        1.0
+    );
     let text = " ".repeat(60_000);
     cl.send(
         format!(

@@ -51,7 +51,7 @@ fn json(c: &mut Criterion) {
     let array = lua.array_metatable();
     let bounds = hotpath_lua::json::Bounds {
         caller: "hp.json.encode",
-        max_len: usize::MAX,
+        limit: hotpath_lua::json::Limit::Length(usize::MAX),
     };
     let mut buf = Vec::new();
     let mut group = c.benchmark_group("lua_json");

@@ -9,7 +9,7 @@
 //! What maps to what, both ways:
 //! - `nil` and `hp.json.null` are `null`; `null` decodes to `hp.json.null`;
 //! - booleans; integers as integers; floats as serde_json writes them (`1.0`, `1e+300`), a NaN
-//!   or an infinity as `null`; a JSON integer past 64 bits decodes to a float;
+//!   or an infinity as `null`; a JSON integer outside a Lua integer's range decodes to a float;
 //! - a string that is UTF-8 as a JSON string, any other as an array of its bytes;
 //! - a table whose length (`#`) is above 0, or that has the array metatable (decoded arrays
 //!   get it, so `[]` comes back as `[]`), as an array of its items 1 to `#`; any other as an
@@ -33,8 +33,19 @@ pub type Charge<'a> = &'a dyn Fn(u64) -> mlua::Result<()>;
 pub struct Bounds {
     /// The function named in errors (`hp.json.encode`, `hp.store.enqueue`).
     pub caller: &'static str,
-    /// The longest text, in bytes: past it the encoding stops with an error.
-    pub max_len: usize,
+    /// The longest text: past it the encoding stops.
+    pub limit: Limit,
+}
+
+/// The longest text an encoding may make (the text is built outside the VM's memory cap, and
+/// a table can hold one long string many times over).
+#[derive(Debug, Clone, Copy)]
+pub enum Limit {
+    /// The VM's memory cap, in bytes: past it, a memory error, as for the VM's own
+    /// allocations (`lua.max_memory_mb`).
+    Memory(usize),
+    /// A length of the caller's own, in bytes: past it, an error saying so.
+    Length(usize),
 }
 
 /// Appends `v` as JSON to `out` (cleared first).
@@ -71,11 +82,16 @@ impl Encoder<'_, '_> {
 
     /// An error once the text is past its bound.
     fn fits(&self) -> mlua::Result<()> {
-        let max = self.bounds.max_len;
-        if self.out.len() > max {
-            return Err(self.error(format!("the JSON text is longer than {max} bytes")));
+        match self.bounds.limit {
+            Limit::Memory(max) if self.out.len() > max => Err(mlua::Error::MemoryError(format!(
+                "not enough memory: {}'s text passed {max} bytes (lua.max_memory_mb)",
+                self.bounds.caller
+            ))),
+            Limit::Length(max) if self.out.len() > max => {
+                Err(self.error(format!("the JSON text is longer than {max} bytes")))
+            }
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     fn value(&mut self, v: &Value, depth: usize) -> mlua::Result<()> {
@@ -286,7 +302,7 @@ mod tests {
 
     const ANY: Bounds = Bounds {
         caller: "hp.json.encode",
-        max_len: usize::MAX,
+        limit: Limit::Length(usize::MAX),
     };
 
     fn lua() -> Lua {
@@ -387,7 +403,7 @@ mod tests {
             .unwrap();
         let bounds = Bounds {
             caller: "hp.store.enqueue",
-            max_len: 1000,
+            limit: Limit::Length(1000),
         };
         let mut out = Vec::new();
         let e = encode(&mut out, &big, &l.array_metatable(), &|_| Ok(()), bounds).unwrap_err();
@@ -397,6 +413,22 @@ mod tests {
             "{e}"
         );
         assert!(out.len() < 1100, "stopped at {} bytes", out.len());
+        // One long string held many times: stopped at the memory cap, as a memory error.
+        let wide: Value = l
+            .load("local s = string.rep('x', 100000) local t = {} for i = 1, 1000 do t[i] = s end return t")
+            .eval()
+            .unwrap();
+        let bounds = Bounds {
+            caller: "hp.json.encode",
+            limit: Limit::Memory(1 << 20),
+        };
+        let e = encode(&mut out, &wide, &l.array_metatable(), &|_| Ok(()), bounds).unwrap_err();
+        assert!(matches!(e, mlua::Error::MemoryError(_)), "{e}");
+        assert!(
+            out.len() < (1 << 20) + 200_000,
+            "stopped at {} bytes",
+            out.len()
+        );
     }
 
     #[test]

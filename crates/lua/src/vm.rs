@@ -731,16 +731,16 @@ fn install_api(
     let array = lua.array_metatable();
     // The text is made in a buffer kept from call to call, then copied into a Lua string.
     let buf = RefCell::new(Vec::new());
+    let bounds = crate::json::Bounds {
+        caller: "hp.json.encode",
+        limit: crate::json::Limit::Memory(env.limits.memory),
+    };
     json.set(
         "encode",
         lua.create_function(move |lua, v: Value| {
             let mut fresh = Vec::new();
             let mut kept = buf.try_borrow_mut();
             let out = kept.as_deref_mut().unwrap_or(&mut fresh);
-            let bounds = crate::json::Bounds {
-                caller: "hp.json.encode",
-                max_len: usize::MAX,
-            };
             crate::json::encode(out, &v, &array, &*c, bounds)?;
             c(out.len() as u64 / 2)?;
             let text = lua.create_string(&*out)?;
@@ -826,7 +826,7 @@ pub fn json_encode(lua: &Lua, v: &Value) -> mlua::Result<Vec<u8>> {
     let mut out = Vec::new();
     let bounds = crate::json::Bounds {
         caller: "hp.json.encode",
-        max_len: usize::MAX,
+        limit: crate::json::Limit::Length(usize::MAX),
     };
     crate::json::encode(&mut out, v, &lua.array_metatable(), &|_| Ok(()), bounds)?;
     Ok(out)
@@ -872,6 +872,7 @@ fn install_store(
         })
     };
     let enqueue_usable = usable.clone();
+    let array = lua.array_metatable();
     // hp.store.enqueue(table, row) -> true, or nil, err when the store is full: appends `row`
     // (a table, encoded to JSON) to the script table `table` (`hp_lua_rows`).
     store.set(
@@ -885,9 +886,9 @@ fn install_store(
             let mut data = Vec::new();
             let bounds = crate::json::Bounds {
                 caller: "hp.store.enqueue",
-                max_len: MAX_ROW_LEN,
+                limit: crate::json::Limit::Length(MAX_ROW_LEN),
             };
-            crate::json::encode(&mut data, &row, &lua.array_metatable(), &|_| Ok(()), bounds)?;
+            crate::json::encode(&mut data, &row, &array, &|_| Ok(()), bounds)?;
             let data = String::from_utf8(data).expect("JSON text is UTF-8");
             let change = LuaChange::Row {
                 table: (*table).into(),
