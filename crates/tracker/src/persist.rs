@@ -17,6 +17,7 @@ use crate::private::ledger::parse_ledger;
 use crate::private::stored::CountsChange;
 use crate::private::Private;
 use crate::stored::{Key, TorrentChange, TrackerDb, TORRENTS};
+use crate::table::SwarmTable;
 
 use crate::{Shared, TrackerError};
 
@@ -168,11 +169,21 @@ const MAGIC_V1: &[u8; 8] = b"HPSWARM1";
 /// Returns (torrents, peers) saved.
 pub fn save_swarms(shared: &Shared, dir: &Path) -> std::io::Result<(usize, usize)> {
     let now = hotpath_service::process_secs() as u16;
+    write_swarms(&*shared.swarms, now, dir)
+}
+
+/// Writes `swarms` to `dir/swarms.snapshot` as [`save_swarms`] does, `now` being the table's
+/// clock (also used by tools that build a table to start a tracker with).
+pub fn write_swarms(
+    swarms: &dyn SwarmTable,
+    now: u16,
+    dir: &Path,
+) -> std::io::Result<(usize, usize)> {
     let mut out = Vec::with_capacity(1 << 20);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&hotpath_store::unix_now().to_le_bytes());
-    out.push(shared.swarms.id_len() as u8);
-    let saved = shared.swarms.save(now, &mut out);
+    out.push(swarms.id_len() as u8);
+    let saved = swarms.save(now, &mut out);
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     write_whole(dir, SWARMS_FILE, &out)?;
