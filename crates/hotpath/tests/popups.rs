@@ -539,6 +539,17 @@ fn admin_and_database_edits_reach_every_worker_within_a_second() {
     });
     assert_eq!(decide(&mut a, "user=late").map(|d| d.0), Some(2));
     assert!(p.metric("hotpath_popups_catalog_reloads_total") >= 1.0);
+    // The table now differs from the catalog for good (a row that does not parse, an edit
+    // not written as hotpath writes JSON): the catalog is published when the table changes,
+    // not on every poll while it differs (a catalog of 10,000 popups rebuilt twice a second).
+    std::thread::sleep(Duration::from_millis(700));
+    let reloads = p.metric("hotpath_popups_catalog_reloads_total");
+    std::thread::sleep(Duration::from_millis(1600));
+    assert_eq!(
+        p.metric("hotpath_popups_catalog_reloads_total"),
+        reloads,
+        "the catalog was published again while its table stayed the same"
+    );
     assert!(p.signal("-TERM").success());
 }
 

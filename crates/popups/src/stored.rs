@@ -397,17 +397,59 @@ fn select_popup_users(n: usize) -> String {
     )
 }
 
+/// Every popup definition, in id order.
+const SELECT_POPUPS: &str = "SELECT id, definition FROM hp_popups ORDER BY id";
+
+/// A 128-bit hash of popup rows `(id, text)` in id order: the same for the same rows, and
+/// different (but for a 2^-128 chance) when any row is added, removed or changed, however
+/// the text is written. Keyed with fixed keys: it is compared only with itself.
+#[derive(Default)]
+pub struct Fingerprint(siphasher::sip128::SipHasher13);
+
+impl Fingerprint {
+    /// Adds the next row.
+    pub fn add(&mut self, id: u32, text: &str) {
+        use std::hash::Hasher as _;
+        self.0.write_u32(id);
+        self.0.write_usize(text.len());
+        self.0.write(text.as_bytes());
+    }
+
+    /// The rows' fingerprint.
+    pub fn finish(&self) -> u128 {
+        use siphasher::sip128::Hasher128 as _;
+        self.0.finish128().as_u128()
+    }
+
+    /// The fingerprint of `rows`.
+    pub fn of(rows: &[(u32, String)]) -> u128 {
+        let mut f = Fingerprint::default();
+        for (id, text) in rows {
+            f.add(*id, text);
+        }
+        f.finish()
+    }
+}
+
 /// The popup service's reads and writes of the database, over any [`Backend`].
 pub trait PopupDb: Backend {
     /// Every popup definition in `hp_popups`: `(id, JSON text)`.
     fn popups(&mut self) -> Result<Vec<(u32, String)>, StoreError> {
         let mut out = Vec::new();
-        self.query(
-            "SELECT id, definition FROM hp_popups ORDER BY id",
-            &[],
-            &mut |r| out.push((r[0].int() as u32, r[1].text().to_string())),
-        )?;
+        self.query(SELECT_POPUPS, &[], &mut |r| {
+            out.push((r[0].int() as u32, r[1].text().to_string()))
+        })?;
         Ok(out)
+    }
+
+    /// The [`Fingerprint`] of every popup definition in `hp_popups`, without keeping the
+    /// rows: the poller reads the table whole only when this changed.
+    fn popups_fingerprint(&mut self) -> Result<u128, StoreError> {
+        let mut f = Fingerprint::default();
+        self.query(SELECT_POPUPS, &[], &mut |r| {
+            f.add(r[0].int() as u32, r[1].text())
+        })?;
+        Ok(f.finish())
     }
 
     /// The users' state per popup, from `hp_popup_users`: `(user, popup, state)` rows, in

@@ -37,6 +37,7 @@ impl Shared {
     pub(super) fn run_poller(&self, stop: &AtomicBool) {
         let every = Duration::from_millis(self.cfg.reload_ms);
         let mut reported = HashSet::new();
+        let mut read = None;
         let mut last_error = None::<Instant>;
         let mut next = Instant::now() + every;
         while !stop.load(Ordering::Acquire) {
@@ -45,7 +46,7 @@ impl Shared {
                 continue;
             }
             next = Instant::now() + every;
-            if let Err(e) = self.poll_catalog(&mut reported) {
+            if let Err(e) = self.poll_catalog(&mut reported, &mut read) {
                 self.counters.reload_failures.add(1);
                 if last_error.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
                     log::warn!(
@@ -72,16 +73,33 @@ impl Shared {
         }
     }
 
+    /// One poll of the popup table. `read` is the fingerprint of the rows the last poll read
+    /// whole: while the table's is the same, nothing more is read or parsed (a scan of the
+    /// table, hashed as it streams, instead of every definition copied, compared and, when
+    /// it was not written as hotpath writes JSON, published anew on every poll).
     pub(super) fn poll_catalog(
         &self,
         reported: &mut HashSet<(u32, String)>,
+        read: &mut Option<u128>,
     ) -> Result<(), PopupsError> {
         let _held = self.catalog_lock.lock();
+        let first = !self.catalog_read.load(Ordering::Acquire);
+        if !first && read.is_some() {
+            let now = self
+                .store
+                .read(|b| b.popups_fingerprint())
+                .map_err(PopupsError::store("the catalog"))?;
+            if *read == Some(now) {
+                return Ok(());
+            }
+        }
         let rows = self
             .store
             .read(|b| b.popups())
             .map_err(PopupsError::store("the catalog"))?;
-        if !self.catalog_read.load(Ordering::Acquire) {
+        // Of the rows as read (the table may have changed since its fingerprint was taken).
+        *read = Some(Fingerprint::of(&rows));
+        if first {
             // The first read after a start without the database: today's shows first, so
             // no daily cap is passed once the popups are live.
             let today = unix_day(hotpath_store::unix_now() as u64);
@@ -117,6 +135,8 @@ impl Shared {
             self.counters.reloads.add(1);
             return Ok(());
         }
+        // The rows changed since the last read (or this is the first): published unless
+        // they are what is live already (hotpath's own writes, which it published itself).
         let live = self.live.read().clone();
         let same = rows.len() == live.by_id.len()
             && rows

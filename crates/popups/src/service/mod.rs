@@ -33,7 +33,9 @@ use hotpath_service::{
 };
 use hotpath_store::{Counter, JournalWriter, Store};
 
-use crate::stored::{PopupChange, PopupDb, PopupStore, PopupUserRow, CLICK, CLOSE, SHOWN};
+use crate::stored::{
+    Fingerprint, PopupChange, PopupDb, PopupStore, PopupUserRow, CLICK, CLOSE, SHOWN,
+};
 
 use crate::api::{self, Event, Query, MAX_SEGMENTS};
 use crate::decide::{self, Action, Catalog, Seen};
