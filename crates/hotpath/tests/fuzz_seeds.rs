@@ -231,7 +231,7 @@ fn journal(seeds: &mut Seeds) {
             at: 1_800_000_000,
         },
         &PopupChange {
-            user: "alice".into(),
+            user: "alice",
             popup: 4,
             action: SHOWN,
             next_eligible: 1_800_003_600,

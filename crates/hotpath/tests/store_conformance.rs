@@ -490,7 +490,7 @@ fn a_failed_batch_is_read_and_written_under_newer_changes(d: Dialect) {
         unreachable: 0,
     };
     let (store, _) = Store::open_with(&cfg, &SERVICES, Box::new(flaky)).unwrap();
-    let pop = |user: &str, action, shows, at| PopupChange {
+    let pop = |user: &str, action, shows, at| PopupChange::<Box<str>> {
         user: user.into(),
         popup: 1,
         action,
@@ -574,7 +574,7 @@ fn a_full_journal_refuses_changes(d: Dialect) {
     let mut w = store.writer(0);
     let mut taken = 0u32;
     while w
-        .append(&PopupChange {
+        .append(&PopupChange::<Box<str>> {
             user: format!("u{taken}").into(),
             popup: 1,
             action: SHOWN,
@@ -603,7 +603,7 @@ fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
     let (store, _) = Store::open(&cfg, &SERVICES).unwrap();
     let day = 20_000u32;
     let at = day * 86_400 + 5;
-    let ev = |user: &str, popup, action, next, shows| PopupChange {
+    let ev = |user: &str, popup, action, next, shows| PopupChange::<Box<str>> {
         user: user.into(),
         popup,
         action,

@@ -29,11 +29,12 @@ const TAG: u8 = 2;
 const FIXED: usize = 1 + 4 + 1 + 8 + 4 + 4 + 1;
 
 /// A popup shown to a user, or the user's click or close: the user's state for that popup
-/// after it (absolute, so the newest wins), and one line of the event log.
+/// after it (absolute, so the newest wins), and one line of the event log. Decoded, it owns
+/// its user id; a request journals one that borrows the id from the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PopupChange {
+pub struct PopupChange<U = Box<str>> {
     /// The user id (at most [`MAX_USER_LEN`] bytes).
-    pub user: Box<str>,
+    pub user: U,
     /// The popup id.
     pub popup: u32,
     /// What happened: [`SHOWN`], [`CLICK`] or [`CLOSE`].
@@ -67,9 +68,9 @@ impl PopupChange {
     }
 }
 
-impl Encode for PopupChange {
+impl<U: AsRef<str>> Encode for PopupChange<U> {
     fn encoded_len(&self) -> usize {
-        FIXED + self.user.len().min(MAX_USER_LEN)
+        FIXED + self.user.as_ref().len().min(MAX_USER_LEN)
     }
 
     /// A user id is cut at [`MAX_USER_LEN`] bytes (callers refuse longer ones before).
@@ -80,7 +81,7 @@ impl Encode for PopupChange {
         out.extend_from_slice(&self.next_eligible.to_le_bytes());
         out.extend_from_slice(&self.shows.to_le_bytes());
         out.extend_from_slice(&self.at.to_le_bytes());
-        let user = hotpath_store::queue::cut(&self.user, MAX_USER_LEN);
+        let user = hotpath_store::queue::cut(self.user.as_ref(), MAX_USER_LEN);
         out.push(user.len() as u8);
         out.extend_from_slice(user);
     }

@@ -155,7 +155,7 @@ impl PopupsWorker {
         c.shown.add(1);
         let user = self.query.user();
         self.journal.push(&PopupChange {
-            user: user.into(),
+            user,
             popup: id,
             action: SHOWN,
             next_eligible: seen.next_eligible,
@@ -267,7 +267,7 @@ impl PopupsWorker {
             _ => c.closes.add(1),
         }
         self.journal.push(&PopupChange {
-            user: event.user.into_boxed_str(),
+            user: event.user.as_str(),
             popup: event.popup,
             action: code,
             next_eligible: seen.next_eligible,
