@@ -44,15 +44,8 @@ fn main() {
         a.info_hash[12..20].copy_from_slice(&h.rotate_left(17).to_le_bytes());
         a.peer_id[..8].copy_from_slice(&i.to_le_bytes());
         let ip = (i as u32).wrapping_mul(2_654_435_761);
-        let mut addr = [0u8; 6];
-        addr[..4].copy_from_slice(&ip.to_be_bytes());
-        addr[4..].copy_from_slice(&(6881 + (i >> 32) as u16).to_be_bytes());
-        a.v4 = Some(addr);
-        a.seeder = rng.u8(..4) == 0;
-        sel.clear();
-        store
-            .announce(&a, 0, &mut rng, &mut sel)
-            .expect("no caps are set");
+        let port = 6881 + (i >> 32) as u16;
+        common::announce_v4(&*store, &mut a, ip, port, &mut rng, &mut sel);
     }
     let elapsed = started.elapsed();
     let totals = store.totals();

@@ -11,13 +11,13 @@
 //!
 //! `cargo run --release -p hotpath-tracker --example swarm_snapshot -- DIR PEERS TORRENTS`
 
-// Only `started` of what the memory examples share is used here.
+// `rss_bytes`, of what the memory examples share, is not used here.
 #[allow(dead_code)]
 mod common;
 
 use std::path::Path;
 
-use hotpath_tracker::table::{Caps, Selection, SwarmTable, Table};
+use hotpath_tracker::table::{Caps, Selection, Table};
 
 /// `hotpath bench`'s seed for the info hashes of its UDP load (crates/bench/src/udp.rs).
 const HASH_SEED: u64 = 0x6861_7368;
@@ -45,15 +45,7 @@ fn main() {
         a.info_hash = hotpath_bench::template::value20(HASH_SEED, i % torrents + 1);
         // A distinct address per peer: 10.0.0.0/8 and up, port 6881.
         let ip = 0x0A00_0000u32.wrapping_add(i as u32);
-        let mut addr = [0u8; 6];
-        addr[..4].copy_from_slice(&ip.to_be_bytes());
-        addr[4..].copy_from_slice(&6881u16.to_be_bytes());
-        a.v4 = Some(addr);
-        a.seeder = rng.u8(..4) == 0;
-        sel.clear();
-        table
-            .announce(&a, 0, &mut rng, &mut sel)
-            .expect("no caps are set");
+        common::announce_v4(&table, &mut a, ip, 6881, &mut rng, &mut sel);
     }
     std::fs::create_dir_all(dir).expect("DIR");
     let (t, p) = hotpath_tracker::persist::write_swarms(&table, 0, Path::new(dir))

@@ -30,3 +30,22 @@ pub fn started() -> PeerAnnounce {
         want_v6: false,
     }
 }
+
+/// Announces `a` as the IPv4 peer `ip:port` (as a seeder one time in four) to `table`.
+#[allow(dead_code)] // private_memory announces through its own path
+pub fn announce_v4(
+    table: &dyn hotpath_tracker::table::SwarmTable,
+    a: &mut PeerAnnounce,
+    ip: u32,
+    port: u16,
+    rng: &mut fastrand::Rng,
+    sel: &mut hotpath_tracker::table::Selection,
+) {
+    let mut addr = [0u8; 6];
+    addr[..4].copy_from_slice(&ip.to_be_bytes());
+    addr[4..].copy_from_slice(&port.to_be_bytes());
+    a.v4 = Some(addr);
+    a.seeder = rng.u8(..4) == 0;
+    sel.clear();
+    table.announce(a, 0, rng, sel).expect("no caps are set");
+}
