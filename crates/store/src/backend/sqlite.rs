@@ -52,6 +52,12 @@ impl Sqlite {
                 c.set_prepared_statement_cache_capacity(32);
                 c.pragma_update(None, "journal_mode", "WAL")?;
                 c.pragma_update(None, "synchronous", "NORMAL")?;
+                // A multi-row statement in a transaction keeps a statement journal (a copy
+                // of each page it changes, to undo just that statement). Past 64 KiB SQLite
+                // moved it to a temporary file, written page by page: a flush of scattered
+                // upserts wrote most pages twice. It is bounded by the pages one statement
+                // touches (4,096 rows at most); no query here sorts more than it returns.
+                c.pragma_update(None, "temp_store", "MEMORY")?;
                 Ok(c)
             };
             let c = open()
