@@ -7,7 +7,8 @@
 //! - [`decide`]: targeting, rollout by a stable hash, frequency rules, the choice by priority
 //!   with stable ties, and how shows, clicks and closes move a user's next eligible time;
 //! - [`api`]: the wire formats, without I/O (show tokens: [`token`]);
-//! - [`users`]: the per-user state in memory (loaded on first sight, bounded);
+//! - [`users`]: the per-user state in memory (loaded on first sight, bounded), keyed by
+//!   [`user_id`]s;
 //! - [`service`]: the endpoints, and the loader, poller and admin threads.
 //!
 //! Must not: speak SQL (the store does, fed by journaled changes) or open sockets (the server
@@ -20,6 +21,7 @@ pub mod model;
 pub mod service;
 pub mod spent;
 pub mod stored;
+pub mod user_id;
 pub mod users;
 
 /// Show tokens (a wire format, kept with the codecs so the load generator signs them too).

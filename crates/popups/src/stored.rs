@@ -14,6 +14,8 @@ use hotpath_store::table::{col, Merge, Rows, Table, Type, Value};
 use hotpath_store::{Backend, Encode, Queue, Service, Store, StoreError};
 use smallvec::SmallVec;
 
+use crate::user_id::UserId;
+
 /// [`PopupChange`]'s action: shown.
 pub const SHOWN: u8 = 1;
 /// [`PopupChange`]'s action: clicked.
@@ -30,9 +32,10 @@ const FIXED: usize = 1 + 4 + 1 + 8 + 4 + 4 + 1;
 
 /// A popup shown to a user, or the user's click or close: the user's state for that popup
 /// after it (absolute, so the newest wins), and one line of the event log. Decoded, it owns
-/// its user id; a request journals one that borrows the id from the request.
+/// its user id (inline when short: no allocation); a request journals one that borrows the id
+/// from the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PopupChange<U = Box<str>> {
+pub struct PopupChange<U = UserId> {
     /// The user id (at most [`MAX_USER_LEN`] bytes).
     pub user: U,
     /// The popup id.
@@ -62,7 +65,7 @@ impl PopupChange {
             next_eligible: u64::from_le_bytes(b[6..14].try_into().unwrap()),
             shows: u32_at(14),
             at: u32_at(18),
-            user: user.into(),
+            user: UserId::new(user),
         };
         Some((change, len))
     }
@@ -126,7 +129,7 @@ pub struct PopupEvent {
     /// Unix seconds.
     pub at: u32,
     /// The user id.
-    pub user: Box<str>,
+    pub user: UserId,
     /// The popup id.
     pub popup: u32,
     /// [`SHOWN`], [`CLICK`] or [`CLOSE`].
@@ -142,7 +145,7 @@ type UserRows = SmallVec<[(u32, PopupUserRow); 1]>;
 pub struct PopupQueue {
     /// Per user, per popup: the newest state (keyed by user so a user's pending state is
     /// one lookup when the popup service loads it).
-    users: HashMap<Box<str>, UserRows>,
+    users: HashMap<UserId, UserRows>,
     /// Rows in `users`.
     user_rows: usize,
     /// The event log, in arrival order.
@@ -154,10 +157,10 @@ pub struct PopupQueue {
 impl PopupQueue {
     /// Sets a user's state for a popup unless the state held is later (see
     /// [`PopupUserRow::order`]); of two equal in order, the one merged last wins.
-    fn put_user(&mut self, user: &str, popup: u32, row: PopupUserRow) {
+    fn put_user(&mut self, user: &UserId, popup: u32, row: PopupUserRow) {
         let rows = match self.users.get_mut(user) {
             Some(rows) => rows,
-            None => self.users.entry(user.into()).or_default(),
+            None => self.users.entry(user.clone()).or_default(),
         };
         match rows.iter_mut().find(|(p, _)| *p == popup) {
             Some((_, r)) => {
@@ -179,7 +182,7 @@ impl PopupQueue {
 
     /// The users with pending state.
     pub fn user_names(&self) -> impl Iterator<Item = &str> + '_ {
-        self.users.keys().map(|u| &**u)
+        self.users.keys().map(UserId::as_str)
     }
 
     /// `(popup, action)` of every pending event.
@@ -241,7 +244,7 @@ impl Queue for PopupQueue {
             rows.sort_unstable_by_key(|s| s.0);
             for (popup, r) in rows {
                 states.push([
-                    Value::Text(user.clone()),
+                    Value::Text(user.as_str().into()),
                     popup.into(),
                     Value::Int(stored_time(r.next_eligible)),
                     r.shows.into(),
@@ -254,7 +257,7 @@ impl Queue for PopupQueue {
         for e in self.events.drain(..) {
             events.push([
                 e.at.into(),
-                Value::Text(e.user),
+                Value::Text(e.user.as_str().into()),
                 e.popup.into(),
                 u32::from(e.action).into(),
             ]);

@@ -22,6 +22,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::decide::Seen;
+use crate::user_id::UserId;
 
 const SHARDS: usize = 64;
 /// Seconds after a change during which a user is never dropped: the change may still be on
@@ -71,54 +72,21 @@ enum Slot {
     Failed(u32),
 }
 
-/// Bytes of a user id kept in its table entry.
-const INLINE: usize = 22;
-
-/// A user id as the table keeps it: in the entry when short (most ids are), so finding a
-/// user reads the entry only, not a second allocation somewhere else in memory.
-enum Key {
-    Inline(u8, [u8; INLINE]),
-    Heap(Box<[u8]>),
-}
-
-impl Key {
-    fn new(user: &[u8]) -> Key {
-        match u8::try_from(user.len()) {
-            Ok(n) if user.len() <= INLINE => {
-                let mut bytes = [0; INLINE];
-                bytes[..user.len()].copy_from_slice(user);
-                Key::Inline(n, bytes)
-            }
-            _ => Key::Heap(user.into()),
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Key::Inline(n, bytes) => &bytes[..usize::from(*n)],
-            Key::Heap(bytes) => bytes,
-        }
-    }
-}
-
 /// One user in the table.
 struct Entry {
-    key: Key,
+    key: UserId,
     slot: Slot,
 }
 
 impl Entry {
     /// Heap bytes the entry holds besides its place in the table.
     fn heap(&self) -> usize {
-        let key = match &self.key {
-            Key::Inline(..) => 0,
-            Key::Heap(bytes) => bytes.len().next_multiple_of(8),
-        };
-        key + match &self.slot {
-            Slot::Ready(s) if s.seen.spilled() => s.seen.capacity() * size_of::<(u32, Seen)>(),
-            Slot::Ready(_) | Slot::Failed(_) => 0,
-            Slot::Loading(w) => w.capacity() * size_of::<u16>(),
-        }
+        self.key.heap()
+            + match &self.slot {
+                Slot::Ready(s) if s.seen.spilled() => s.seen.capacity() * size_of::<(u32, Seen)>(),
+                Slot::Ready(_) | Slot::Failed(_) => 0,
+                Slot::Loading(w) => w.capacity() * size_of::<u16>(),
+            }
     }
 }
 
@@ -198,8 +166,8 @@ impl Users {
     ) -> TableEntry<'a, Entry> {
         map.entry(
             h,
-            |e| e.key.bytes() == user.as_bytes(),
-            |e| self.hash(e.key.bytes()),
+            |e| e.key.as_bytes() == user.as_bytes(),
+            |e| self.hash(e.key.as_bytes()),
         )
     }
 
@@ -246,7 +214,7 @@ impl Users {
                     Slot::Failed(0)
                 };
                 let entry = Entry {
-                    key: Key::new(user.as_bytes()),
+                    key: UserId::new(user),
                     slot,
                 };
                 shard.heap += entry.heap();
@@ -328,7 +296,7 @@ impl Users {
             }
             TableEntry::Vacant(v) => {
                 let entry = Entry {
-                    key: Key::new(user.as_bytes()),
+                    key: UserId::new(user),
                     slot,
                 };
                 shard.heap += entry.heap();
@@ -418,7 +386,7 @@ impl Users {
             });
             shard.heap -= freed;
             dropped += gone;
-            shard.map.shrink_to(0, |e| self.hash(e.key.bytes()));
+            shard.map.shrink_to(0, |e| self.hash(e.key.as_bytes()));
         }
         self.evicted.add(dropped as u64);
         dropped
