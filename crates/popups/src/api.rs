@@ -3,6 +3,7 @@
 //! client that name the field.
 
 use serde::Deserialize;
+use std::borrow::Cow;
 
 use crate::decide::{Action, Viewer};
 use crate::model::Version;
@@ -121,27 +122,30 @@ impl Query {
     }
 }
 
-/// A click or close, as posted.
+/// A click or close, as posted: its strings borrowed from the body unless they hold escapes.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct EventBody {
-    user: String,
+struct EventBody<'a> {
+    #[serde(borrow)]
+    user: Cow<'a, str>,
     popup: u32,
-    action: String,
-    token: String,
+    #[serde(borrow)]
+    action: Cow<'a, str>,
+    #[serde(borrow)]
+    token: Cow<'a, str>,
 }
 
-/// A checked click or close.
+/// A checked click or close, borrowing from the body it was read from.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Event {
+pub struct Event<'a> {
     /// The user id.
-    pub user: String,
+    pub user: Cow<'a, str>,
     /// The popup id.
     pub popup: u32,
     /// Click or close.
     pub action: Action,
     /// The show token.
-    pub token: String,
+    pub token: Cow<'a, str>,
 }
 
 use hotpath_store::Unstorable;
@@ -161,9 +165,9 @@ pub fn check_user(user: &str) -> Result<(), &'static str> {
     }
 }
 
-impl Event {
+impl Event<'_> {
     /// Parses and checks an event body.
-    pub fn parse(body: &[u8]) -> Result<Event, String> {
+    pub fn parse(body: &[u8]) -> Result<Event<'_>, String> {
         if body.len() > MAX_EVENT_BYTES {
             return Err(format!("body: larger than {MAX_EVENT_BYTES} bytes"));
         }
@@ -174,7 +178,7 @@ impl Event {
         }
         let e: EventBody = crate::model::parse_json(body)?;
         check_user(&e.user)?;
-        let action = match e.action.as_str() {
+        let action = match &*e.action {
             "click" => Action::Click,
             "close" => Action::Close,
             _ => return Err("action: must be \"click\" or \"close\"".into()),
@@ -295,10 +299,18 @@ mod tests {
     fn events_parse_and_errors_name_the_field() {
         let e =
             Event::parse(br#"{"user":"alice","popup":3,"action":"click","token":"t"}"#).unwrap();
-        assert_eq!(
-            (e.user.as_str(), e.popup, e.action),
-            ("alice", 3, Action::Click)
+        assert_eq!((&*e.user, e.popup, e.action), ("alice", 3, Action::Click));
+        assert!(
+            matches!(e.user, Cow::Borrowed(_)),
+            "no copy without escapes"
         );
+        // Escapes are decoded (into a copy): the same user, the same token.
+        let esc = Event::parse(
+            br#"{"user":"al\u0069ce","popup":3,"action":"cl\u0069ck","token":"\u0074"}"#,
+        )
+        .unwrap();
+        assert_eq!(esc, e);
+        assert!(matches!(esc.user, Cow::Owned(_)));
         let big = format!(r#"{{"user":"{}"}}"#, "x".repeat(MAX_EVENT_BYTES));
         for (body, field) in [
             ("", "body: empty"),

@@ -267,7 +267,7 @@ impl PopupsWorker {
             _ => c.closes.add(1),
         }
         self.journal.push(&PopupChange {
-            user: event.user.as_str(),
+            user: &*event.user,
             popup: event.popup,
             action: code,
             next_eligible: seen.next_eligible,
