@@ -805,7 +805,11 @@ section! {
         /// Milliseconds between flushes of merged changes to the database.
         pub flush_interval_ms: u64 = 1000,
         /// Rows (distinct keys) pending that trigger a flush before the interval ends.
-        pub batch_rows: usize = 50000,
+        /// 0: 250000 on SQLite, 50000 on PostgreSQL and MySQL. SQLite, in this process,
+        /// rewrites much the same pages of a big table per flush however many rows it
+        /// carries, so fewer, larger flushes cost it less; a database server on the same
+        /// host takes a large flush as a burst of CPU that answers wait behind.
+        pub batch_rows: usize = 0,
         /// Milliseconds between fsyncs of the journal, done by a background thread (0: each
         /// worker fsyncs before every acknowledgement, at a cost in latency).
         /// A killed process loses nothing either way; a power loss may lose this much.
@@ -830,6 +834,22 @@ section! {
         /// logged and counted (hotpath_store_refused_dropped_rows_total);
         /// `hotpath db refused --replay` empties the file once the cause is fixed.
         pub refused_max_bytes: u64 = 256 << 20,
+    }
+}
+
+impl StoreConfig {
+    /// Whether `url` names SQLite (the default, `data_dir/hotpath.db`, when empty).
+    pub fn is_sqlite(&self) -> bool {
+        self.url.is_empty() || self.url.starts_with("sqlite://")
+    }
+
+    /// `batch_rows`, with 0 resolved by the database (see the key).
+    pub fn batch_rows(&self) -> usize {
+        match self.batch_rows {
+            0 if self.is_sqlite() => 250_000,
+            0 => 50_000,
+            n => n,
+        }
     }
 }
 
@@ -1334,13 +1354,31 @@ mod tests {
     }
 
     #[test]
+    fn batch_rows_left_at_0_follow_the_database() {
+        let rows = |toml: &str| Config::parse(toml).unwrap().store.batch_rows();
+        assert_eq!(rows(""), 250_000);
+        assert_eq!(rows("[store]\nurl = \"sqlite://x.db\"\n"), 250_000);
+        assert_eq!(
+            rows("[store]\nurl = \"mysql://root@127.0.0.1/t\"\n"),
+            50_000
+        );
+        assert_eq!(rows("[store]\nurl = \"postgres://u@h/d\"\n"), 50_000);
+        assert_eq!(rows("[store]\nbatch_rows = 7\n"), 7);
+        // The queue's bound is checked against the resolved size.
+        let err = Config::parse("[store]\nmax_queue_rows = 400000\n").unwrap_err();
+        assert!(err.to_string().contains("store.max_queue_rows"), "{err}");
+        let c = Config::parse("[store]\nmax_queue_rows = 400000\nurl = \"mysql://r@h/d\"\n");
+        assert!(c.unwrap().problems().is_empty());
+    }
+
+    #[test]
     fn every_problem_is_reported_not_only_the_first() {
         let c = Config::parse("").unwrap();
         assert!(c.problems().is_empty());
         let mut c = c;
         c.server.backlog = 0;
         c.tracker.shards = 100;
-        c.store.batch_rows = 0;
+        c.store.batch_rows = 2_000_000;
         c.lua.max_ms = 0;
         let keys: Vec<String> = c
             .problems()
@@ -1388,7 +1426,7 @@ mod tests {
                 "[store]\nflush_interval_ms = 0\n",
                 "store.flush_interval_ms",
             ),
-            ("[store]\nbatch_rows = 0\n", "store.batch_rows"),
+            ("[store]\nbatch_rows = 1000001\n", "store.batch_rows"),
             (
                 "[store]\nenabled = false\n[popups]\nenabled = true\n",
                 "popups.enabled",

@@ -319,13 +319,19 @@ fn store(st: &StoreConfig, p: &mut Problems) {
     if !(10..=600_000).contains(&st.flush_interval_ms) {
         p.bad("store.flush_interval_ms", "must be between 10 and 600000");
     }
-    if !(1..=1_000_000).contains(&st.batch_rows) {
-        p.bad("store.batch_rows", "must be between 1 and 1000000");
+    if st.batch_rows > 1_000_000 {
+        p.bad(
+            "store.batch_rows",
+            "must be at most 1000000 (0 picks by database)",
+        );
     }
-    if st.max_queue_rows < 2 * st.batch_rows {
+    if st.max_queue_rows < 2 * st.batch_rows() {
         p.bad(
             "store.max_queue_rows",
-            "must be at least twice store.batch_rows",
+            format!(
+                "must be at least twice store.batch_rows ({} here)",
+                st.batch_rows()
+            ),
         );
     }
     if st.journal_segment_bytes < 1 << 16 {

@@ -114,7 +114,7 @@ pub struct Settings {
     pub journal_segment_bytes: u64,
     /// `store.journal_fsync_ms`.
     pub journal_fsync_ms: u64,
-    /// `store.batch_rows`.
+    /// `store.batch_rows`, resolved ([`StoreConfig::batch_rows`]).
     pub batch_rows: usize,
     /// `store.flush_interval_ms`.
     pub flush_interval: Duration,
@@ -135,7 +135,7 @@ impl Settings {
             journal_max_bytes: cfg.journal_max_bytes,
             journal_segment_bytes: cfg.journal_segment_bytes,
             journal_fsync_ms: cfg.journal_fsync_ms,
-            batch_rows: cfg.batch_rows,
+            batch_rows: cfg.batch_rows(),
             flush_interval: Duration::from_millis(cfg.flush_interval_ms),
             retry_max: Duration::from_millis(cfg.retry_max_ms),
             drain: Duration::from_secs(cfg.shutdown_drain_secs),
