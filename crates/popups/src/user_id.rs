@@ -11,9 +11,13 @@ use std::hash::{Hash, Hasher};
 /// Bytes of a user id kept inline.
 pub const INLINE: usize = 22;
 
-/// A user id: at most [`INLINE`] bytes inline, longer ones on the heap.
+/// A user id: at most [`INLINE`] bytes inline, longer ones on the heap. Made only from a
+/// `&str` ([`UserId::new`]), so its bytes are always UTF-8 and its length in range.
 #[derive(Clone)]
-pub enum UserId {
+pub struct UserId(Repr);
+
+#[derive(Clone)]
+enum Repr {
     /// Length and bytes.
     Inline(u8, [u8; INLINE]),
     /// A longer id.
@@ -27,35 +31,35 @@ impl UserId {
             Ok(n) if user.len() <= INLINE => {
                 let mut bytes = [0; INLINE];
                 bytes[..user.len()].copy_from_slice(user.as_bytes());
-                UserId::Inline(n, bytes)
+                UserId(Repr::Inline(n, bytes))
             }
-            _ => UserId::Heap(user.into()),
+            _ => UserId(Repr::Heap(user.into())),
         }
     }
 
     /// The id.
     pub fn as_str(&self) -> &str {
-        match self {
+        match &self.0 {
             // Made from a `&str` of this length (`new`), so these bytes are UTF-8; the check
             // is a short loop over at most 22 bytes.
-            UserId::Inline(..) => std::str::from_utf8(self.as_bytes()).unwrap_or_default(),
-            UserId::Heap(s) => s,
+            Repr::Inline(..) => std::str::from_utf8(self.as_bytes()).unwrap_or_default(),
+            Repr::Heap(s) => s,
         }
     }
 
     /// The id's bytes (compared without the UTF-8 check of [`UserId::as_str`]).
     pub fn as_bytes(&self) -> &[u8] {
-        match self {
-            UserId::Inline(n, bytes) => &bytes[..usize::from(*n)],
-            UserId::Heap(s) => s.as_bytes(),
+        match &self.0 {
+            Repr::Inline(n, bytes) => &bytes[..usize::from(*n)],
+            Repr::Heap(s) => s.as_bytes(),
         }
     }
 
     /// Heap bytes it holds besides itself.
     pub fn heap(&self) -> usize {
-        match self {
-            UserId::Inline(..) => 0,
-            UserId::Heap(s) => s.len().next_multiple_of(8),
+        match &self.0 {
+            Repr::Inline(..) => 0,
+            Repr::Heap(s) => s.len().next_multiple_of(8),
         }
     }
 }
@@ -129,7 +133,7 @@ mod tests {
         ] {
             let id = UserId::new(user);
             assert_eq!(id.as_str(), user);
-            assert_eq!(matches!(id, UserId::Inline(..)), user.len() <= INLINE);
+            assert_eq!(matches!(id.0, Repr::Inline(..)), user.len() <= INLINE);
             assert_eq!(id.heap() > 0, user.len() > INLINE);
             assert_eq!(h.hash_one(&id), h.hash_one(user), "hashes as its str");
             assert_eq!(id, UserId::new(user));
