@@ -68,8 +68,9 @@ struct Budget {
     active: Cell<bool>,
     /// Instructions run, and work the library functions of [`crate::strlib`] charged.
     used: Cell<u64>,
-    /// When the request started.
-    started: Cell<Instant>,
+    /// When the request's first time check came (a request that never reaches one, as most
+    /// do not, reads no clock for its budget).
+    started: Cell<Option<Instant>>,
     tripped: Cell<bool>,
     limits: Limits,
 }
@@ -77,7 +78,7 @@ struct Budget {
 impl Budget {
     fn start(&self) {
         self.used.set(0);
-        self.started.set(Instant::now());
+        self.started.set(None);
         self.tripped.set(false);
     }
 
@@ -88,8 +89,14 @@ impl Budget {
 
     /// Counts `n` units of work (an instruction each, or its time's worth of library work)
     /// and fails once either budget is spent.
+    ///
+    /// The clock is read only when the count passes a multiple of [`CHECK_EVERY`] (every hook
+    /// tick does, and any large charge): the time before a request's first check (under
+    /// [`CHECK_EVERY`] instructions and cheap library calls, microseconds) is not counted
+    /// against `lua.max_ms`.
     fn charge(&self, n: u64) -> mlua::Result<()> {
-        let used = self.used.get().saturating_add(n);
+        let before = self.used.get();
+        let used = before.saturating_add(n);
         self.used.set(used);
         if used > self.limits.instructions {
             self.tripped.set(true);
@@ -98,7 +105,14 @@ impl Budget {
                 self.limits.instructions
             )));
         }
-        if self.started.get().elapsed() > self.limits.time {
+        if used / u64::from(CHECK_EVERY) == before / u64::from(CHECK_EVERY) {
+            return Ok(());
+        }
+        let Some(started) = self.started.get() else {
+            self.started.set(Some(Instant::now()));
+            return Ok(());
+        };
+        if started.elapsed() > self.limits.time {
             self.tripped.set(true);
             return Err(mlua::Error::runtime(format!(
                 "time budget exceeded ({} ms; lua.max_ms)",
@@ -278,7 +292,7 @@ impl Vm {
         let budget = Rc::new(Budget {
             active: Cell::new(false),
             used: Cell::new(0),
-            started: Cell::new(Instant::now()),
+            started: Cell::new(None),
             tripped: Cell::new(false),
             limits: env.limits,
         });
