@@ -18,6 +18,9 @@ pub struct Req {
     headers: Vec<(usize, usize, usize)>,
     body: Vec<u8>,
     remote: Option<std::net::SocketAddr>,
+    /// The remote address's text, made again only when the address changes (a kept-alive
+    /// connection's requests share it).
+    remote_text: String,
 }
 
 impl Req {
@@ -40,6 +43,11 @@ impl Req {
         }
         self.body.clear();
         self.body.extend_from_slice(req.body);
+        if self.remote.map(|a| a.ip()) != Some(remote.ip()) {
+            use std::fmt::Write;
+            self.remote_text.clear();
+            let _ = write!(self.remote_text, "{}", remote.ip());
+        }
         self.remote = Some(remote);
     }
 
@@ -71,10 +79,7 @@ impl UserData for Req {
         fields.add_field_method_get("path", |lua, this| lua.create_string(&this.path));
         fields.add_field_method_get("query", |lua, this| lua.create_string(&this.query));
         fields.add_field_method_get("body", |lua, this| lua.create_string(&this.body));
-        fields.add_field_method_get("remote", |lua, this| {
-            let ip = this.remote.map(|a| a.ip().to_string()).unwrap_or_default();
-            lua.create_string(ip)
-        });
+        fields.add_field_method_get("remote", |lua, this| lua.create_string(&this.remote_text));
     }
 
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
