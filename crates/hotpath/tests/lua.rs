@@ -252,6 +252,14 @@ fn script_errors_and_bad_answers_are_500s() {
             "function handle() return 200, { ['X-A'] = 'a\\r\\nX-B: b' } end",
         ),
         ("body", "function handle() return 200, nil, {} end"),
+        (
+            "badkey",
+            "function handle() return 200, { [true] = 'x' }, 'x' end",
+        ),
+        (
+            "number",
+            "function handle() return 200, { ['X-N'] = 5 }, 'n' end",
+        ),
         ("nobody", "function handle() return 204, nil, 'x' end"),
         (
             "json",
@@ -267,7 +275,7 @@ fn script_errors_and_bad_answers_are_500s() {
     let server = start(&c);
     let mut cl = Client::connect(server.http_addr().unwrap());
     for path in [
-        "/boom", "/status", "/framing", "/split", "/body", "/nobody", "/store",
+        "/boom", "/status", "/framing", "/split", "/body", "/badkey", "/nobody", "/store",
     ] {
         let r = cl.get(path);
         assert_eq!(
@@ -277,6 +285,10 @@ fn script_errors_and_bad_answers_are_500s() {
         );
         assert!(!r.head.contains("X-B"), "{}", r.head);
     }
+    // A number is a header's value as Lua writes it.
+    let r = cl.get("/number");
+    assert_eq!((r.status, body(&r).as_str()), (200, "n"));
+    assert!(r.head.contains("X-N: 5\r\n"), "{}", r.head);
     cl.send(b"POST /json HTTP/1.1\r\nHost: t\r\nContent-Length: 14\r\n\r\n{\"a\": [1, 2]}\n");
     let r = cl.read().unwrap();
     assert_eq!((r.status, body(&r).as_str()), (200, "{\"a\":[1,2]}"));
@@ -285,7 +297,7 @@ fn script_errors_and_bad_answers_are_500s() {
     let admin = server.admin_addr().unwrap();
     assert_eq!(
         metric(admin, "hotpath_lua_failures_total{reason=\"error\"}"),
-        8.0
+        9.0
     );
     server.shutdown().unwrap();
 

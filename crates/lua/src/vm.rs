@@ -528,6 +528,39 @@ fn is_token(name: &[u8]) -> bool {
             .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
+/// Adds one header `handle` returned to the response, or says why it may not be sent.
+fn header(name: &[u8], value: &[u8], resp: &mut HttpResponse) -> Result<(), String> {
+    if !is_token(name) {
+        return Err(format!(
+            "handle returned a bad header name {:?}",
+            String::from_utf8_lossy(name)
+        ));
+    }
+    if FRAMING
+        .iter()
+        .any(|f| name.eq_ignore_ascii_case(f.as_bytes()))
+    {
+        return Err(format!(
+            "handle returned header {}, which the server sets",
+            String::from_utf8_lossy(name)
+        ));
+    }
+    if value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0) {
+        return Err(format!(
+            "handle returned header {} with a line break in its value",
+            String::from_utf8_lossy(name)
+        ));
+    }
+    if name.eq_ignore_ascii_case(b"content-type") {
+        resp.content_type = "";
+    }
+    resp.extra_headers.extend_from_slice(name);
+    resp.extra_headers.extend_from_slice(b": ");
+    resp.extra_headers.extend_from_slice(value);
+    resp.extra_headers.extend_from_slice(b"\r\n");
+    Ok(())
+}
+
 /// Turns `handle`'s three results (status, headers or nil, body or nil) into the response.
 fn answer(
     status: Value,
@@ -553,40 +586,21 @@ fn answer(
     match headers {
         Value::Nil => {}
         Value::Table(t) => {
-            for pair in t.pairs::<mlua::String, mlua::String>() {
-                let (name, value) = pair.map_err(|e| {
-                    format!("handle returned headers that are not name = string pairs: {e}")
-                })?;
-                let (name, value) = (name.as_bytes(), value.as_bytes());
-                if !is_token(&name) {
-                    return Err(format!(
-                        "handle returned a bad header name {:?}",
-                        String::from_utf8_lossy(&name)
-                    ));
-                }
-                if FRAMING
-                    .iter()
-                    .any(|f| name.eq_ignore_ascii_case(f.as_bytes()))
-                {
-                    return Err(format!(
-                        "handle returned header {}, which the server sets",
-                        String::from_utf8_lossy(&name)
-                    ));
-                }
-                if value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0) {
-                    return Err(format!(
-                        "handle returned header {} with a line break in its value",
-                        String::from_utf8_lossy(&name)
-                    ));
-                }
-                if name.eq_ignore_ascii_case(b"content-type") {
-                    resp.content_type = "";
-                }
-                resp.extra_headers.extend_from_slice(&name);
-                resp.extra_headers.extend_from_slice(b": ");
-                resp.extra_headers.extend_from_slice(&value);
-                resp.extra_headers.extend_from_slice(b"\r\n");
+            // A header's own error is kept apart from the walk's (a key or value that is not
+            // a string), which mlua reports as its conversion error.
+            let mut bad = None;
+            let walked = t.for_each::<mlua::String, mlua::String>(|name, value| {
+                header(&name.as_bytes(), &value.as_bytes(), resp).map_err(|e| {
+                    bad = Some(e);
+                    mlua::Error::runtime("bad header")
+                })
+            });
+            if let Some(e) = bad {
+                return Err(e);
             }
+            walked.map_err(|e| {
+                format!("handle returned headers that are not name = string pairs: {e}")
+            })?;
         }
         other => {
             return Err(format!(
@@ -1028,4 +1042,58 @@ fn install_tcp(
     )
     .set_name("=hp.tcp")
     .eval()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(instructions: u64, time: Duration) -> Budget {
+        Budget {
+            active: Cell::new(false),
+            used: Cell::new(0),
+            started: Cell::new(None),
+            tripped: Cell::new(false),
+            limits: Limits {
+                instructions,
+                time,
+                memory: 1 << 20,
+            },
+        }
+    }
+
+    #[test]
+    fn the_time_budget_is_checked_at_each_check_point_from_the_first() {
+        let b = budget(u64::MAX, Duration::from_millis(20));
+        b.start();
+        // Small charges below a check point read no clock: nothing has started.
+        for _ in 0..99 {
+            b.charge(10).unwrap();
+        }
+        assert!(b.started.get().is_none());
+        // The first check point starts the clock.
+        b.charge(10).unwrap();
+        assert!(b.started.get().is_some());
+        std::thread::sleep(Duration::from_millis(40));
+        // Past the time, a charge that stays short of the next check point passes...
+        b.charge(1).unwrap();
+        // ...and the next check point (a hook tick) trips the budget.
+        let e = b.tick().err().expect("tripped").to_string();
+        assert!(e.contains("time budget exceeded"), "{e}");
+        assert!(b.tripped.get());
+        // A new request starts over.
+        b.start();
+        assert!(!b.tripped.get() && b.started.get().is_none());
+        assert!(b.tick().is_ok());
+    }
+
+    #[test]
+    fn the_instruction_budget_is_checked_at_every_charge() {
+        let b = budget(1500, Duration::from_secs(60));
+        b.start();
+        b.charge(1000).unwrap();
+        b.charge(499).unwrap();
+        let e = b.charge(2).unwrap_err().to_string();
+        assert!(e.contains("instruction budget exceeded"), "{e}");
+    }
 }
