@@ -58,8 +58,15 @@ fn json(c: &mut Criterion) {
     for (name, v) in [("health", &health), ("doc_2kb", &doc_value)] {
         group.bench_function(format!("encode/{name}/hp_json"), |b| {
             b.iter(|| {
-                hotpath_lua::json::encode(&mut buf, black_box(v), &array, &|_| Ok(()), bounds)
-                    .unwrap();
+                hotpath_lua::json::encode(
+                    &lua,
+                    &mut buf,
+                    black_box(v),
+                    &array,
+                    &|_| Ok(()),
+                    bounds,
+                )
+                .unwrap();
                 lua.create_string(&buf).unwrap()
             })
         });

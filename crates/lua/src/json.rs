@@ -15,10 +15,15 @@
 //!   get it, so `[]` comes back as `[]`), as an array of its items 1 to `#`; any other as an
 //!   object, its keys UTF-8 strings, integers, floats or booleans (written as strings);
 //! - a function, a coroutine or a userdata is an error.
+//!
+//! Encoding is this crate's one use of `unsafe`: Lua's C API, reading the value on the VM's
+//! stack (see [`encode`]); each block says why it is sound, and the tests below and the
+//! `lua_json` fuzz target drive it.
+#![allow(unsafe_code)]
 
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 
-use mlua::{Lua, LuaSerdeExt, Table, Value};
+use mlua::{ffi, Lua, LuaSerdeExt, Table, Value};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// The deepest nesting encoded: as deep as serde_json's parser reads.
@@ -49,7 +54,15 @@ pub enum Limit {
 }
 
 /// Appends `v` as JSON to `out` (cleared first).
+///
+/// The walk reads the value where it lies on the VM's stack (Lua's C API, inside mlua's
+/// protected `exec_raw`), not through mlua's values: those make and drop a reference for
+/// every string and table met, most of the cost of a small table's encoding (see TUNING.md,
+/// "lua-echo and lua-json"). Nothing the walk calls can raise a Lua error: it reads (raw
+/// gets, `lua_next` over keys it never changes, strings only where they are strings) and
+/// grows the stack only after `lua_checkstack` said there was room.
 pub fn encode(
+    lua: &Lua,
     out: &mut Vec<u8>,
     v: &Value,
     array: &Table,
@@ -63,7 +76,17 @@ pub fn encode(
         charge,
         bounds,
     };
-    enc.value(v, 0)?;
+    let mut walked = Ok(());
+    // SAFETY: `exec_raw` pushes `v` (slot 1 of a fresh protected call) and runs the closure
+    // inside `lua_pcall`; `value` reads slot 1 and keeps its pushes within the room it checks
+    // for. The stack is emptied before the closure returns, so nothing comes back.
+    unsafe {
+        lua.exec_raw::<()>(v, |state| {
+            walked = enc.value(state, 1, 0);
+            ffi::lua_settop(state, 0);
+        })?;
+    }
+    walked?;
     enc.fits()
 }
 
@@ -73,6 +96,40 @@ struct Encoder<'o, 'c> {
     array: *const c_void,
     charge: Charge<'c>,
     bounds: Bounds,
+}
+
+/// The bytes of the string at `idx`.
+///
+/// # Safety
+/// The value at slot `idx` is a string; the slice is used only while it stays there.
+unsafe fn bytes<'a>(state: *mut ffi::lua_State, idx: c_int) -> &'a [u8] {
+    let mut len = 0usize;
+    // SAFETY: the caller's contract: for a string `lua_tolstring` converts nothing and
+    // returns a non-null pointer to its `len` bytes, alive while it is on the stack.
+    unsafe {
+        let p = ffi::lua_tolstring(state, idx, &mut len);
+        std::slice::from_raw_parts(p.cast::<u8>(), len)
+    }
+}
+
+/// A type's name as mlua's `Value::type_name` gives it.
+///
+/// # Safety
+/// Slot `idx` exists and holds a value of Lua type `t`.
+unsafe fn type_name(state: *mut ffi::lua_State, idx: c_int, t: c_int) -> &'static str {
+    match t {
+        ffi::LUA_TNIL | ffi::LUA_TNONE => "nil",
+        ffi::LUA_TBOOLEAN => "boolean",
+        ffi::LUA_TLIGHTUSERDATA => "lightuserdata",
+        // SAFETY: the caller's contract.
+        ffi::LUA_TNUMBER if unsafe { ffi::lua_isinteger(state, idx) } != 0 => "integer",
+        ffi::LUA_TNUMBER => "number",
+        ffi::LUA_TSTRING => "string",
+        ffi::LUA_TTABLE => "table",
+        ffi::LUA_TFUNCTION => "function",
+        ffi::LUA_TTHREAD => "thread",
+        _ => "userdata",
+    }
 }
 
 impl Encoder<'_, '_> {
@@ -94,20 +151,45 @@ impl Encoder<'_, '_> {
         }
     }
 
-    fn value(&mut self, v: &Value, depth: usize) -> mlua::Result<()> {
-        match v {
-            Value::Nil => self.out.extend_from_slice(b"null"),
-            Value::LightUserData(p) if p.0.is_null() => self.out.extend_from_slice(b"null"),
-            Value::Boolean(b) => self
-                .out
-                .extend_from_slice(if *b { b"true" } else { b"false" }),
-            Value::Integer(i) => self
-                .out
-                .extend_from_slice(itoa::Buffer::new().format(*i).as_bytes()),
-            Value::Number(n) => self.float(*n),
-            Value::String(s) => self.string(&s.as_bytes()),
-            Value::Table(t) => self.table(t, depth + 1)?,
-            other => return Err(self.error(format!("cannot encode a {}", other.type_name()))),
+    /// The value at absolute slot `idx`, a table's items `depth` levels down.
+    ///
+    /// # Safety
+    /// `state` is inside a protected call and slot `idx` exists.
+    unsafe fn value(
+        &mut self,
+        state: *mut ffi::lua_State,
+        idx: c_int,
+        depth: usize,
+    ) -> mlua::Result<()> {
+        // SAFETY: the caller's contract; each accessor is called for the type it reads.
+        unsafe {
+            match ffi::lua_type(state, idx) {
+                ffi::LUA_TNIL => self.out.extend_from_slice(b"null"),
+                ffi::LUA_TLIGHTUSERDATA if ffi::lua_touserdata(state, idx).is_null() => {
+                    self.out.extend_from_slice(b"null")
+                }
+                ffi::LUA_TBOOLEAN => {
+                    self.out
+                        .extend_from_slice(if ffi::lua_toboolean(state, idx) != 0 {
+                            b"true"
+                        } else {
+                            b"false"
+                        })
+                }
+                ffi::LUA_TNUMBER if ffi::lua_isinteger(state, idx) != 0 => {
+                    let i = ffi::lua_tointegerx(state, idx, std::ptr::null_mut());
+                    self.out
+                        .extend_from_slice(itoa::Buffer::new().format(i).as_bytes())
+                }
+                ffi::LUA_TNUMBER => {
+                    self.float(ffi::lua_tonumberx(state, idx, std::ptr::null_mut()))
+                }
+                ffi::LUA_TSTRING => self.string(bytes(state, idx)),
+                ffi::LUA_TTABLE => self.table(state, idx, depth + 1)?,
+                t => {
+                    return Err(self.error(format!("cannot encode a {}", type_name(state, idx, t))))
+                }
+            }
         }
         Ok(())
     }
@@ -123,80 +205,147 @@ impl Encoder<'_, '_> {
 
     /// A JSON string with serde_json's escapes, or an array of the bytes when not UTF-8.
     fn string(&mut self, bytes: &[u8]) {
-        let _ = match std::str::from_utf8(bytes) {
-            Ok(s) => serde_json::to_writer(&mut *self.out, s),
-            Err(_) => serde_json::to_writer(&mut *self.out, bytes),
-        };
+        if !self.text(bytes) {
+            let _ = serde_json::to_writer(&mut *self.out, bytes);
+        }
     }
 
-    fn table(&mut self, t: &Table, depth: usize) -> mlua::Result<()> {
+    /// `bytes` as a JSON string when they are UTF-8 text; false, with nothing written, when
+    /// they are not.
+    fn text(&mut self, bytes: &[u8]) -> bool {
+        // Most keys and values are printable ASCII with nothing to escape: copied as they are.
+        if bytes
+            .iter()
+            .all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+        {
+            self.out.reserve(bytes.len() + 2);
+            self.out.push(b'"');
+            self.out.extend_from_slice(bytes);
+            self.out.push(b'"');
+            return true;
+        }
+        match std::str::from_utf8(bytes) {
+            Ok(s) => {
+                let _ = serde_json::to_writer(&mut *self.out, s);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The table at absolute slot `idx`, `depth` levels down.
+    ///
+    /// # Safety
+    /// `state` is inside a protected call and slot `idx` holds a table.
+    unsafe fn table(
+        &mut self,
+        state: *mut ffi::lua_State,
+        idx: c_int,
+        depth: usize,
+    ) -> mlua::Result<()> {
         if depth > MAX_DEPTH {
             return Err(self.error(format!(
                 "nested deeper than {MAX_DEPTH} levels (or a table holds itself)"
             )));
         }
-        let array = t.raw_len() > 0 || t.metatable().is_some_and(|m| m.to_pointer() == self.array);
         let mut entries = 1u64;
-        if array {
-            self.out.push(b'[');
-            // Items 1 to `#`, raw (as mlua's own serializer reads an array).
-            t.for_each_value::<Value>(|item| {
-                if entries > 1 {
-                    self.out.push(b',');
+        // SAFETY: slot `idx` holds a table (the caller's contract); every push below (a
+        // metatable, an item, a key and its value: at most two at a time) fits in the room
+        // `lua_checkstack` made, and each is popped before the next level's check.
+        unsafe {
+            if ffi::lua_checkstack(state, 2) == 0 {
+                return Err(self.error("no room on the Lua stack"));
+            }
+            let len = ffi::lua_rawlen(state, idx);
+            let array = len > 0
+                || (ffi::lua_getmetatable(state, idx) != 0 && {
+                    let ours = ffi::lua_topointer(state, -1) == self.array;
+                    ffi::lua_pop(state, 1);
+                    ours
+                });
+            if array {
+                self.out.push(b'[');
+                // Items 1 to `#`, raw (as mlua's own serializer reads an array).
+                for i in 1..=len {
+                    if i > 1 {
+                        self.out.push(b',');
+                    }
+                    entries += 1;
+                    ffi::lua_rawgeti(state, idx, i as ffi::lua_Integer);
+                    let item = self.value(state, ffi::lua_gettop(state), depth);
+                    ffi::lua_pop(state, 1);
+                    item?;
+                    self.fits()?;
                 }
-                entries += 1;
-                self.value(&item, depth)?;
-                self.fits()
-            })?;
-            self.out.push(b']');
-        } else {
-            self.out.push(b'{');
-            t.for_each::<Value, Value>(|key, item| {
-                if entries > 1 {
-                    self.out.push(b',');
+                self.out.push(b']');
+            } else {
+                self.out.push(b'{');
+                ffi::lua_pushnil(state);
+                while ffi::lua_next(state, idx) != 0 {
+                    if entries > 1 {
+                        self.out.push(b',');
+                    }
+                    entries += 1;
+                    let top = ffi::lua_gettop(state);
+                    let pair = self.key(state, top - 1).and_then(|()| {
+                        self.out.push(b':');
+                        self.value(state, top, depth)
+                    });
+                    // Back to the key alone, for `lua_next`; on an error, the key too.
+                    ffi::lua_settop(state, if pair.is_ok() { top - 1 } else { top - 2 });
+                    pair?;
+                    self.fits()?;
                 }
-                entries += 1;
-                self.key(&key)?;
-                self.out.push(b':');
-                self.value(&item, depth)?;
-                self.fits()
-            })?;
-            self.out.push(b'}');
+                self.out.push(b'}');
+            }
         }
         (self.charge)(entries)
     }
 
-    /// An object's key: a string, or a number or boolean written as one.
-    fn key(&mut self, key: &Value) -> mlua::Result<()> {
-        match key {
-            Value::String(s) => {
-                let bytes = s.as_bytes();
-                if std::str::from_utf8(&bytes).is_err() {
-                    return Err(self.error("an object's key must be UTF-8 text"));
+    /// An object's key at slot `idx`: a string, or a number or boolean written as one (read,
+    /// never converted in place, so `lua_next` finds its place again).
+    ///
+    /// # Safety
+    /// Slot `idx` exists.
+    unsafe fn key(&mut self, state: *mut ffi::lua_State, idx: c_int) -> mlua::Result<()> {
+        // SAFETY: the caller's contract; each accessor is called for the type it reads.
+        unsafe {
+            match ffi::lua_type(state, idx) {
+                ffi::LUA_TSTRING => {
+                    if !self.text(bytes(state, idx)) {
+                        return Err(self.error("an object's key must be UTF-8 text"));
+                    }
                 }
-                self.string(&bytes);
-            }
-            Value::Integer(i) => {
-                self.out.push(b'"');
-                self.out
-                    .extend_from_slice(itoa::Buffer::new().format(*i).as_bytes());
-                self.out.push(b'"');
-            }
-            Value::Number(n) if n.is_finite() => {
-                self.out.push(b'"');
-                self.float(*n);
-                self.out.push(b'"');
-            }
-            Value::Boolean(b) => {
-                self.out
-                    .extend_from_slice(if *b { b"\"true\"" } else { b"\"false\"" })
-            }
-            Value::Number(_) => return Err(self.error("an object's key must be a finite number")),
-            other => {
-                return Err(self.error(format!(
-                    "an object's key must be a string or a number, not a {}",
-                    other.type_name()
-                )))
+                ffi::LUA_TNUMBER if ffi::lua_isinteger(state, idx) != 0 => {
+                    let i = ffi::lua_tointegerx(state, idx, std::ptr::null_mut());
+                    self.out.push(b'"');
+                    self.out
+                        .extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
+                    self.out.push(b'"');
+                }
+                ffi::LUA_TNUMBER => {
+                    let n = ffi::lua_tonumberx(state, idx, std::ptr::null_mut());
+                    if !n.is_finite() {
+                        return Err(self.error("an object's key must be a finite number"));
+                    }
+                    self.out.push(b'"');
+                    self.float(n);
+                    self.out.push(b'"');
+                }
+                ffi::LUA_TBOOLEAN => {
+                    self.out
+                        .extend_from_slice(if ffi::lua_toboolean(state, idx) != 0 {
+                            b"\"true\""
+                        } else {
+                            b"\"false\""
+                        })
+                }
+                t => {
+                    return Err(self.error(format!(
+                        "an object's key must be a string or a number, not a {}",
+                        type_name(state, idx, t)
+                    )))
+                }
             }
         }
         Ok(())
@@ -312,7 +461,7 @@ mod tests {
     fn enc(lua: &Lua, code: &str) -> Result<String, String> {
         let v: Value = lua.load(code).eval().unwrap();
         let mut out = Vec::new();
-        encode(&mut out, &v, &lua.array_metatable(), &|_| Ok(()), ANY)
+        encode(lua, &mut out, &v, &lua.array_metatable(), &|_| Ok(()), ANY)
             .map(|()| String::from_utf8(out).unwrap())
             .map_err(|e| e.to_string())
     }
@@ -333,6 +482,8 @@ mod tests {
             ("1/0", "null"),
             (r#""a\"b\n\0é""#, r#""a\"b\n\u0000é""#),
             (r#""\xff\x01""#, "[255,1]"),
+            (r#""back\\slash \x1f""#, r#""back\\slash \u001f""#),
+            (r#"{ ["k\"ey"] = 'v\t' }"#, r#"{"k\"ey":"v\t"}"#),
             ("{}", "{}"),
             ("{1, 2, {}}", "[1,2,{}]"),
             ("{ a = { b = 'c' } }", r#"{"a":{"b":"c"}}"#),
@@ -352,6 +503,10 @@ mod tests {
         let refused = [
             ("return print", "cannot encode a function"),
             ("return { f = print }", "cannot encode a function"),
+            (
+                "return { coroutine.create(print) }",
+                "cannot encode a thread",
+            ),
             (
                 "return { [{}] = 1 }",
                 "key must be a string or a number, not a table",
@@ -391,10 +546,10 @@ mod tests {
             Ok(())
         };
         let mut out = Vec::new();
-        encode(&mut out, &v, &l.array_metatable(), &charge, ANY).unwrap();
+        encode(&l, &mut out, &v, &l.array_metatable(), &charge, ANY).unwrap();
         assert_eq!(charged.get(), 4 + 2);
         let stop = |_| Err(mlua::Error::runtime("out of budget"));
-        let e = encode(&mut Vec::new(), &v, &l.array_metatable(), &stop, ANY).unwrap_err();
+        let e = encode(&l, &mut Vec::new(), &v, &l.array_metatable(), &stop, ANY).unwrap_err();
         assert!(e.to_string().contains("out of budget"), "{e}");
         // A bound on the text stops a large table early, naming the caller.
         let big: Value = l
@@ -406,7 +561,15 @@ mod tests {
             limit: Limit::Length(1000),
         };
         let mut out = Vec::new();
-        let e = encode(&mut out, &big, &l.array_metatable(), &|_| Ok(()), bounds).unwrap_err();
+        let e = encode(
+            &l,
+            &mut out,
+            &big,
+            &l.array_metatable(),
+            &|_| Ok(()),
+            bounds,
+        )
+        .unwrap_err();
         assert!(
             e.to_string()
                 .contains("hp.store.enqueue: the JSON text is longer than 1000 bytes"),
@@ -422,7 +585,15 @@ mod tests {
             caller: "hp.json.encode",
             limit: Limit::Memory(1 << 20),
         };
-        let e = encode(&mut out, &wide, &l.array_metatable(), &|_| Ok(()), bounds).unwrap_err();
+        let e = encode(
+            &l,
+            &mut out,
+            &wide,
+            &l.array_metatable(),
+            &|_| Ok(()),
+            bounds,
+        )
+        .unwrap_err();
         assert!(matches!(e, mlua::Error::MemoryError(_)), "{e}");
         assert!(
             out.len() < (1 << 20) + 200_000,
@@ -445,7 +616,7 @@ mod tests {
         assert_eq!(t.get::<i64>("neg").unwrap(), -7);
         // Encoded again: the same document (an empty array stays one; keys in any order).
         let mut out = Vec::new();
-        encode(&mut out, &v, &mt, &|_| Ok(()), ANY).unwrap();
+        encode(&l, &mut out, &v, &mt, &|_| Ok(()), ANY).unwrap();
         let back: serde_json::Value = serde_json::from_slice(&out).unwrap();
         let mut want: serde_json::Value = serde_json::from_str(text).unwrap();
         want["big"] = serde_json::json!(u64::MAX as f64);

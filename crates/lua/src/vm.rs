@@ -769,7 +769,7 @@ fn install_api(
             let mut fresh = Vec::new();
             let mut kept = buf.try_borrow_mut();
             let out = kept.as_deref_mut().unwrap_or(&mut fresh);
-            crate::json::encode(out, &v, &array, &*c, bounds)?;
+            crate::json::encode(lua, out, &v, &array, &*c, bounds)?;
             c(out.len() as u64 / 2)?;
             let text = lua.create_string(&*out)?;
             // A large text's buffer is not held on to.
@@ -856,7 +856,14 @@ pub fn json_encode(lua: &Lua, v: &Value) -> mlua::Result<Vec<u8>> {
         caller: "hp.json.encode",
         limit: crate::json::Limit::Length(usize::MAX),
     };
-    crate::json::encode(&mut out, v, &lua.array_metatable(), &|_| Ok(()), bounds)?;
+    crate::json::encode(
+        lua,
+        &mut out,
+        v,
+        &lua.array_metatable(),
+        &|_| Ok(()),
+        bounds,
+    )?;
     Ok(out)
 }
 
@@ -916,7 +923,7 @@ fn install_store(
                 caller: "hp.store.enqueue",
                 limit: crate::json::Limit::Length(MAX_ROW_LEN),
             };
-            crate::json::encode(&mut data, &row, &array, &|_| Ok(()), bounds)?;
+            crate::json::encode(lua, &mut data, &row, &array, &|_| Ok(()), bounds)?;
             let data = String::from_utf8(data).expect("JSON text is UTF-8");
             let change = LuaChange::Row {
                 table: (*table).into(),
