@@ -291,8 +291,9 @@ impl Encoder<'_, '_> {
                         self.out.push(b':');
                         self.value(state, top, depth)
                     });
-                    // Back to the key alone, for `lua_next`; on an error, the key too.
-                    ffi::lua_settop(state, if pair.is_ok() { top - 1 } else { top - 2 });
+                    // Back to the key alone, for `lua_next` (after an error the walk ends and
+                    // `encode` empties the stack).
+                    ffi::lua_settop(state, top - 1);
                     pair?;
                     self.fits()?;
                 }

@@ -17,7 +17,8 @@ pub struct Req {
     head: Vec<u8>,
     headers: Vec<(usize, usize, usize)>,
     body: Vec<u8>,
-    remote: Option<std::net::SocketAddr>,
+    /// The remote address (its port is not shown to scripts).
+    remote: Option<std::net::IpAddr>,
     /// The remote address's text, made again only when the address changes (a kept-alive
     /// connection's requests share it).
     remote_text: String,
@@ -43,12 +44,12 @@ impl Req {
         }
         self.body.clear();
         self.body.extend_from_slice(req.body);
-        if self.remote.map(|a| a.ip()) != Some(remote.ip()) {
+        if self.remote != Some(remote.ip()) {
             use std::fmt::Write;
+            self.remote = Some(remote.ip());
             self.remote_text.clear();
             let _ = write!(self.remote_text, "{}", remote.ip());
         }
-        self.remote = Some(remote);
     }
 
     fn header(&self, name: &[u8]) -> Option<&[u8]> {
@@ -122,3 +123,4 @@ impl UserData for Req {
         });
     }
 }
+
