@@ -124,3 +124,32 @@ impl UserData for Req {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_remote_text_follows_the_address_not_the_port() {
+        let req = Request {
+            method: "GET",
+            path: "/",
+            query: b"",
+            minor_version: 1,
+            headers: &[],
+            keep_alive: true,
+            body: b"",
+        };
+        let mut r = Req::default();
+        assert_eq!(r.remote_text, "");
+        for (addr, text) in [
+            ("127.0.0.1:4000", "127.0.0.1"),
+            ("127.0.0.1:4001", "127.0.0.1"),
+            ("[::1]:4000", "::1"),
+            ("[::ffff:10.0.0.1]:80", "::ffff:10.0.0.1"),
+            ("10.0.0.2:80", "10.0.0.2"),
+        ] {
+            r.fill(&req, addr.parse().unwrap());
+            assert_eq!(r.remote_text, text, "{addr}");
+        }
+    }
+}
