@@ -152,6 +152,16 @@ fn runaway_loops_and_memory_hogs_get_500s_and_the_worker_goes_on() {
             "hog",
             "function handle() local s, t = string.rep('x', 100000), {} for i = 1, 1e9 do t[i] = s .. i end end",
         ),
+        // A loop in a coroutine the script made: the coroutine has the budget too.
+        (
+            "coloop",
+            "function handle() coroutine.wrap(function() local n = 0 while true do n = n + 1 end end)() end",
+        ),
+        // A budget error caught by pcall comes back at the next check point.
+        (
+            "swallow",
+            "function handle() while true do pcall(function() local n = 0 while true do n = n + 1 end end) end end",
+        ),
         ("ok", "function handle() return 200, nil, 'ok' end"),
     ]);
     c.server.workers = 1;
@@ -164,6 +174,8 @@ fn runaway_loops_and_memory_hogs_get_500s_and_the_worker_goes_on() {
     for (path, said) in [
         ("/spin", "budget exceeded"),
         ("/count", "instruction budget exceeded"),
+        ("/coloop", "instruction budget exceeded"),
+        ("/swallow", "instruction budget exceeded"),
         ("/hog", "not enough memory"),
     ] {
         for _ in 0..3 {
@@ -180,7 +192,7 @@ fn runaway_loops_and_memory_hogs_get_500s_and_the_worker_goes_on() {
             assert_eq!(body(&cl.get("/ok")), "ok");
         }
     }
-    assert!(metric(admin, "hotpath_lua_failures_total{reason=\"budget\"}") >= 6.0);
+    assert!(metric(admin, "hotpath_lua_failures_total{reason=\"budget\"}") >= 12.0);
     assert!(metric(admin, "hotpath_lua_failures_total{reason=\"memory\"}") >= 3.0);
     // What the hog held was given back.
     assert!(metric(admin, "hotpath_lua_memory_bytes") < 8.0 * 1024.0 * 1024.0);

@@ -12,6 +12,7 @@
 //! and cannot cap a VM's memory, so neither the budget nor the cap would hold there.
 
 mod error;
+mod hook;
 pub mod json;
 pub mod pattern;
 mod req;

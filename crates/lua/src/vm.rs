@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hotpath_service::{HttpResponse, Request};
 use mlua::{
-    AnyUserData, Function, HookTriggers, Lua, LuaOptions, LuaSerdeExt, StdLib, Thread,
-    ThreadStatus, UserData, UserDataMethods, Value, Variadic, VmState,
+    AnyUserData, Function, Lua, LuaOptions, LuaSerdeExt, StdLib, Thread, ThreadStatus, UserData,
+    UserDataMethods, Value, Variadic,
 };
 
 use crate::req::Req;
@@ -24,7 +24,7 @@ use crate::udp::{UdpCounters, UdpPool};
 use crate::{Counters, LuaError};
 
 /// The budget is checked every this many VM instructions.
-const CHECK_EVERY: u32 = 1000;
+pub(crate) const CHECK_EVERY: u32 = 1000;
 
 /// What one request may use.
 #[derive(Debug, Clone, Copy)]
@@ -63,7 +63,7 @@ pub struct Script {
 }
 
 /// Instructions and time used by the request under way.
-struct Budget {
+pub(crate) struct Budget {
     /// A request is being handled (`hp.store` is only for requests).
     active: Cell<bool>,
     /// Instructions run, and work the library functions of [`crate::strlib`] charged.
@@ -73,18 +73,46 @@ struct Budget {
     started: Cell<Option<Instant>>,
     tripped: Cell<bool>,
     limits: Limits,
+    /// What a request past each budget is told, made once (the hook raises it without
+    /// allocating).
+    over_instructions: String,
+    over_time: String,
 }
 
 impl Budget {
+    fn new(limits: Limits) -> Budget {
+        Budget {
+            active: Cell::new(false),
+            used: Cell::new(0),
+            started: Cell::new(None),
+            tripped: Cell::new(false),
+            limits,
+            over_instructions: format!(
+                "instruction budget exceeded ({} instructions; lua.max_instructions)",
+                limits.instructions
+            ),
+            over_time: format!(
+                "time budget exceeded ({} ms; lua.max_ms)",
+                limits.time.as_millis()
+            ),
+        }
+    }
+
     fn start(&self) {
         self.used.set(0);
         self.started.set(None);
         self.tripped.set(false);
     }
 
-    fn tick(&self) -> mlua::Result<VmState> {
-        self.charge(u64::from(CHECK_EVERY))?;
-        Ok(VmState::Continue)
+    /// What the hook does every [`CHECK_EVERY`] instructions: counts them, and says why the
+    /// request must stop once a budget is spent.
+    pub(crate) fn tick(&self) -> Result<(), &str> {
+        self.spend(u64::from(CHECK_EVERY))
+    }
+
+    /// [`spend`](Self::spend) as a Lua error, for the library functions that charge work.
+    fn charge(&self, n: u64) -> mlua::Result<()> {
+        self.spend(n).map_err(mlua::Error::runtime)
     }
 
     /// Counts `n` units of work (an instruction each, or its time's worth of library work)
@@ -94,16 +122,13 @@ impl Budget {
     /// tick does, and any large charge): the time before a request's first check (under
     /// [`CHECK_EVERY`] instructions and cheap library calls, microseconds) is not counted
     /// against `lua.max_ms`.
-    fn charge(&self, n: u64) -> mlua::Result<()> {
+    fn spend(&self, n: u64) -> Result<(), &str> {
         let before = self.used.get();
         let used = before.saturating_add(n);
         self.used.set(used);
         if used > self.limits.instructions {
             self.tripped.set(true);
-            return Err(mlua::Error::runtime(format!(
-                "instruction budget exceeded ({} instructions; lua.max_instructions)",
-                self.limits.instructions
-            )));
+            return Err(&self.over_instructions);
         }
         if used / u64::from(CHECK_EVERY) == before / u64::from(CHECK_EVERY) {
             return Ok(());
@@ -114,13 +139,19 @@ impl Budget {
         };
         if started.elapsed() > self.limits.time {
             self.tripped.set(true);
-            return Err(mlua::Error::runtime(format!(
-                "time budget exceeded ({} ms; lua.max_ms)",
-                self.limits.time.as_millis()
-            )));
+            return Err(&self.over_time);
         }
         Ok(())
     }
+}
+
+/// Starts a request's budget (or a script's load), with the hook back to its usual count
+/// when the last one spent its budget.
+fn begin(lua: &Lua, budget: &Budget) {
+    if budget.tripped.get() {
+        crate::hook::rearm(lua);
+    }
+    budget.start();
 }
 
 /// Why a request's script failed.
@@ -289,18 +320,8 @@ impl Vm {
             lua
         };
         lua.set_memory_limit(env.limits.memory)?;
-        let budget = Rc::new(Budget {
-            active: Cell::new(false),
-            used: Cell::new(0),
-            started: Cell::new(None),
-            tripped: Cell::new(false),
-            limits: env.limits,
-        });
-        let b = budget.clone();
-        lua.set_hook(
-            HookTriggers::new().every_nth_instruction(CHECK_EVERY),
-            move |_, _| b.tick(),
-        );
+        let budget = Rc::new(Budget::new(env.limits));
+        crate::hook::install(&lua, &budget);
         let b = budget.clone();
         let charge: crate::strlib::Charge = Rc::new(move |n| b.charge(n));
         crate::strlib::install(&lua, charge.clone(), env.limits.memory)?;
@@ -315,7 +336,7 @@ impl Vm {
             let meta = lua.create_table()?;
             meta.raw_set("__index", &globals)?;
             scope.set_metatable(Some(meta));
-            budget.start();
+            begin(&lua, &budget);
             let mut chunk = lua.load(&s.source[..]);
             if !env.unsafe_stdlib {
                 chunk = chunk.set_mode(mlua::ChunkMode::Text);
@@ -361,7 +382,7 @@ impl Vm {
             ud.borrow_mut::<Req>()
                 .map_err(|e| Failure::Error(e.to_string()))?
                 .fill(req, peer);
-            self.budget.start();
+            begin(&self.lua, &self.budget);
             self.budget.active.set(true);
             let result = self.handlers[route].call::<(Value, Value, Value)>(&*ud);
             self.budget.active.set(false);
@@ -391,11 +412,7 @@ impl Vm {
                     .create_thread(handler)
                     .map_err(|e| Failure::Error(e.to_string()))?;
                 // A coroutine has hooks of its own: the budget's too.
-                let b = self.budget.clone();
-                t.set_hook(
-                    HookTriggers::new().every_nth_instruction(CHECK_EVERY),
-                    move |_, _| b.tick(),
-                );
+                crate::hook::set(&self.lua, &t).map_err(|e| Failure::Error(e.to_string()))?;
                 t
             }
         };
@@ -433,7 +450,7 @@ impl Vm {
         first: bool,
         resp: &mut HttpResponse,
     ) -> Result<Step, Failure> {
-        self.budget.start();
+        begin(&self.lua, &self.budget);
         self.budget.active.set(true);
         let result = if first {
             thread.resume::<mlua::MultiValue>(ud.clone())
@@ -1056,17 +1073,11 @@ mod tests {
     use super::*;
 
     fn budget(instructions: u64, time: Duration) -> Budget {
-        Budget {
-            active: Cell::new(false),
-            used: Cell::new(0),
-            started: Cell::new(None),
-            tripped: Cell::new(false),
-            limits: Limits {
-                instructions,
-                time,
-                memory: 1 << 20,
-            },
-        }
+        Budget::new(Limits {
+            instructions,
+            time,
+            memory: 1 << 20,
+        })
     }
 
     #[test]
@@ -1085,7 +1096,7 @@ mod tests {
         // Past the time, a charge that stays short of the next check point passes...
         b.charge(1).unwrap();
         // ...and the next check point (a hook tick) trips the budget.
-        let e = b.tick().err().expect("tripped").to_string();
+        let e = b.tick().expect_err("tripped").to_string();
         assert!(e.contains("time budget exceeded"), "{e}");
         assert!(b.tripped.get());
         // A new request starts over.
