@@ -896,7 +896,9 @@ section! {
         /// The routes (script paths are relative to the config file's directory).
         pub routes: Vec<LuaRoute> = Vec::new(),
         /// VM instructions one request may run before it is stopped with a 500 (a runaway
-        /// loop costs the worker at most this).
+        /// loop costs the worker at most this). Counted once a request has run 1-2 ms of CPU
+        /// time (scripts run without the count hook, which slows every instruction, until then),
+        /// and from the start in coroutines.
         pub max_instructions: u64 = 10_000_000,
         /// Milliseconds one request may run before it is stopped with a 500.
         pub max_ms: u64 = 100,

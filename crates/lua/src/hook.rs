@@ -1,4 +1,5 @@
-//! The request budget's hook, set through Lua's C API on every Lua thread of a VM.
+//! The request budget's hook, set through Lua's C API on every Lua thread of a VM, and the
+//! timer that sets it on a worker's main thread only when a script runs long.
 //!
 //! mlua keeps one hook callback per VM and ties it to the thread it was last set for: a hook
 //! firing on any other thread removes itself. A coroutine a script made (`coroutine.wrap`),
@@ -7,58 +8,112 @@
 //! a thread's hook into each coroutine made from it, and every copy finds the one budget of
 //! its VM through the VM's extra space (the pointer-sized block Lua gives each thread, copied
 //! from the main thread's into every new one).
+//!
+//! While a count hook is set, Lua runs every instruction of that thread through its tracing
+//! path: a fifth of a short route's time in the VM (`cargo bench -p hotpath-lua --bench
+//! route`). So a worker's main thread runs unhooked between scripts' long runs. Each worker
+//! thread that runs scripts has a timer on its own CPU time that sends it `SIGURG` (ignored by
+//! default) every [`ARM_AFTER`] of it, nothing while it sleeps. Entering a script bumps a
+//! thread-local number; a tick that finds the same script call as the tick before (after one
+//! to two periods of its CPU time) sets the hook on the running main thread, as Lua's own
+//! interpreter does on Ctrl-C, and the call's end takes it off. From then on the budget counts
+//! as before. What it does not count is the script's first one or two periods of instructions
+//! (the time budget starts [`ARM_AFTER`] early to make up for it). Coroutines are hooked
+//! throughout: `coroutine.create` and `coroutine.wrap` make them with the hook set, and a
+//! route's own coroutine (`hp.tcp`) has it from the start.
 #![allow(unsafe_code)]
 
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int};
+use std::ptr;
 use std::rc::Rc;
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
 
 use mlua::{ffi, Lua, Thread};
 
 use crate::vm::{Budget, CHECK_EVERY};
 
+/// The period of a worker's CPU-time timer: a script is hooked after one to two of these.
+pub(crate) const ARM_AFTER: Duration = Duration::from_millis(1);
+
+/// The signal a worker's timer sends it.
+const SIGNAL: c_int = libc::SIGURG;
+
 /// Keeps a VM's budget alive as long as its Lua state: mlua drops app data after it closes
 /// the state, so finalizers run by the close, which the hook may interrupt, still find it.
 struct Keep(#[allow(dead_code)] Rc<Budget>);
 
+/// A VM's main Lua thread, whose hook is set and taken off without going through mlua.
+#[derive(Clone, Copy)]
+pub(crate) struct MainThread(*mut ffi::lua_State);
+
 /// Points the VM's threads at `budget` and sets the hook on its main thread (every coroutine
-/// made from a hooked thread is hooked too).
-pub(crate) fn install(lua: &Lua, budget: &Rc<Budget>) {
+/// made from a hooked thread is hooked too). With `watched`, `coroutine.create` and
+/// `coroutine.wrap` make hooked coroutines whatever the thread that calls them, so the main
+/// thread's hook can be taken off between its scripts' long runs ([`disarm`]).
+pub(crate) fn install(lua: &Lua, budget: &Rc<Budget>, watched: bool) -> MainThread {
     lua.set_app_data(Keep(budget.clone()));
-    main_thread(lua, Some(Rc::as_ptr(budget)));
-}
-
-/// Sets the main thread's hook back to a check every [`CHECK_EVERY`] instructions, after a
-/// spent budget made it fire at every one.
-pub(crate) fn rearm(lua: &Lua) {
-    main_thread(lua, None);
-}
-
-fn main_thread(lua: &Lua, budget: Option<*const Budget>) {
-    // SAFETY: `exec_raw` runs the closure in a protected call with room on the stack for the
-    // one value it pushes (the main thread, from the registry, where Lua always keeps it).
-    // The extra space of a Lua 5.4 thread is LUA_EXTRASPACE (pointer-sized, pointer-aligned)
-    // bytes before its `lua_State`, unused by mlua and by Lua itself; the main thread's is
-    // copied into every thread made after this. The budget it points to lives as long as the
-    // state (`Keep`). `lua_sethook` only stores the hook, its mask and its count.
+    let budget = Rc::as_ptr(budget);
+    let mut main = ptr::null_mut();
+    // SAFETY: `exec_raw` runs the closure in a protected call (an error in it, such as
+    // memory, becomes the call's result) with room on the stack for the two values it holds
+    // at once. The main thread is in the registry for the state's life. The extra space of a
+    // Lua 5.4 thread is LUA_EXTRASPACE (pointer-sized, pointer-aligned) bytes before its
+    // `lua_State`, unused by mlua and by Lua itself; the main thread's is copied into every
+    // thread made after this. The budget it points to lives as long as the state (`Keep`).
+    // `lua_sethook` only stores the hook, its mask and its count.
     let set = unsafe {
         lua.exec_raw::<()>((), |state| {
             ffi::lua_rawgeti(state, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_MAINTHREAD);
-            let main = ffi::lua_tothread(state, -1);
+            main = ffi::lua_tothread(state, -1);
             ffi::lua_pop(state, 1);
-            if let Some(budget) = budget {
-                *ffi::lua_getextraspace(main).cast::<*const Budget>() = budget;
-            }
+            *ffi::lua_getextraspace(main).cast::<*const Budget>() = budget;
             ffi::lua_sethook(
                 main,
                 Some(budget_hook),
                 ffi::LUA_MASKCOUNT,
                 CHECK_EVERY as c_int,
             );
+            if watched && ffi::lua_getglobal(state, c"coroutine".as_ptr()) == ffi::LUA_TTABLE {
+                for name in [c"create", c"wrap"] {
+                    if ffi::lua_getfield(state, -1, name.as_ptr()) == ffi::LUA_TFUNCTION {
+                        ffi::lua_pushcclosure(state, hooked_coroutine, 1);
+                        ffi::lua_setfield(state, -2, name.as_ptr());
+                    } else {
+                        ffi::lua_pop(state, 1);
+                    }
+                }
+            }
         })
     };
-    // Nothing in the closure can fail but the protected call's own setup (room for its frame
-    // on a stack that already has it), which only a VM out of memory could see.
-    set.expect("the budget's hook is set");
+    // Nothing in the closure can fail but for memory, before any script ran: a VM that
+    // cannot hold two library functions is no VM.
+    set.expect("the budget's hook is set on a new VM");
+    MainThread(main)
+}
+
+/// Sets the main thread's hook back to a check every [`CHECK_EVERY`] instructions, after a
+/// spent budget made it fire at every one (or for good, before a watched VM closes: the
+/// finalizers the close runs are scripts too).
+pub(crate) fn rearm(main: MainThread) {
+    // SAFETY: `main` is the main thread of a VM its caller holds, so alive; `lua_sethook`
+    // only stores values and raises no error, so it needs no protected call.
+    unsafe {
+        ffi::lua_sethook(
+            main.0,
+            Some(budget_hook),
+            ffi::LUA_MASKCOUNT,
+            CHECK_EVERY as c_int,
+        )
+    }
+}
+
+/// Takes the hook off the main thread (a watched VM, once its scripts are loaded).
+pub(crate) fn disarm(main: MainThread) {
+    // SAFETY: as for `rearm`.
+    unsafe { ffi::lua_sethook(main.0, None, 0, 0) }
 }
 
 /// Sets the hook on `thread` (a route's coroutine, made by mlua from a thread of its own that
@@ -104,9 +159,282 @@ unsafe extern "C-unwind" fn budget_hook(state: *mut ffi::lua_State, _: *mut ffi:
     unsafe {
         // From now on every instruction of this thread raises it: a `pcall` that catches it
         // gets it again at its caller's next instruction, so it leaves the script however
-        // deep the `pcall`s. The next request sets the count back (`rearm`).
+        // deep the `pcall`s. The next request sets the count back (`rearm`, or `Running`'s
+        // end on a watched VM).
+        ARMED.with(|a| a.store(true, Ordering::Relaxed));
         ffi::lua_sethook(state, Some(budget_hook), ffi::LUA_MASKCOUNT, 1);
         ffi::lua_pushlstring(state, message.as_ptr().cast::<c_char>(), message.len());
         ffi::lua_error(state);
+    }
+}
+
+/// `coroutine.create` or `coroutine.wrap` (its first upvalue), called with the caller's thread
+/// hooked, so that the coroutine it makes is hooked too; the caller's hook is then put back.
+unsafe extern "C-unwind" fn hooked_coroutine(state: *mut ffi::lua_State) -> c_int {
+    // SAFETY: Lua calls this C function with a live state, its arguments on the stack and
+    // the library function as upvalue 1. `lua_call` may raise (a bad argument, memory): the
+    // error jumps out of this frame, which owns nothing, and skips putting the hook back;
+    // marking the worker armed first has the main thread's hook taken off when the script
+    // ends. The stack has room for the one value pushed (LUA_MINSTACK is free in a C call).
+    unsafe {
+        let hook = ffi::lua_gethook(state);
+        let mask = ffi::lua_gethookmask(state);
+        let count = ffi::lua_gethookcount(state);
+        ARMED.with(|a| a.store(true, Ordering::Relaxed));
+        ffi::lua_sethook(
+            state,
+            Some(budget_hook),
+            ffi::LUA_MASKCOUNT,
+            CHECK_EVERY as c_int,
+        );
+        let args = ffi::lua_gettop(state);
+        ffi::lua_pushvalue(state, ffi::lua_upvalueindex(1));
+        ffi::lua_insert(state, 1);
+        ffi::lua_call(state, args, ffi::LUA_MULTRET);
+        ffi::lua_sethook(state, hook, mask, count);
+        ffi::lua_gettop(state)
+    }
+}
+
+thread_local! {
+    /// The main thread of the VM whose script this OS thread runs, or null: what the signal
+    /// handler hooks. This and the other words below are constant-initialised and have no
+    /// destructor, so the handler reads them as plain thread-local words.
+    static RUNNING: AtomicPtr<ffi::lua_State> = const { AtomicPtr::new(ptr::null_mut()) };
+    /// The hook was set on `RUNNING` during this run (by the handler, a coroutine's making,
+    /// or a spent budget): take it off at the end.
+    static ARMED: AtomicBool = const { AtomicBool::new(false) };
+    /// Odd while a script runs; bumped at each start and end. The handler hooks a script
+    /// still running under the number it saw at its last tick.
+    static SEQ: AtomicU64 = const { AtomicU64::new(0) };
+    static SEEN: AtomicU64 = const { AtomicU64::new(0) };
+    /// Whether this OS thread's timer was made (or could not be: then its scripts run
+    /// hooked), and the timer, deleted when the thread ends.
+    static TIMED: Cell<Timed> = const { Cell::new(Timed::Not) };
+    static TIMER: RefCell<Option<Timer>> = const { RefCell::new(None) };
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Timed {
+    Not,
+    Yes,
+    Failed,
+}
+
+/// A timer on this OS thread's CPU time that signals it every [`ARM_AFTER`] of it: nothing
+/// while the thread sleeps, a signal a millisecond while it works (the handler's cost).
+struct Timer(libc::timer_t);
+
+impl Timer {
+    fn new() -> std::io::Result<Timer> {
+        // SAFETY: `sigevent` is plain data (zero is a valid value of every field); the
+        // timer is this thread's own (`SIGEV_THREAD_ID`, its kernel id) and `timer_create`
+        // writes its id into `id`, read only on success.
+        unsafe {
+            let mut ev: libc::sigevent = std::mem::zeroed();
+            ev.sigev_notify = libc::SIGEV_THREAD_ID;
+            ev.sigev_signo = SIGNAL;
+            ev.sigev_notify_thread_id = libc::gettid();
+            let mut id: libc::timer_t = ptr::null_mut();
+            if libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut ev, &mut id) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let timer = Timer(id);
+            let period = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: ARM_AFTER.as_nanos() as libc::c_long,
+            };
+            let spec = libc::itimerspec {
+                it_interval: period,
+                it_value: period,
+            };
+            if libc::timer_settime(id, 0, &spec, ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(timer)
+        }
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        // SAFETY: the id came from a successful `timer_create` and is deleted once.
+        unsafe { libc::timer_delete(self.0) };
+    }
+}
+
+static HANDLER: OnceLock<bool> = OnceLock::new();
+
+/// Whether scripts can run unhooked: the timer signal's handler is in place (installed at
+/// the first call). `false` when it could not be; VMs are then hooked throughout.
+pub(crate) fn timer_signal() -> bool {
+    *HANDLER.get_or_init(|| {
+        // SAFETY: the handler only reads and writes thread-locals that need no
+        // initialisation and calls `lua_sethook`, which Lua allows from a signal handler (it
+        // stores the hook and sets the running calls' trap flags); it allocates nothing and
+        // takes no lock.
+        match unsafe { signal_hook::low_level::register(SIGNAL, on_signal) } {
+            Ok(_) => true,
+            Err(e) => {
+                log::warn!("lua: no timer signal ({e}): scripts run hooked throughout");
+                false
+            }
+        }
+    })
+}
+
+fn on_signal() {
+    let seq = SEQ.with(|s| s.load(Ordering::Relaxed));
+    let seen = SEEN.with(|s| s.swap(seq, Ordering::Relaxed));
+    if seq & 1 == 0 || seq != seen {
+        return;
+    }
+    let main = RUNNING.with(|r| r.load(Ordering::Relaxed));
+    if main.is_null() {
+        return;
+    }
+    // SAFETY: `RUNNING` is set only while a script of that VM runs on this thread (the VM
+    // is alive), and the signal interrupts that run. Lua documents `lua_sethook` as callable
+    // from a signal handler; an already hooked thread (a spent budget fires at every
+    // instruction) keeps its count.
+    unsafe {
+        if ffi::lua_gethookmask(main) == 0 {
+            ffi::lua_sethook(
+                main,
+                Some(budget_hook),
+                ffi::LUA_MASKCOUNT,
+                CHECK_EVERY as c_int,
+            );
+        }
+    }
+    ARMED.with(|a| a.store(true, Ordering::Relaxed));
+}
+
+/// A script's run on a watched VM's main thread: the timer's signal may hook it until this
+/// ends, which takes the hook off again.
+pub(crate) struct Running {
+    main: MainThread,
+    /// Whether this is the outermost run on this thread (an inner one leaves it to it).
+    outer: bool,
+}
+
+impl Running {
+    /// Starts a run on `main`.
+    pub(crate) fn start(main: MainThread) -> Running {
+        if !RUNNING.with(|r| r.load(Ordering::Relaxed)).is_null() {
+            return Running { main, outer: false };
+        }
+        let timed = TIMED.with(|t| {
+            if t.get() == Timed::Not {
+                let made = TIMER.try_with(|slot| match Timer::new() {
+                    Ok(timer) => {
+                        *slot.borrow_mut() = Some(timer);
+                        Timed::Yes
+                    }
+                    Err(e) => {
+                        log::warn!("lua: no CPU-time timer ({e}): this worker's scripts run hooked throughout");
+                        Timed::Failed
+                    }
+                });
+                t.set(made.unwrap_or(Timed::Failed));
+            }
+            t.get()
+        });
+        RUNNING.with(|r| r.store(main.0, Ordering::Relaxed));
+        compiler_fence(Ordering::SeqCst);
+        SEQ.with(|s| s.fetch_add(1, Ordering::Relaxed));
+        if timed == Timed::Failed {
+            ARMED.with(|a| a.store(true, Ordering::Relaxed));
+            rearm(main);
+        }
+        Running { main, outer: true }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.outer {
+            return;
+        }
+        SEQ.with(|s| s.fetch_add(1, Ordering::Relaxed));
+        RUNNING.with(|r| r.store(ptr::null_mut(), Ordering::Relaxed));
+        compiler_fence(Ordering::SeqCst);
+        if ARMED.with(|a| a.swap(false, Ordering::Relaxed)) {
+            disarm(self.main);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vm::Limits;
+
+    fn hook_mask(lua: &Lua, thread: Option<&Thread>) -> c_int {
+        let mut mask = 0;
+        // SAFETY: as in `set`: the thread (or, without one, the running state) is alive for
+        // the call, and `lua_gethookmask` only reads.
+        unsafe {
+            lua.exec_raw::<()>(thread, |state| {
+                let t = match thread {
+                    Some(_) => ffi::lua_tothread(state, 1),
+                    None => state,
+                };
+                mask = ffi::lua_gethookmask(t);
+            })
+            .unwrap();
+        }
+        mask
+    }
+
+    #[test]
+    fn a_watched_main_thread_is_hooked_only_once_a_call_runs_long_and_coroutines_always() {
+        assert!(timer_signal());
+        let lua = Lua::new();
+        let budget = Rc::new(Budget::new(
+            Limits {
+                instructions: u64::MAX,
+                time: Duration::from_millis(50),
+                memory: 1 << 30,
+            },
+            ARM_AFTER,
+        ));
+        let main = install(&lua, &budget, true);
+        // Hooked while scripts load, then taken off.
+        assert_ne!(hook_mask(&lua, None), 0);
+        disarm(main);
+        assert_eq!(hook_mask(&lua, None), 0);
+
+        // A short call runs unhooked, and leaves no hook behind.
+        let short: mlua::Function = lua
+            .load("return function() return 1 + 1 end")
+            .eval()
+            .unwrap();
+        {
+            let _run = Running::start(main);
+            assert_eq!(short.call::<i64>(()).unwrap(), 2);
+        }
+        assert_eq!(hook_mask(&lua, None), 0);
+
+        // A coroutine made on the unhooked main thread is hooked.
+        let co: Thread = lua
+            .load("return coroutine.create(function() end)")
+            .eval()
+            .unwrap();
+        assert_ne!(hook_mask(&lua, Some(&co)), 0);
+        assert_eq!(hook_mask(&lua, None), 0);
+
+        // A call that runs on is hooked by the timer, and stopped by the time budget.
+        let spin: mlua::Function = lua
+            .load("return function() local n = 0 while true do n = n + 1 end end")
+            .eval()
+            .unwrap();
+        {
+            let _run = Running::start(main);
+            let e = spin.call::<()>(()).unwrap_err().to_string();
+            assert!(e.contains("time budget exceeded"), "{e}");
+        }
+        // Its end took the hook off again.
+        assert_eq!(hook_mask(&lua, None), 0);
     }
 }

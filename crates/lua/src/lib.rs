@@ -239,6 +239,7 @@ impl Inner {
             udp: self.udp.clone(),
             unsafe_stdlib: self.unsafe_stdlib,
             module_dir: self.module_dir.clone(),
+            watched: true,
         }
     }
 
@@ -278,6 +279,7 @@ impl Inner {
         Env {
             counters: Arc::new(Counters::default()),
             udp: Arc::new(UdpCounters::default()),
+            watched: false,
             ..self.env()
         }
     }

@@ -51,6 +51,9 @@ pub struct Env {
     pub unsafe_stdlib: bool,
     /// Where `require` finds modules in the sandbox.
     pub module_dir: std::path::PathBuf,
+    /// Scripts on a worker's main thread run unhooked until one runs long (see `hook`); when
+    /// false (a check of the scripts), hooked throughout.
+    pub watched: bool,
 }
 
 /// One script's source.
@@ -73,6 +76,9 @@ pub(crate) struct Budget {
     started: Cell<Option<Instant>>,
     tripped: Cell<bool>,
     limits: Limits,
+    /// How long a request may have run before its first time check ([`crate::hook`]'s
+    /// timer hooks a script after one to two of these), counted as run before it.
+    head_start: Duration,
     /// What a request past each budget is told, made once (the hook raises it without
     /// allocating).
     over_instructions: String,
@@ -80,8 +86,9 @@ pub(crate) struct Budget {
 }
 
 impl Budget {
-    fn new(limits: Limits) -> Budget {
+    pub(crate) fn new(limits: Limits, head_start: Duration) -> Budget {
         Budget {
+            head_start,
             active: Cell::new(false),
             used: Cell::new(0),
             started: Cell::new(None),
@@ -134,7 +141,9 @@ impl Budget {
             return Ok(());
         }
         let Some(started) = self.started.get() else {
-            self.started.set(Some(Instant::now()));
+            let now = Instant::now();
+            self.started
+                .set(Some(now.checked_sub(self.head_start).unwrap_or(now)));
             return Ok(());
         };
         if started.elapsed() > self.limits.time {
@@ -145,11 +154,11 @@ impl Budget {
     }
 }
 
-/// Starts a request's budget (or a script's load), with the hook back to its usual count
-/// when the last one spent its budget.
-fn begin(lua: &Lua, budget: &Budget) {
-    if budget.tripped.get() {
-        crate::hook::rearm(lua);
+/// Starts a request's budget (or a script's load), with the main thread's hook back to its
+/// usual count when the last one spent its budget (a watched VM's was taken off instead).
+fn begin(main: crate::hook::MainThread, watched: bool, budget: &Budget) {
+    if budget.tripped.get() && !watched {
+        crate::hook::rearm(main);
     }
     budget.start();
 }
@@ -179,6 +188,18 @@ pub struct Vm {
     mark: mlua::Table,
     /// Finished coroutines, reused for the next requests.
     free: RefCell<Vec<Thread>>,
+    /// The main Lua thread, and whether its hook is set only on long runs (see `hook`).
+    main: crate::hook::MainThread,
+    watched: bool,
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        // Closing the state runs the scripts' finalizers: they are bounded as scripts are.
+        if self.watched {
+            crate::hook::rearm(self.main);
+        }
+    }
 }
 
 /// Coroutines kept for reuse.
@@ -320,8 +341,17 @@ impl Vm {
             lua
         };
         lua.set_memory_limit(env.limits.memory)?;
-        let budget = Rc::new(Budget::new(env.limits));
-        crate::hook::install(&lua, &budget);
+        let watched = env.watched && crate::hook::timer_signal();
+        let budget = Rc::new(Budget::new(
+            env.limits,
+            if watched {
+                crate::hook::ARM_AFTER
+            } else {
+                Duration::ZERO
+            },
+        ));
+        // Hooked while the scripts load, whatever `watched` says.
+        let main = crate::hook::install(&lua, &budget, watched);
         let b = budget.clone();
         let charge: crate::strlib::Charge = Rc::new(move |n| b.charge(n));
         crate::strlib::install(&lua, charge.clone(), env.limits.memory)?;
@@ -336,7 +366,7 @@ impl Vm {
             let meta = lua.create_table()?;
             meta.raw_set("__index", &globals)?;
             scope.set_metatable(Some(meta));
-            begin(&lua, &budget);
+            begin(main, false, &budget);
             let mut chunk = lua.load(&s.source[..]);
             if !env.unsafe_stdlib {
                 chunk = chunk.set_mode(mlua::ChunkMode::Text);
@@ -357,6 +387,9 @@ impl Vm {
             }
         }
         let req = lua.create_userdata(Req::default())?;
+        if watched {
+            crate::hook::disarm(main);
+        }
         Ok(Vm {
             lua,
             handlers,
@@ -365,6 +398,8 @@ impl Vm {
             budget,
             mark,
             free: RefCell::new(Vec::new()),
+            main,
+            watched,
         })
     }
 
@@ -377,12 +412,13 @@ impl Vm {
         peer: SocketAddr,
         resp: &mut HttpResponse,
     ) -> Result<Step, Failure> {
+        let _running = self.watched.then(|| crate::hook::Running::start(self.main));
         if !self.in_coroutine[route] {
             let ud = self.req.borrow();
             ud.borrow_mut::<Req>()
                 .map_err(|e| Failure::Error(e.to_string()))?
                 .fill(req, peer);
-            begin(&self.lua, &self.budget);
+            begin(self.main, self.watched, &self.budget);
             self.budget.active.set(true);
             let result = self.handlers[route].call::<(Value, Value, Value)>(&*ud);
             self.budget.active.set(false);
@@ -426,6 +462,7 @@ impl Vm {
         result: Result<Vec<u8>, String>,
         resp: &mut HttpResponse,
     ) -> Result<Step, Failure> {
+        let _running = self.watched.then(|| crate::hook::Running::start(self.main));
         let to_lua = |r: Result<Vec<u8>, String>| -> mlua::Result<mlua::MultiValue> {
             Ok(match r {
                 Ok(a) => {
@@ -450,7 +487,7 @@ impl Vm {
         first: bool,
         resp: &mut HttpResponse,
     ) -> Result<Step, Failure> {
-        begin(&self.lua, &self.budget);
+        begin(self.main, self.watched, &self.budget);
         self.budget.active.set(true);
         let result = if first {
             thread.resume::<mlua::MultiValue>(ud.clone())
@@ -1073,11 +1110,14 @@ mod tests {
     use super::*;
 
     fn budget(instructions: u64, time: Duration) -> Budget {
-        Budget::new(Limits {
-            instructions,
-            time,
-            memory: 1 << 20,
-        })
+        Budget::new(
+            Limits {
+                instructions,
+                time,
+                memory: 1 << 20,
+            },
+            Duration::ZERO,
+        )
     }
 
     #[test]
