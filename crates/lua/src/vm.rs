@@ -126,9 +126,9 @@ impl Budget {
     /// and fails once either budget is spent.
     ///
     /// The clock is read only when the count passes a multiple of [`CHECK_EVERY`] (every hook
-    /// tick does, and any large charge): the time before a request's first check (under
-    /// [`CHECK_EVERY`] instructions and cheap library calls, microseconds) is not counted
-    /// against `lua.max_ms`.
+    /// tick does, and any large charge). The first check starts the clock, `head_start`
+    /// early: what ran before it (under [`CHECK_EVERY`] instructions and cheap library calls
+    /// when hooked throughout; up to two timer periods on a watched VM) is counted as that.
     fn spend(&self, n: u64) -> Result<(), &str> {
         let before = self.used.get();
         let used = before.saturating_add(n);
