@@ -45,7 +45,9 @@ const SIGNAL: c_int = libc::SIGURG;
 /// the state, so finalizers run by the close, which the hook may interrupt, still find it.
 struct Keep(#[allow(dead_code)] Rc<Budget>);
 
-/// A VM's main Lua thread, whose hook is set and taken off without going through mlua.
+/// A VM's main Lua thread, whose hook is set and taken off without going through mlua. Only
+/// `install` makes one and only the VM it was made for keeps it, for the life of its Lua
+/// state: so [`rearm`] and [`disarm`] always reach a live thread.
 #[derive(Clone, Copy)]
 pub(crate) struct MainThread(*mut ffi::lua_State);
 
