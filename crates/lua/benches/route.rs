@@ -27,10 +27,11 @@ fn route(c: &mut Criterion) {
         peer: SocketAddr::from((Ipv4Addr::LOCALHOST, 54321)),
         now: 1,
     };
+    // The server's default limits, as its worker builds them.
     let limits = Limits {
-        max_header_bytes: 8192,
-        max_url_bytes: 4096,
-        max_body_bytes: 1 << 20,
+        max_header_bytes: cfg.server.max_header_bytes,
+        max_url_bytes: cfg.server.max_url_bytes,
+        max_body_bytes: cfg.server.max_body_bytes,
     };
     let mut resp = HttpResponse::default();
     let mut group = c.benchmark_group("lua_route");

@@ -408,10 +408,8 @@ mod tests {
         assert_eq!(hook_mask(&lua, None), 0);
 
         // A short call runs unhooked, and leaves no hook behind.
-        let short: mlua::Function = lua
-            .load("return function() return 1 + 1 end")
-            .eval()
-            .unwrap();
+        let function = |src: &str| -> mlua::Function { lua.load(src).eval().unwrap() };
+        let short = function("return function() return 1 + 1 end");
         {
             let _run = Running::start(main);
             assert_eq!(short.call::<i64>(()).unwrap(), 2);
@@ -427,10 +425,7 @@ mod tests {
         assert_eq!(hook_mask(&lua, None), 0);
 
         // A call that runs on is hooked by the timer, and stopped by the time budget.
-        let spin: mlua::Function = lua
-            .load("return function() local n = 0 while true do n = n + 1 end end")
-            .eval()
-            .unwrap();
+        let spin = function("return function() local n = 0 while true do n = n + 1 end end");
         {
             let _run = Running::start(main);
             let e = spin.call::<()>(()).unwrap_err().to_string();
