@@ -16,14 +16,16 @@
 //!   object, its keys UTF-8 strings, integers, floats or booleans (written as strings);
 //! - a function, a coroutine or a userdata is an error.
 //!
-//! Encoding is this crate's one use of `unsafe`: Lua's C API, reading the value on the VM's
-//! stack (see [`encode`]); each block says why it is sound, and the tests below and the
+//! Encoding reads the value on the VM's stack through Lua's C API (see [`encode`], and
+//! `raw.rs`), which takes `unsafe`; each block says why it is sound, and the tests below and the
 //! `lua_json` fuzz target drive it.
 #![allow(unsafe_code)]
 
 use std::ffi::{c_int, c_void};
 
 use mlua::{ffi, Lua, LuaSerdeExt, Table, Value};
+
+use crate::raw::bytes;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// The deepest nesting encoded: as deep as serde_json's parser reads.
@@ -96,20 +98,6 @@ struct Encoder<'o, 'c> {
     array: *const c_void,
     charge: Charge<'c>,
     bounds: Bounds,
-}
-
-/// The bytes of the string at `idx`.
-///
-/// # Safety
-/// The value at slot `idx` is a string; the slice is used only while it stays there.
-unsafe fn bytes<'a>(state: *mut ffi::lua_State, idx: c_int) -> &'a [u8] {
-    let mut len = 0usize;
-    // SAFETY: the caller's contract: for a string `lua_tolstring` converts nothing and
-    // returns a non-null pointer to its `len` bytes, alive while it is on the stack.
-    unsafe {
-        let p = ffi::lua_tolstring(state, idx, &mut len);
-        std::slice::from_raw_parts(p.cast::<u8>(), len)
-    }
 }
 
 /// A type's name as mlua's `Value::type_name` gives it.

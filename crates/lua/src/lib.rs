@@ -15,6 +15,7 @@ mod error;
 mod hook;
 pub mod json;
 pub mod pattern;
+mod raw;
 mod req;
 pub mod shared;
 pub mod stored;
