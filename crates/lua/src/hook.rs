@@ -72,12 +72,7 @@ pub(crate) fn install(lua: &Lua, budget: &Rc<Budget>, watched: bool) -> MainThre
             main = ffi::lua_tothread(state, -1);
             ffi::lua_pop(state, 1);
             *ffi::lua_getextraspace(main).cast::<*const Budget>() = budget;
-            ffi::lua_sethook(
-                main,
-                Some(budget_hook),
-                ffi::LUA_MASKCOUNT,
-                CHECK_EVERY as c_int,
-            );
+            hook_count(main);
             if watched && ffi::lua_getglobal(state, c"coroutine".as_ptr()) == ffi::LUA_TTABLE {
                 for name in [c"create", c"wrap"] {
                     if ffi::lua_getfield(state, -1, name.as_ptr()) == ffi::LUA_TFUNCTION {
@@ -102,9 +97,21 @@ pub(crate) fn install(lua: &Lua, budget: &Rc<Budget>, watched: bool) -> MainThre
 pub(crate) fn rearm(main: MainThread) {
     // SAFETY: `main` is the main thread of a VM its caller holds, so alive; `lua_sethook`
     // only stores values and raises no error, so it needs no protected call.
+    unsafe { hook_count(main.0) }
+}
+
+/// Sets the budget's hook on `state`, at its usual count: a check every [`CHECK_EVERY`]
+/// instructions.
+///
+/// # Safety
+/// `state` is a live Lua thread. `lua_sethook` only stores the hook, its mask and its count
+/// (and sets the running calls' trap flags), raises no error, and may be called from a
+/// signal handler.
+unsafe fn hook_count(state: *mut ffi::lua_State) {
+    // SAFETY: the caller's contract.
     unsafe {
         ffi::lua_sethook(
-            main.0,
+            state,
             Some(budget_hook),
             ffi::LUA_MASKCOUNT,
             CHECK_EVERY as c_int,
@@ -127,12 +134,7 @@ pub(crate) fn set(lua: &Lua, thread: &Thread) -> mlua::Result<()> {
         lua.exec_raw::<()>(thread, |state| {
             let t = ffi::lua_tothread(state, 1);
             if !t.is_null() {
-                ffi::lua_sethook(
-                    t,
-                    Some(budget_hook),
-                    ffi::LUA_MASKCOUNT,
-                    CHECK_EVERY as c_int,
-                );
+                hook_count(t);
             }
         })
     }
@@ -183,12 +185,7 @@ unsafe extern "C-unwind" fn hooked_coroutine(state: *mut ffi::lua_State) -> c_in
         let mask = ffi::lua_gethookmask(state);
         let count = ffi::lua_gethookcount(state);
         ARMED.with(|a| a.store(true, Ordering::Relaxed));
-        ffi::lua_sethook(
-            state,
-            Some(budget_hook),
-            ffi::LUA_MASKCOUNT,
-            CHECK_EVERY as c_int,
-        );
+        hook_count(state);
         let args = ffi::lua_gettop(state);
         ffi::lua_pushvalue(state, ffi::lua_upvalueindex(1));
         ffi::lua_insert(state, 1);
@@ -301,12 +298,7 @@ fn on_signal() {
     // instruction) keeps its count.
     unsafe {
         if ffi::lua_gethookmask(main) == 0 {
-            ffi::lua_sethook(
-                main,
-                Some(budget_hook),
-                ffi::LUA_MASKCOUNT,
-                CHECK_EVERY as c_int,
-            );
+            hook_count(main);
         }
     }
     ARMED.with(|a| a.store(true, Ordering::Relaxed));

@@ -24,9 +24,9 @@
 use std::ffi::{c_int, c_void};
 
 use mlua::{ffi, Lua, LuaSerdeExt, Table, Value};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use crate::raw::bytes;
-use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// The deepest nesting encoded: as deep as serde_json's parser reads.
 pub const MAX_DEPTH: usize = 128;
