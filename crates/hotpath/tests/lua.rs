@@ -273,6 +273,25 @@ fn script_errors_and_bad_answers_are_500s() {
             "function handle() return 200, { ['X-N'] = 5 }, 'n' end",
         ),
         ("nobody", "function handle() return 204, nil, 'x' end"),
+        // A float status, and a number among string headers, are read the long way, each
+        // header once.
+        (
+            "float",
+            "function handle() return 201.0, { ['X-A'] = 'a', ['X-B'] = 'b', ['X-N'] = 7 }, 'f' end",
+        ),
+        (
+            "mixed",
+            "function handle() return 200, { ['X-A'] = 'a', ['X-B'] = 'b', ['X-C'] = 'c', ['X-N'] = 7 }, 'm' end",
+        ),
+        // A script that writes into `req` past its metatable does not reach the next request.
+        (
+            "tamper",
+            "function handle(req) local p = req.path rawset(req, 'path', '/evil') return 200, nil, p end",
+        ),
+        (
+            "tamperfail",
+            "function handle(req) local p = req.path rawset(req, 'path', '/evil') if req:arg('fail') then error('x') end return 200, nil, p end",
+        ),
         (
             "json",
             "function handle(req) return 200, nil, hp.json.encode(hp.json.decode(req.body)) end",
@@ -301,6 +320,23 @@ fn script_errors_and_bad_answers_are_500s() {
     let r = cl.get("/number");
     assert_eq!((r.status, body(&r).as_str()), (200, "n"));
     assert!(r.head.contains("X-N: 5\r\n"), "{}", r.head);
+    let r = cl.get("/float");
+    assert_eq!((r.status, body(&r).as_str()), (201, "f"));
+    for h in ["X-A: a\r\n", "X-B: b\r\n", "X-N: 7\r\n"] {
+        assert_eq!(r.head.matches(h).count(), 1, "{}", r.head);
+    }
+    let r = cl.get("/mixed");
+    assert_eq!((r.status, body(&r).as_str()), (200, "m"));
+    for h in ["X-A: a\r\n", "X-B: b\r\n", "X-C: c\r\n", "X-N: 7\r\n"] {
+        assert_eq!(r.head.matches(h).count(), 1, "{}", r.head);
+    }
+    for _ in 0..2 {
+        let r = cl.get("/tamper");
+        assert_eq!((r.status, body(&r).as_str()), (200, "/tamper"));
+    }
+    assert_eq!(cl.get("/tamperfail?fail=1").status, 500);
+    let r = cl.get("/tamperfail");
+    assert_eq!((r.status, body(&r).as_str()), (200, "/tamperfail"));
     cl.send(b"POST /json HTTP/1.1\r\nHost: t\r\nContent-Length: 14\r\n\r\n{\"a\": [1, 2]}\n");
     let r = cl.read().unwrap();
     assert_eq!((r.status, body(&r).as_str()), (200, "{\"a\":[1,2]}"));
@@ -309,7 +345,7 @@ fn script_errors_and_bad_answers_are_500s() {
     let admin = server.admin_addr().unwrap();
     assert_eq!(
         metric(admin, "hotpath_lua_failures_total{reason=\"error\"}"),
-        9.0
+        10.0
     );
     server.shutdown().unwrap();
 

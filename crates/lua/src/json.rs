@@ -21,7 +21,9 @@
 //! `lua_json` fuzz target drive it.
 #![allow(unsafe_code)]
 
+use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
+use std::rc::Rc;
 
 use mlua::{ffi, Lua, LuaSerdeExt, Table, Value};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -90,6 +92,149 @@ pub fn encode(
     }
     walked?;
     enc.fits()
+}
+
+/// What `hp.json.encode`'s C function keeps from call to call: the text's buffer and what
+/// the walk needs, and the error of a failed call until the function that raises it takes
+/// it.
+struct EncodeFn {
+    buf: RefCell<Vec<u8>>,
+    array: *const c_void,
+    charge: Rc<dyn Fn(u64) -> mlua::Result<()>>,
+    bounds: Bounds,
+    failed: RefCell<Option<mlua::Error>>,
+}
+
+/// Keeps every [`EncodeFn`] of a VM in its app data: mlua drops app data after it closes
+/// the state, so the address a C function holds stays good for every call it can get,
+/// finalizers run at the close included.
+struct KeepEncodeFn(Vec<Rc<EncodeFn>>);
+
+/// The largest buffer `hp.json.encode` keeps for the next call.
+const MAX_KEPT: usize = 64 << 10;
+
+impl EncodeFn {
+    /// Encodes slot 1 into the buffer. Returns the text's address and length, or `None`
+    /// with the error kept in `failed`. Every Rust value it makes is dropped when it
+    /// returns.
+    ///
+    /// # Safety
+    /// Slot 1 exists; the text is used only until the buffer is next borrowed.
+    unsafe fn run(&self, state: *mut ffi::lua_State) -> Option<(*const u8, usize)> {
+        let walked = match self.buf.try_borrow_mut() {
+            Ok(mut buf) => {
+                buf.clear();
+                let mut enc = Encoder {
+                    out: &mut buf,
+                    array: self.array,
+                    charge: &*self.charge,
+                    bounds: self.bounds,
+                };
+                // SAFETY: slot 1 exists (the caller's contract); `value` keeps its pushes
+                // within the room it checks for and raises nothing.
+                unsafe { enc.value(state, 1, 0) }
+                    .and_then(|()| enc.fits())
+                    .and_then(|()| (self.charge)(enc.out.len() as u64 / 2))
+                    .map(|()| (buf.as_ptr(), buf.len()))
+            }
+            // Nothing the walk calls runs Lua code, so no call can come while one is under way.
+            Err(_) => Err(mlua::Error::runtime(format!(
+                "{}: called while encoding",
+                self.bounds.caller
+            ))),
+        };
+        match walked {
+            Ok(text) => Some(text),
+            Err(e) => {
+                *self.failed.borrow_mut() = Some(e);
+                None
+            }
+        }
+    }
+
+    /// After a call: a large text's buffer is not held on to.
+    fn trim(&self) {
+        if let Ok(mut buf) = self.buf.try_borrow_mut() {
+            if buf.capacity() > MAX_KEPT {
+                *buf = Vec::new();
+            }
+        }
+    }
+}
+
+/// `hp.json.encode(v)` as a C closure: upvalue 1 raises a failed call's error, upvalue 2
+/// points at the [`EncodeFn`].
+///
+/// The walk reads `v` where the caller passed it and raises nothing, so this needs none of
+/// what an mlua callback pays on every call: converting the argument to an mlua value (a
+/// reference made and dropped), a protected call for the walk, another to make the string.
+/// Lua errors unwind by `longjmp`, which must not pass a Rust value with a destructor: the
+/// two calls below that may raise (making the string: a memory error; the error function)
+/// come after [`EncodeFn::run`] has returned, when this frame holds only a reference and
+/// plain numbers.
+unsafe extern "C-unwind" fn encode_c(state: *mut ffi::lua_State) -> c_int {
+    // SAFETY: `encode_function` made this closure with these two upvalues; the `EncodeFn`
+    // lives in the VM's app data until after the state is closed (see `KeepEncodeFn`).
+    // Lua calls a C function with LUA_MINSTACK free slots: `lua_settop` uses at most one,
+    // the walk checks for its own, and the result or the error function takes one.
+    unsafe {
+        let this = &*ffi::lua_touserdata(state, ffi::lua_upvalueindex(2)).cast::<EncodeFn>();
+        // Only the first argument; none is nil, as it was for the callback.
+        ffi::lua_settop(state, 1);
+        match this.run(state) {
+            Some((text, len)) => {
+                // Copies the text before anything else runs (a finalizer that calls here
+                // again may run when the string is made, after the copy).
+                ffi::lua_pushlstring(state, text.cast(), len);
+                this.trim();
+                1
+            }
+            None => {
+                ffi::lua_pushvalue(state, ffi::lua_upvalueindex(1));
+                ffi::lua_call(state, 0, 0);
+                // Not reached: the error function raises.
+                0
+            }
+        }
+    }
+}
+
+/// `hp.json.encode` for a VM: a value to JSON text, bounded by `bounds`, its work charged
+/// by `charge` (each table's entries, then the text's size at 2 bytes a unit).
+pub fn encode_function(
+    lua: &Lua,
+    charge: Rc<dyn Fn(u64) -> mlua::Result<()>>,
+    bounds: Bounds,
+) -> mlua::Result<mlua::Function> {
+    let this = Rc::new(EncodeFn {
+        buf: RefCell::new(Vec::new()),
+        array: lua.array_metatable().to_pointer(),
+        charge,
+        bounds,
+        failed: RefCell::new(None),
+    });
+    let kept = this.clone();
+    let raise = lua.create_function(move |_, ()| -> mlua::Result<()> {
+        Err(kept
+            .failed
+            .borrow_mut()
+            .take()
+            .unwrap_or_else(|| mlua::Error::runtime(format!("{}: failed", kept.bounds.caller))))
+    })?;
+    let at = Rc::as_ptr(&this).cast_mut().cast::<c_void>();
+    match lua.app_data_mut::<KeepEncodeFn>() {
+        Some(mut kept) => kept.0.push(this),
+        None => drop(lua.set_app_data(KeepEncodeFn(vec![this]))),
+    }
+    // SAFETY: `exec_raw` pushes `raise` (slot 1 of a protected call); the closure pushes
+    // one more value and `lua_pushcclosure` pops both as its upvalues, leaving the new
+    // function as the one result.
+    unsafe {
+        lua.exec_raw(raise, |state| {
+            ffi::lua_pushlightuserdata(state, at);
+            ffi::lua_pushcclosure(state, encode_c, 2);
+        })
+    }
 }
 
 struct Encoder<'o, 'c> {
@@ -523,6 +668,84 @@ mod tests {
             enc(&l, "local t = { 1 } return { a = t, b = t }").map(|s| s.len()),
             Ok(r#"{"a":[1],"b":[1]}"#.len())
         );
+    }
+
+    #[test]
+    fn the_c_function_encodes_raises_what_the_walk_found_and_outlives_the_state() {
+        let l = lua();
+        let charged = Rc::new(std::cell::Cell::new(0u64));
+        let c = charged.clone();
+        let limit = Rc::new(std::cell::Cell::new(u64::MAX));
+        let lim = limit.clone();
+        let charge: Rc<dyn Fn(u64) -> mlua::Result<()>> = Rc::new(move |n| {
+            c.set(c.get() + n);
+            if c.get() > lim.get() {
+                return Err(mlua::Error::runtime("out of budget"));
+            }
+            Ok(())
+        });
+        let bounds = Bounds {
+            caller: "hp.json.encode",
+            limit: Limit::Memory(1 << 20),
+        };
+        let f = encode_function(&l, charge, bounds).unwrap();
+        l.globals().set("enc", f).unwrap();
+        let run = |code: &str| l.load(code).eval::<String>().map_err(|e| e.to_string());
+        // Values as the walk writes them; only the first argument counts, none is null.
+        assert_eq!(
+            run("return enc({ a = { 1, 2 } }, 'ignored')").unwrap(),
+            r#"{"a":[1,2]}"#
+        );
+        assert_eq!(run("return enc()").unwrap(), "null");
+        // Entries, then the text at 2 bytes a unit: two tables (each counted with its
+        // entries) and 11 bytes, then 4 bytes of "null".
+        assert_eq!(charged.get(), 2 + 3 + 11 / 2 + 4 / 2);
+        // What the walk refuses is raised as a Lua error a script can catch, and the next
+        // call works.
+        let caught = run("local ok, e = pcall(enc, { f = print }) \
+             return tostring(ok) .. ' ' .. tostring(e) .. ' ' .. enc({ 1 })")
+        .unwrap();
+        assert!(caught.starts_with("false "), "{caught}");
+        assert!(
+            caught.contains("hp.json.encode: cannot encode a function"),
+            "{caught}"
+        );
+        assert!(caught.ends_with(" [1]"), "{caught}");
+        let e = run("local t = {} t[1] = t return enc(t)").unwrap_err();
+        assert!(e.contains("nested deeper than 128 levels"), "{e}");
+        // Past the memory bound: a memory error, as before the text is made.
+        let e = l
+            .load("local s = string.rep('x', 100000) local t = {} for i = 1, 100 do t[i] = s end return enc(t)")
+            .eval::<String>()
+            .unwrap_err();
+        assert!(is_memory_error(&e), "{e}");
+        // The budget's error stops it.
+        limit.set(charged.get() + 3);
+        let e = run("return enc({ 1, 2, 3, 4, 5 })").unwrap_err();
+        assert!(e.contains("out of budget"), "{e}");
+        limit.set(u64::MAX);
+        // A large text's buffer is let go after the call; the next small one still works.
+        assert_eq!(
+            run("return #enc({ string.rep('y', 100000) })").unwrap(),
+            "100004"
+        );
+        assert_eq!(run("return enc({ ok = true })").unwrap(), r#"{"ok":true}"#);
+        // Finalizers run at the state's close may call it: the state it points at is still
+        // there.
+        l.load("setmetatable({}, { __gc = function() enc({ 1, { 2 } }) end })")
+            .exec()
+            .unwrap();
+        let before = charged.get();
+        drop(l);
+        assert!(charged.get() > before, "the finalizer's call ran");
+    }
+
+    fn is_memory_error(e: &mlua::Error) -> bool {
+        match e {
+            mlua::Error::MemoryError(_) => true,
+            mlua::Error::CallbackError { cause, .. } => is_memory_error(cause),
+            _ => false,
+        }
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! Lua's C API where a route pays mlua's per-call costs on every request: reading a string
-//! where it lies on the VM's stack (the JSON encoder's walk), and `hp.now` as a plain C
-//! function (mlua's callbacks convert arguments and results through its values).
+//! where it lies on the VM's stack (the JSON encoder's walk), `hp.now` as a plain C function
+//! (mlua's callbacks convert arguments and results through its values), and calling
+//! `handle(req)` with its answer read where the call leaves it.
 //!
-//! Nothing here raises a Lua error, so no Lua error can cross a Rust frame.
+//! The only Lua error raised here is the script's own, inside [`call`]'s protected call,
+//! from a frame that holds nothing to drop.
 #![allow(unsafe_code)]
 
 use std::ffi::c_int;
 
-use mlua::{ffi, Lua};
+use hotpath_service::HttpResponse;
+use mlua::{ffi, Function, Lua, Table, Value};
 
 /// The bytes of the string at `idx`.
 ///
@@ -39,6 +42,142 @@ pub(crate) unsafe extern "C-unwind" fn now(state: *mut ffi::lua_State) -> c_int 
 pub(crate) fn now_function(lua: &Lua) -> mlua::Result<mlua::Function> {
     // SAFETY: `now` is a C function that raises no error and keeps to its stack room.
     unsafe { lua.create_c_function(now) }
+}
+
+/// What [`call`] found.
+pub(crate) struct Called {
+    /// The answer.
+    pub answer: Answer,
+    /// The script wrote into `req` with `rawset` (its metatable refuses plain writes): the
+    /// next request must get a new one.
+    pub req_written: bool,
+}
+
+/// `handle`'s answer, as [`call`] found it.
+pub(crate) enum Answer {
+    /// Read into the response, or found wrong (why).
+    Read(Result<(), String>),
+    /// `handle`'s three results, for the full reading (a status, headers or a body of a kind
+    /// the quick one leaves to it: a float, a number as a header, anything wrong but a bad
+    /// header or status).
+    Values(Value, Value, Value),
+}
+
+/// Calls `handle(req)` and reads its answer (status, headers, body) into `resp` in the same
+/// protected call, where each result lies: mlua's `Function::call` would make a value of
+/// each result (a reference made and dropped for the table and the string), and reading the
+/// headers' table through it takes another protected call and a value for every name and
+/// value.
+pub(crate) fn call(
+    lua: &Lua,
+    handle: &Function,
+    req: &Table,
+    resp: &mut HttpResponse,
+) -> mlua::Result<Called> {
+    let mut read = None;
+    let mut req_written = false;
+    // SAFETY: `exec_raw` pushes `req`, `handle` and `req` again (slots 1 to 3) and runs the
+    // closure in a protected call with mlua's traceback handler, as `Function::call` does.
+    // `lua_call` calls slot 2 with slot 3 and leaves exactly three results in slots 2 to 4;
+    // an error it raises (the script's, a budget's, memory) unwinds to that protected call
+    // through this closure and mlua's trampoline, which hold only references then (the
+    // closure captures `read`, `req_written` and `resp` by reference and makes nothing before
+    // the call). Nothing after it raises: `read_answer` reads, `lua_next` walks a table it
+    // does not change. What the closure leaves on the stack comes back as the three values.
+    let values = unsafe {
+        lua.exec_raw::<(Value, Value, Value)>((req, handle, req), |state| {
+            ffi::lua_call(state, 1, 3);
+            ffi::lua_pushnil(state);
+            if ffi::lua_next(state, 1) != 0 {
+                req_written = true;
+            }
+            ffi::lua_settop(state, 4);
+            let (headers, body) = (resp.extra_headers.len(), resp.body.len());
+            match read_answer(state, 2, resp) {
+                Some(r) => {
+                    read = Some(r);
+                    ffi::lua_settop(state, 0);
+                }
+                None => {
+                    // Left to the full reading, from the start.
+                    resp.extra_headers.truncate(headers);
+                    resp.body.truncate(body);
+                    ffi::lua_rotate(state, 1, -1);
+                    ffi::lua_settop(state, 3);
+                }
+            }
+        })?
+    };
+    let answer = match read {
+        Some(r) => Answer::Read(r),
+        None => Answer::Values(values.0, values.1, values.2),
+    };
+    Ok(Called {
+        answer,
+        req_written,
+    })
+}
+
+/// The answer in slots `at` to `at + 2` read into `resp`, as [`crate::vm`]'s `answer` reads it, for
+/// an integer status, a table of string names and values or nil, and a string body or nil;
+/// `None` for anything else, with the stack as it was.
+///
+/// # Safety
+/// Slots `at` to `at + 2` are the top three, with room for two more.
+unsafe fn read_answer(
+    state: *mut ffi::lua_State,
+    at: c_int,
+    resp: &mut HttpResponse,
+) -> Option<Result<(), String>> {
+    let (status, headers, body) = (at, at + 1, at + 2);
+    // SAFETY: the caller's contract; each accessor is called for the type it reads, and
+    // `lua_next` walks a table it does not change (raw: no metamethod runs).
+    unsafe {
+        if ffi::lua_isinteger(state, status) == 0 {
+            return None;
+        }
+        let code = ffi::lua_tointegerx(state, status, std::ptr::null_mut());
+        let ok = u16::try_from(code).ok().filter(|s| (200..=599).contains(s));
+        let Some(code) = ok else {
+            return Some(Err(format!("handle returned status {code}, not 200..599")));
+        };
+        match ffi::lua_type(state, headers) {
+            ffi::LUA_TNIL => {}
+            ffi::LUA_TTABLE => {}
+            _ => return None,
+        }
+        match ffi::lua_type(state, body) {
+            ffi::LUA_TNIL | ffi::LUA_TSTRING => {}
+            _ => return None,
+        }
+        resp.status = code;
+        resp.content_type = "text/plain";
+        if ffi::lua_type(state, headers) == ffi::LUA_TTABLE {
+            ffi::lua_pushnil(state);
+            while ffi::lua_next(state, headers) != 0 {
+                if ffi::lua_type(state, -2) != ffi::LUA_TSTRING
+                    || ffi::lua_type(state, -1) != ffi::LUA_TSTRING
+                {
+                    ffi::lua_settop(state, body);
+                    return None;
+                }
+                let added = crate::vm::header(bytes(state, -2), bytes(state, -1), resp);
+                // Back to the key alone, for `lua_next`.
+                ffi::lua_settop(state, body + 1);
+                if let Err(e) = added {
+                    ffi::lua_settop(state, body);
+                    return Some(Err(e));
+                }
+            }
+        }
+        if ffi::lua_type(state, body) == ffi::LUA_TSTRING {
+            resp.body.extend_from_slice(bytes(state, body));
+        }
+        if resp.status == 204 && !resp.body.is_empty() {
+            return Some(Err("handle returned a body with status 204".into()));
+        }
+        Some(Ok(()))
+    }
 }
 
 #[cfg(test)]

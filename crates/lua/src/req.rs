@@ -2,12 +2,18 @@
 //! from reused buffers. Nothing is made for the script until it asks: `req.method` makes one
 //! string, `req:header("x")` looks one header up, and only `req:headers()` or `req:args()`
 //! build a table.
+//!
+//! What the script holds is an empty table (its metatable hidden, writes refused) that
+//! reads through a table of the fields made so far: a field read again while its text
+//! repeats (a route's method, path and address mostly do) is a table lookup in the VM, where
+//! a userdata's field is a call into mlua. The first read of a field, and a method, go on
+//! to the Rust object ([`Req`], a userdata the script cannot reach).
 
-use std::cell::RefCell;
+use std::cell::Cell;
 
 use hotpath_service::Request;
 use hotpath_wire::query;
-use mlua::{UserData, UserDataFields, UserDataMethods};
+use mlua::{AnyUserData, Lua, Table, UserData, UserDataFields, UserDataMethods, Value};
 
 /// The request as the script sees it.
 #[derive(Default)]
@@ -26,47 +32,115 @@ pub struct Req {
     remote_text: Field,
 }
 
-/// One of the request's texts, and the Lua string last made of it: a route's requests mostly
-/// repeat their method, path and address, and making a Lua string is a protected call into
-/// the VM (interning it, or allocating it past 40 bytes) where handing out the one kept is a
-/// reference. Only what a script asked for is made, at most one string per field is kept, and
-/// a new text drops it.
+/// The fields, by name, in the order of [`Req::fill`]'s mask.
+const FIELDS: [&str; 5] = ["method", "path", "query", "body", "remote"];
+
+/// One of the request's texts, and whether the fields' table holds a Lua string of it (only
+/// what a script asked for is made; a new text takes it out).
 #[derive(Default)]
 struct Field {
     bytes: Vec<u8>,
-    made: RefCell<Option<mlua::String>>,
+    made: Cell<bool>,
 }
 
 impl Field {
-    fn set(&mut self, new: &[u8]) {
+    /// Takes a new text; true when the string made of the old one must go.
+    fn set(&mut self, new: &[u8]) -> bool {
         // Compared only when a string was made of the text before (nothing to keep
         // otherwise), and only when the lengths agree.
-        let made = self.made.get_mut();
-        if made.is_some() && self.bytes.len() == new.len() && (new.is_empty() || self.bytes == new)
-        {
-            return;
+        let made = self.made.get();
+        if made && self.bytes.len() == new.len() && (new.is_empty() || self.bytes == new) {
+            return false;
         }
-        *made = None;
+        self.made.set(false);
         self.bytes.clear();
         self.bytes.extend_from_slice(new);
+        made
     }
 
     fn get(&self, lua: &mlua::Lua) -> mlua::Result<mlua::String> {
-        if let Some(s) = &*self.made.borrow() {
-            return Ok(s.clone());
-        }
         let s = lua.create_string(&self.bytes)?;
-        *self.made.borrow_mut() = Some(s.clone());
+        self.made.set(true);
         Ok(s)
     }
 }
 
+/// Builds a `req` around the userdata (the chunk's argument): the methods as functions of the
+/// table (a method of the userdata wants the userdata as `self`), each field cached in the
+/// fields' table once read, and the table the script gets. The library functions it uses are
+/// taken when it runs, so a script that changes the globals changes nothing here.
+const MAKE: &str = r#"
+local ud = ...
+local rawset, type, error, setmetatable = rawset, type, error, setmetatable
+local function method(name)
+  local m = ud[name]
+  return function(_, ...) return m(ud, ...) end
+end
+local fields = {
+  header = method("header"), headers = method("headers"),
+  arg = method("arg"), args = method("args"),
+}
+setmetatable(fields, { __index = function(t, k)
+  local v = ud[k]
+  if type(v) == "string" then rawset(t, k, v) end
+  return v
+end })
+local req = setmetatable({}, {
+  __index = fields,
+  __newindex = function() error("req is read-only", 2) end,
+  __metatable = "req",
+})
+return req, fields
+"#;
+
+/// A `req` object: what the script gets, and the Rust request behind it.
+#[derive(Clone)]
+pub(crate) struct ReqObj {
+    /// The table `handle` gets.
+    pub table: Table,
+    fields: Table,
+    ud: AnyUserData,
+}
+
+impl ReqObj {
+    /// A new `req` with an empty request.
+    pub fn new(lua: &Lua) -> mlua::Result<ReqObj> {
+        let ud = lua.create_userdata(Req::default())?;
+        let (table, fields) = lua
+            .load(MAKE)
+            .set_name("=req")
+            .call::<(Table, Table)>(ud.clone())?;
+        Ok(ReqObj { table, fields, ud })
+    }
+
+    /// Takes the request's parts, and takes out of the fields' table the strings of texts
+    /// that changed.
+    pub fn fill(&self, req: &Request<'_, '_>, remote: std::net::SocketAddr) -> mlua::Result<()> {
+        let stale = self.ud.borrow_mut::<Req>()?.fill(req, remote);
+        if stale != 0 {
+            for (i, name) in FIELDS.iter().enumerate() {
+                if stale & (1 << i) != 0 {
+                    self.fields.raw_set(*name, Value::Nil)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the script wrote into the table it got (with `rawset`: its metatable refuses
+    /// plain writes).
+    pub fn written(&self) -> bool {
+        self.table.clone().pairs::<Value, Value>().next().is_some()
+    }
+}
+
 impl Req {
-    /// Takes the request's parts into this object's buffers.
-    pub fn fill(&mut self, req: &Request<'_, '_>, remote: std::net::SocketAddr) {
-        self.method.set(req.method.as_bytes());
-        self.path.set(req.path.as_bytes());
-        self.query.set(req.query);
+    /// Takes the request's parts into this object's buffers. Returns a mask of the fields (in
+    /// the order of [`FIELDS`]) whose string made of the last text must go.
+    pub fn fill(&mut self, req: &Request<'_, '_>, remote: std::net::SocketAddr) -> u8 {
+        let mut stale = u8::from(self.method.set(req.method.as_bytes()));
+        stale |= u8::from(self.path.set(req.path.as_bytes())) << 1;
+        stale |= u8::from(self.query.set(req.query)) << 2;
         self.head.clear();
         self.headers.clear();
         for h in req.headers {
@@ -76,11 +150,12 @@ impl Req {
             self.head.extend_from_slice(h.value);
             self.headers.push((start, name_end, self.head.len()));
         }
-        self.body.set(req.body);
+        stale |= u8::from(self.body.set(req.body)) << 3;
         if self.remote != Some(remote.ip()) {
             self.remote = Some(remote.ip());
-            self.remote_text.set(remote.ip().to_string().as_bytes());
+            stale |= u8::from(self.remote_text.set(remote.ip().to_string().as_bytes())) << 4;
         }
+        stale
     }
 
     fn header(&self, name: &[u8]) -> Option<&[u8]> {
@@ -197,23 +272,54 @@ mod tests {
             body,
         };
         let peer = "127.0.0.1:4000".parse().unwrap();
-        let mut r = Req::default();
-        r.fill(&req("GET", "/a", b"x=1", b""), peer);
-        let first = r.path.get(&lua).unwrap();
+        let r = ReqObj::new(&lua).unwrap();
+        lua.globals().set("req", r.table.clone()).unwrap();
+        let field = |name: &str| -> mlua::String { r.table.get(name).unwrap() };
+        r.fill(&req("GET", "/a", b"x=1", b""), peer).unwrap();
+        let first = field("path");
         assert_eq!(first.as_bytes(), b"/a");
         // The same text: the same Lua string, not a new one.
-        r.fill(&req("GET", "/a", b"x=1", b""), peer);
-        assert_eq!(r.path.get(&lua).unwrap().to_pointer(), first.to_pointer());
-        // Every field follows a new text.
-        r.fill(&req("POST", "/b", b"y=2", b"hello"), peer);
-        assert_eq!(r.method.get(&lua).unwrap().as_bytes(), b"POST");
-        assert_eq!(r.path.get(&lua).unwrap().as_bytes(), b"/b");
-        assert_eq!(r.query.get(&lua).unwrap().as_bytes(), b"y=2");
-        assert_eq!(r.body.get(&lua).unwrap().as_bytes(), b"hello");
-        assert_eq!(r.remote_text.get(&lua).unwrap().as_bytes(), b"127.0.0.1");
-        r.fill(&req("POST", "/b", b"", b""), "[::1]:1".parse().unwrap());
-        assert_eq!(r.query.get(&lua).unwrap().as_bytes(), b"");
-        assert_eq!(r.body.get(&lua).unwrap().as_bytes(), b"");
-        assert_eq!(r.remote_text.get(&lua).unwrap().as_bytes(), b"::1");
+        r.fill(&req("GET", "/a", b"x=1", b""), peer).unwrap();
+        assert_eq!(field("path").to_pointer(), first.to_pointer());
+        // Every field follows a new text, read or not before.
+        for name in FIELDS {
+            field(name);
+        }
+        r.fill(&req("POST", "/b", b"y=2", b"hello"), peer).unwrap();
+        assert_eq!(field("method").as_bytes(), b"POST");
+        assert_eq!(field("path").as_bytes(), b"/b");
+        assert_eq!(field("query").as_bytes(), b"y=2");
+        assert_eq!(field("body").as_bytes(), b"hello");
+        assert_eq!(field("remote").as_bytes(), b"127.0.0.1");
+        r.fill(&req("POST", "/b", b"", b""), "[::1]:1".parse().unwrap())
+            .unwrap();
+        assert_eq!(field("query").as_bytes(), b"");
+        assert_eq!(field("body").as_bytes(), b"");
+        assert_eq!(field("remote").as_bytes(), b"::1");
+        assert_eq!(field("path").as_bytes(), b"/b");
+        // The methods take the table as `self`, as a userdata's did.
+        let (arg, n): (String, i64) = lua
+            .load("return req:arg('z') or 'none', select('#', req:headers())")
+            .eval()
+            .unwrap();
+        assert_eq!((arg.as_str(), n), ("none", 1));
+        // Writes are refused, the metatable is hidden, and a `rawset` is seen.
+        let e = lua.load("req.path = '/x'").exec().unwrap_err().to_string();
+        assert!(e.contains("req is read-only"), "{e}");
+        let mt: String = lua.load("return getmetatable(req)").eval().unwrap();
+        assert_eq!(mt, "req");
+        assert!(lua.load("setmetatable(req, nil)").exec().is_err());
+        assert!(!r.written());
+        lua.load("rawset(req, 'path', '/x')").exec().unwrap();
+        assert!(r.written());
+        // A script that replaces the globals it uses changes nothing in `req`.
+        let r = ReqObj::new(&lua).unwrap();
+        r.fill(&req("GET", "/c", b"", b""), peer).unwrap();
+        lua.globals().set("req", r.table.clone()).unwrap();
+        let p: String = lua
+            .load("rawset = nil; type = nil; error = nil; return req.path")
+            .eval()
+            .unwrap();
+        assert_eq!(p, "/c");
     }
 }

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hotpath_service::{HttpResponse, Request};
 use mlua::{
-    AnyUserData, Function, Lua, LuaOptions, LuaSerdeExt, StdLib, Thread, ThreadStatus, UserData,
+    Function, Lua, LuaOptions, LuaSerdeExt, StdLib, Thread, ThreadStatus, UserData,
     UserDataMethods, Value, Variadic,
 };
 
-use crate::req::Req;
+use crate::req::ReqObj;
 use hotpath_store::JournalWriter;
 
 use crate::stored::{LuaChange, MAX_KEY_LEN, MAX_NAME_LEN, MAX_ROW_LEN};
@@ -182,7 +182,7 @@ pub struct Vm {
     /// (a plain call otherwise, which costs less).
     in_coroutine: Vec<bool>,
     /// The request object handed to the next `handle`; a parked request keeps its own.
-    req: RefCell<AnyUserData>,
+    req: RefCell<ReqObj>,
     budget: Rc<Budget>,
     /// What `hp.tcp.request` yields first, so the worker knows the yield is its own.
     mark: mlua::Table,
@@ -217,7 +217,7 @@ pub enum Step {
 pub struct Parked {
     thread: Thread,
     /// Its request object, no longer the VM's.
-    _req: AnyUserData,
+    _req: ReqObj,
     /// The exchange it waits for.
     pub job: u64,
 }
@@ -389,7 +389,7 @@ impl Vm {
                 _ => return Err(script_error(s, "defines no function handle(req)".into())),
             }
         }
-        let req = lua.create_userdata(Req::default())?;
+        let req = ReqObj::new(&lua)?;
         if watched {
             crate::hook::disarm(main);
         }
@@ -417,26 +417,43 @@ impl Vm {
     ) -> Result<Step, Failure> {
         let _running = self.watched.then(|| crate::hook::Running::start(self.main));
         if !self.in_coroutine[route] {
-            let ud = self.req.borrow();
-            ud.borrow_mut::<Req>()
-                .map_err(|e| Failure::Error(e.to_string()))?
-                .fill(req, peer);
+            let obj = self.req.borrow();
+            obj.fill(req, peer)
+                .map_err(|e| Failure::Error(e.to_string()))?;
             begin(self.main, self.watched, &self.budget);
             self.budget.active.set(true);
-            let result = self.handlers[route].call::<(Value, Value, Value)>(&*ud);
+            let result = crate::raw::call(&self.lua, &self.handlers[route], &obj.table, resp);
             self.budget.active.set(false);
-            let (status, headers, body) = result.map_err(|e| self.failure(e))?;
-            answer(status, headers, body, resp).map_err(|e| {
+            drop(obj);
+            let called = match result {
+                Ok(called) => called,
+                Err(e) => {
+                    // It may have written into `req` before it failed.
+                    if self.req.borrow().written() {
+                        self.fresh_req()?;
+                    }
+                    return Err(self.failure(e));
+                }
+            };
+            if called.req_written {
+                self.fresh_req()?;
+            }
+            let read = match called.answer {
+                crate::raw::Answer::Read(r) => r,
+                crate::raw::Answer::Values(status, headers, body) => {
+                    answer(status, headers, body, resp)
+                }
+            };
+            read.map_err(|e| {
                 resp.extra_headers.clear();
                 resp.body.clear();
                 Failure::Error(e)
             })?;
             return Ok(Step::Done);
         }
-        let ud = self.req.borrow().clone();
-        ud.borrow_mut::<Req>()
-            .map_err(|e| Failure::Error(e.to_string()))?
-            .fill(req, peer);
+        let obj = self.req.borrow().clone();
+        obj.fill(req, peer)
+            .map_err(|e| Failure::Error(e.to_string()))?;
         let handler = self.handlers[route].clone();
         let reused = self.free.borrow_mut().pop();
         let thread = match reused {
@@ -455,7 +472,7 @@ impl Vm {
                 t
             }
         };
-        self.run(thread, ud, mlua::MultiValue::from_vec(vec![]), true, resp)
+        self.run(thread, obj, mlua::MultiValue::from_vec(vec![]), true, resp)
     }
 
     /// Resumes a parked request with its TCP exchange's result (the answer, or nil and why).
@@ -485,7 +502,7 @@ impl Vm {
     fn run(
         &self,
         thread: Thread,
-        ud: AnyUserData,
+        obj: ReqObj,
         args: mlua::MultiValue,
         first: bool,
         resp: &mut HttpResponse,
@@ -493,12 +510,20 @@ impl Vm {
         begin(self.main, self.watched, &self.budget);
         self.budget.active.set(true);
         let result = if first {
-            thread.resume::<mlua::MultiValue>(ud.clone())
+            thread.resume::<mlua::MultiValue>(obj.table.clone())
         } else {
             thread.resume::<mlua::MultiValue>(args)
         };
         self.budget.active.set(false);
-        let values = result.map_err(|e| self.failure(e))?;
+        let values = match result {
+            Ok(values) => values,
+            Err(e) => {
+                if first && obj.written() {
+                    self.fresh_req()?;
+                }
+                return Err(self.failure(e));
+            }
+        };
         let mut values = values.into_iter();
         if thread.status() == ThreadStatus::Resumable {
             let ours = matches!(values.next(), Some(Value::Table(t)) if t == self.mark);
@@ -513,17 +538,16 @@ impl Vm {
             };
             if first {
                 // The request object stays with the parked request; the next gets a new one.
-                let fresh = self
-                    .lua
-                    .create_userdata(Req::default())
-                    .map_err(|e| Failure::Error(e.to_string()))?;
-                *self.req.borrow_mut() = fresh;
+                self.fresh_req()?;
             }
             return Ok(Step::Waiting(Parked {
                 thread,
-                _req: ud,
+                _req: obj,
                 job,
             }));
+        }
+        if first && obj.written() {
+            self.fresh_req()?;
         }
         let (status, headers, body) = (
             values.next().unwrap_or(Value::Nil),
@@ -540,6 +564,14 @@ impl Vm {
             Failure::Error(e)
         })?;
         Ok(Step::Done)
+    }
+
+    /// Gives the next request a new `req` (the one it had is a parked request's, or the
+    /// script wrote into it).
+    fn fresh_req(&self) -> Result<(), Failure> {
+        let fresh = ReqObj::new(&self.lua).map_err(|e| Failure::Error(e.to_string()))?;
+        *self.req.borrow_mut() = fresh;
+        Ok(())
     }
 
     /// What a script's error was.
@@ -586,7 +618,7 @@ fn is_token(name: &[u8]) -> bool {
 }
 
 /// Adds one header `handle` returned to the response, or says why it may not be sent.
-fn header(name: &[u8], value: &[u8], resp: &mut HttpResponse) -> Result<(), String> {
+pub(crate) fn header(name: &[u8], value: &[u8], resp: &mut HttpResponse) -> Result<(), String> {
     if !is_token(name) {
         return Err(format!(
             "handle returned a bad header name {:?}",
@@ -805,29 +837,13 @@ fn install_api(
     let json = lua.create_table()?;
     // JSON runs at about 2 bytes per unit of the budget (see `strlib`): decoding is charged
     // before it starts, encoding once the text is made (its size is not known before).
-    let c = charge.clone();
-    let array = lua.array_metatable();
-    // The text is made in a buffer kept from call to call, then copied into a Lua string.
-    let buf = RefCell::new(Vec::new());
     let bounds = crate::json::Bounds {
         caller: "hp.json.encode",
         limit: crate::json::Limit::Memory(env.limits.memory),
     };
     json.set(
         "encode",
-        lua.create_function(move |lua, v: Value| {
-            let mut fresh = Vec::new();
-            let mut kept = buf.try_borrow_mut();
-            let out = kept.as_deref_mut().unwrap_or(&mut fresh);
-            crate::json::encode(lua, out, &v, &array, &*c, bounds)?;
-            c(out.len() as u64 / 2)?;
-            let text = lua.create_string(&*out)?;
-            // A large text's buffer is not held on to.
-            if out.capacity() > MAX_KEPT_JSON {
-                *out = Vec::new();
-            }
-            Ok(text)
-        })?,
+        crate::json::encode_function(lua, charge.clone(), bounds)?,
     )?;
     let array = lua.array_metatable();
     json.set(
@@ -888,9 +904,6 @@ fn install_api(
     lua.globals().set("hp", hp)?;
     Ok(())
 }
-
-/// The largest encoding buffer `hp.json.encode` keeps for the next call.
-const MAX_KEPT_JSON: usize = 64 << 10;
 
 /// `hp.json.decode`: JSON text (often a request body) to a Lua value (no I/O: the decoder the
 /// fuzz target drives).
