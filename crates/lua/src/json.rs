@@ -17,8 +17,9 @@
 //! - a function, a coroutine or a userdata is an error.
 //!
 //! Encoding reads the value on the VM's stack through Lua's C API (see [`encode`], and
-//! `raw.rs`), which takes `unsafe`; each block says why it is sound, and the tests below and the
-//! `lua_json` fuzz target drive it.
+//! `raw.rs`), and `hp.json.encode` is a C function of its own ([`encode_function`]), which
+//! takes `unsafe`; each block says why it is sound, and the tests below and the `lua_json`
+//! fuzz target drive it.
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;

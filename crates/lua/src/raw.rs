@@ -3,8 +3,8 @@
 //! (mlua's callbacks convert arguments and results through its values), and calling
 //! `handle(req)` with its answer read where the call leaves it.
 //!
-//! The only Lua error raised here is the script's own, inside [`call`]'s protected call,
-//! from a frame that holds nothing to drop.
+//! The only Lua errors raised here are those of the script's run (its own, its budget's, a
+//! memory error), inside [`call`]'s protected call, through frames that hold nothing to drop.
 #![allow(unsafe_code)]
 
 use std::ffi::c_int;
@@ -118,9 +118,9 @@ pub(crate) fn call(
     })
 }
 
-/// The answer in slots `at` to `at + 2` read into `resp`, as [`crate::vm`]'s `answer` reads it, for
-/// an integer status, a table of string names and values or nil, and a string body or nil;
-/// `None` for anything else, with the stack as it was.
+/// The answer in slots `at` to `at + 2` read into `resp`, as [`crate::vm`]'s `answer` reads
+/// it, for an integer status, a table of string names and values or nil, and a string body or
+/// nil; `None` for anything else, with the stack as it was.
 ///
 /// # Safety
 /// Slots `at` to `at + 2` are the top three, with room for two more.

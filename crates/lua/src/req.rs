@@ -13,7 +13,7 @@ use std::cell::Cell;
 
 use hotpath_service::Request;
 use hotpath_wire::query;
-use mlua::{AnyUserData, Lua, Table, UserData, UserDataFields, UserDataMethods, Value};
+use mlua::{AnyUserData, Function, Lua, Table, UserData, UserDataFields, UserDataMethods, Value};
 
 /// The request as the script sees it.
 #[derive(Default)]
@@ -65,32 +65,34 @@ impl Field {
     }
 }
 
-/// Builds a `req` around the userdata (the chunk's argument): the methods as functions of the
-/// table (a method of the userdata wants the userdata as `self`), each field cached in the
-/// fields' table once read, and the table the script gets. The library functions it uses are
-/// taken when it runs, so a script that changes the globals changes nothing here.
-const MAKE: &str = r#"
-local ud = ...
+/// Compiled and run once per VM, when its globals are still the libraries': returns the
+/// function that builds a `req` around a userdata (its argument). It keeps the library
+/// functions it uses as they were then, so a script that changes the globals changes nothing
+/// here. The methods become functions of the table (a method of the userdata wants the
+/// userdata as `self`); each field is cached in the fields' table once read.
+const MAKER: &str = r#"
 local rawset, type, error, setmetatable = rawset, type, error, setmetatable
-local function method(name)
-  local m = ud[name]
-  return function(_, ...) return m(ud, ...) end
+return function(ud)
+  local function method(name)
+    local m = ud[name]
+    return function(_, ...) return m(ud, ...) end
+  end
+  local fields = {
+    header = method("header"), headers = method("headers"),
+    arg = method("arg"), args = method("args"),
+  }
+  setmetatable(fields, { __index = function(t, k)
+    local v = ud[k]
+    if type(v) == "string" then rawset(t, k, v) end
+    return v
+  end })
+  local req = setmetatable({}, {
+    __index = fields,
+    __newindex = function() error("req is read-only", 2) end,
+    __metatable = "req",
+  })
+  return req, fields
 end
-local fields = {
-  header = method("header"), headers = method("headers"),
-  arg = method("arg"), args = method("args"),
-}
-setmetatable(fields, { __index = function(t, k)
-  local v = ud[k]
-  if type(v) == "string" then rawset(t, k, v) end
-  return v
-end })
-local req = setmetatable({}, {
-  __index = fields,
-  __newindex = function() error("req is read-only", 2) end,
-  __metatable = "req",
-})
-return req, fields
 "#;
 
 /// A `req` object: what the script gets, and the Rust request behind it.
@@ -103,13 +105,15 @@ pub(crate) struct ReqObj {
 }
 
 impl ReqObj {
-    /// A new `req` with an empty request.
-    pub fn new(lua: &Lua) -> mlua::Result<ReqObj> {
+    /// The function [`ReqObj::new`] builds with; made once per VM, before any script runs.
+    pub fn maker(lua: &Lua) -> mlua::Result<Function> {
+        lua.load(MAKER).set_name("=req").call(())
+    }
+
+    /// A new `req` with an empty request, built by `maker`.
+    pub fn new(lua: &Lua, maker: &Function) -> mlua::Result<ReqObj> {
         let ud = lua.create_userdata(Req::default())?;
-        let (table, fields) = lua
-            .load(MAKE)
-            .set_name("=req")
-            .call::<(Table, Table)>(ud.clone())?;
+        let (table, fields) = maker.call::<(Table, Table)>(ud.clone())?;
         Ok(ReqObj { table, fields, ud })
     }
 
@@ -272,7 +276,8 @@ mod tests {
             body,
         };
         let peer = "127.0.0.1:4000".parse().unwrap();
-        let r = ReqObj::new(&lua).unwrap();
+        let maker = ReqObj::maker(&lua).unwrap();
+        let r = ReqObj::new(&lua, &maker).unwrap();
         lua.globals().set("req", r.table.clone()).unwrap();
         let field = |name: &str| -> mlua::String { r.table.get(name).unwrap() };
         r.fill(&req("GET", "/a", b"x=1", b""), peer).unwrap();
@@ -313,13 +318,15 @@ mod tests {
         lua.load("rawset(req, 'path', '/x')").exec().unwrap();
         assert!(r.written());
         // A script that replaces the globals it uses changes nothing in `req`.
-        let r = ReqObj::new(&lua).unwrap();
+        lua.load("rawset = nil; type = nil; error = nil; setmetatable = nil")
+            .exec()
+            .unwrap();
+        let r = ReqObj::new(&lua, &maker).unwrap();
         r.fill(&req("GET", "/c", b"", b""), peer).unwrap();
         lua.globals().set("req", r.table.clone()).unwrap();
-        let p: String = lua
-            .load("rawset = nil; type = nil; error = nil; return req.path")
-            .eval()
-            .unwrap();
+        let p: String = lua.load("return req.path").eval().unwrap();
         assert_eq!(p, "/c");
+        let e = lua.load("req.x = 1").exec().unwrap_err().to_string();
+        assert!(e.contains("req is read-only"), "{e}");
     }
 }

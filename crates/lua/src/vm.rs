@@ -183,6 +183,8 @@ pub struct Vm {
     in_coroutine: Vec<bool>,
     /// The request object handed to the next `handle`; a parked request keeps its own.
     req: RefCell<ReqObj>,
+    /// Builds a request object (see [`ReqObj::maker`]).
+    make_req: Function,
     budget: Rc<Budget>,
     /// What `hp.tcp.request` yields first, so the worker knows the yield is its own.
     mark: mlua::Table,
@@ -361,6 +363,8 @@ impl Vm {
         install_api(&lua, env, pool.clone(), charge)?;
         let mark = install_tcp(&lua, pool, tcp, budget.clone())?;
         install_store(&lua, journal, budget.clone())?;
+        // Before any script runs (see `ReqObj::maker`).
+        let make_req = ReqObj::maker(&lua)?;
         let globals = lua.globals();
         let mut handlers = Vec::with_capacity(scripts.len());
         let mut in_coroutine = Vec::with_capacity(scripts.len());
@@ -389,7 +393,7 @@ impl Vm {
                 _ => return Err(script_error(s, "defines no function handle(req)".into())),
             }
         }
-        let req = ReqObj::new(&lua)?;
+        let req = ReqObj::new(&lua, &make_req)?;
         if watched {
             crate::hook::disarm(main);
         }
@@ -398,6 +402,7 @@ impl Vm {
             handlers,
             in_coroutine,
             req: RefCell::new(req),
+            make_req,
             budget,
             mark,
             free: RefCell::new(Vec::new()),
@@ -569,7 +574,8 @@ impl Vm {
     /// Gives the next request a new `req` (the one it had is a parked request's, or the
     /// script wrote into it).
     fn fresh_req(&self) -> Result<(), Failure> {
-        let fresh = ReqObj::new(&self.lua).map_err(|e| Failure::Error(e.to_string()))?;
+        let fresh =
+            ReqObj::new(&self.lua, &self.make_req).map_err(|e| Failure::Error(e.to_string()))?;
         *self.req.borrow_mut() = fresh;
         Ok(())
     }
