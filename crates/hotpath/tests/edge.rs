@@ -419,3 +419,39 @@ fn a_second_hotpath_on_the_same_port_stops_and_names_the_first() {
     let mut c = Client::connect(again.http);
     assert_eq!(c.get("/healthz").status, 200);
 }
+
+/// A port another hotpath serves is refused when it is configured; a port-0 listener never
+/// lands on one (the kernel hands out a port bound with SO_REUSEPORT as readily as a free one:
+/// such a server would have split the other's traffic, and its port guard refused it).
+#[test]
+fn a_served_port_is_refused_and_port_zero_draws_another() {
+    let first = start(&test_config());
+    let (http, udp) = (first.http_addr().unwrap(), first.udp_addr().unwrap());
+    let mut c = test_config();
+    c.listen.udp = vec![udp];
+    let e = hotpath::start(&c)
+        .err()
+        .expect("a served UDP port is refused");
+    assert!(
+        e.to_string()
+            .contains("already served by another hotpath process"),
+        "{e}"
+    );
+    let mut c = test_config();
+    c.listen.http = vec![http];
+    let e = hotpath::start(&c)
+        .err()
+        .expect("a served TCP port is refused");
+    assert!(
+        e.to_string()
+            .contains("already served by another hotpath process"),
+        "{e}"
+    );
+    for _ in 0..20 {
+        let other = start(&test_config());
+        assert_ne!(other.udp_addr().unwrap(), udp);
+        assert_ne!(other.http_addr().unwrap(), http);
+        other.shutdown().unwrap();
+    }
+    first.shutdown().unwrap();
+}

@@ -120,6 +120,18 @@ impl Ports {
     }
 }
 
+/// How many ports a port-0 address draws before a port another hotpath holds is an error.
+const PORT_DRAWS: u32 = 16;
+
+/// Whether a port-0 address whose drawn port another hotpath holds draws again (counted in
+/// `draws`). The kernel hands out a port bound with SO_REUSEPORT to another socket of the same
+/// user as readily as a free one, so port 0 can land on a port another server (in this
+/// process or another) serves; a configured port is an error at once.
+fn draw_again(addr: SocketAddr, draws: &mut u32) -> bool {
+    *draws += 1;
+    addr.port() == 0 && *draws <= PORT_DRAWS
+}
+
 /// Binds `addr` once, for the first worker, so port 0 resolves to a concrete port that every
 /// other worker then shares.
 fn first_bind<T>(
@@ -179,30 +191,48 @@ fn bind(config: &Config, workers: usize) -> Result<Bound, ServerError> {
                 .map(|a| (*a, false, ListenerKind::Admin)),
         );
     for (addr, optional, kind) in tcp_wanted {
-        match first_bind(
-            addr,
-            |a| listen::tcp_listener(a, cfg.backlog),
-            |l| l.local_addr(),
-        ) {
-            Ok((l, resolved)) => {
-                ports.claim("tcp", resolved)?;
-                first_tcp.push((mio::net::TcpListener::from_std(l), kind));
-                addrs.tcp.push((resolved, kind));
+        let mut draws = 0;
+        loop {
+            match first_bind(
+                addr,
+                |a| listen::tcp_listener(a, cfg.backlog),
+                |l| l.local_addr(),
+            ) {
+                Ok((l, resolved)) => {
+                    match ports.claim("tcp", resolved) {
+                        Err(ServerError::PortTaken { .. }) if draw_again(addr, &mut draws) => {
+                            continue
+                        }
+                        claimed => claimed?,
+                    }
+                    first_tcp.push((mio::net::TcpListener::from_std(l), kind));
+                    addrs.tcp.push((resolved, kind));
+                }
+                Err(e) if optional => log::info!("no IPv6 listener: {e}"),
+                Err(e) => return Err(e),
             }
-            Err(e) if optional => log::info!("no IPv6 listener: {e}"),
-            Err(e) => return Err(e),
+            break;
         }
     }
     for (addr, optional) in listen::with_ipv6(&config.listen.udp, config.listen.ipv6) {
         let bind = |a| listen::udp_socket(a, cfg.udp_recv_buffer, cfg.udp_send_buffer);
-        match first_bind(addr, bind, |s| s.local_addr()) {
-            Ok((s, resolved)) => {
-                ports.claim("udp", resolved)?;
-                first_udp.push(mio::net::UdpSocket::from_std(s));
-                addrs.udp.push(resolved);
+        let mut draws = 0;
+        loop {
+            match first_bind(addr, bind, |s| s.local_addr()) {
+                Ok((s, resolved)) => {
+                    match ports.claim("udp", resolved) {
+                        Err(ServerError::PortTaken { .. }) if draw_again(addr, &mut draws) => {
+                            continue
+                        }
+                        claimed => claimed?,
+                    }
+                    first_udp.push(mio::net::UdpSocket::from_std(s));
+                    addrs.udp.push(resolved);
+                }
+                Err(e) if optional => log::info!("no IPv6 UDP socket: {e}"),
+                Err(e) => return Err(e),
             }
-            Err(e) if optional => log::info!("no IPv6 UDP socket: {e}"),
-            Err(e) => return Err(e),
+            break;
         }
     }
 
