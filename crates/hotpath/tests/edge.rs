@@ -427,26 +427,20 @@ fn a_second_hotpath_on_the_same_port_stops_and_names_the_first() {
 fn a_served_port_is_refused_and_port_zero_draws_another() {
     let first = start(&test_config());
     let (http, udp) = (first.http_addr().unwrap(), first.udp_addr().unwrap());
-    let mut c = test_config();
-    c.listen.udp = vec![udp];
-    let e = hotpath::start(&c)
-        .err()
-        .expect("a served UDP port is refused");
-    assert!(
-        e.to_string()
-            .contains("already served by another hotpath process"),
-        "{e}"
-    );
-    let mut c = test_config();
-    c.listen.http = vec![http];
-    let e = hotpath::start(&c)
-        .err()
-        .expect("a served TCP port is refused");
-    assert!(
-        e.to_string()
-            .contains("already served by another hotpath process"),
-        "{e}"
-    );
+    for tcp in [false, true] {
+        let mut c = test_config();
+        if tcp {
+            c.listen.http = vec![http];
+        } else {
+            c.listen.udp = vec![udp];
+        }
+        let e = hotpath::start(&c).err().expect("a served port is refused");
+        assert!(
+            e.to_string()
+                .contains("already served by another hotpath process"),
+            "tcp {tcp}: {e}"
+        );
+    }
     for _ in 0..20 {
         let other = start(&test_config());
         assert_ne!(other.udp_addr().unwrap(), udp);
