@@ -83,16 +83,15 @@ pub fn encode(
     };
     let mut walked = Ok(());
     // SAFETY: `exec_raw` pushes `v` (slot 1 of a fresh protected call) and runs the closure
-    // inside `lua_pcall`; `value` reads slot 1 and keeps its pushes within the room it checks
-    // for. The stack is emptied before the closure returns, so nothing comes back.
+    // inside `lua_pcall`; `walk` reads slot 1. The stack is emptied before the closure
+    // returns, so nothing comes back.
     unsafe {
         lua.exec_raw::<()>(v, |state| {
-            walked = enc.value(state, 1, 0);
+            walked = enc.walk(state);
             ffi::lua_settop(state, 0);
         })?;
     }
-    walked?;
-    enc.fits()
+    walked
 }
 
 /// What `hp.json.encode`'s C function keeps from call to call: the text's buffer and what
@@ -101,7 +100,7 @@ pub fn encode(
 struct EncodeFn {
     buf: RefCell<Vec<u8>>,
     array: *const c_void,
-    charge: Rc<dyn Fn(u64) -> mlua::Result<()>>,
+    charge: crate::strlib::Charge,
     bounds: Bounds,
     failed: RefCell<Option<mlua::Error>>,
 }
@@ -131,10 +130,8 @@ impl EncodeFn {
                     charge: &*self.charge,
                     bounds: self.bounds,
                 };
-                // SAFETY: slot 1 exists (the caller's contract); `value` keeps its pushes
-                // within the room it checks for and raises nothing.
-                unsafe { enc.value(state, 1, 0) }
-                    .and_then(|()| enc.fits())
+                // SAFETY: slot 1 exists (the caller's contract).
+                unsafe { enc.walk(state) }
                     .and_then(|()| (self.charge)(enc.out.len() as u64 / 2))
                     .map(|()| (buf.as_ptr(), buf.len()))
             }
@@ -204,7 +201,7 @@ unsafe extern "C-unwind" fn encode_c(state: *mut ffi::lua_State) -> c_int {
 /// by `charge` (each table's entries, then the text's size at 2 bytes a unit).
 pub fn encode_function(
     lua: &Lua,
-    charge: Rc<dyn Fn(u64) -> mlua::Result<()>>,
+    charge: crate::strlib::Charge,
     bounds: Bounds,
 ) -> mlua::Result<mlua::Function> {
     let this = Rc::new(EncodeFn {
@@ -267,6 +264,17 @@ unsafe fn type_name(state: *mut ffi::lua_State, idx: c_int, t: c_int) -> &'stati
 }
 
 impl Encoder<'_, '_> {
+    /// The value in slot 1, whole, within its bound. Raises no Lua error: it keeps its
+    /// pushes within the room it checks for.
+    ///
+    /// # Safety
+    /// Slot 1 exists.
+    unsafe fn walk(&mut self, state: *mut ffi::lua_State) -> mlua::Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.value(state, 1, 0) }?;
+        self.fits()
+    }
+
     fn error(&self, what: impl std::fmt::Display) -> mlua::Error {
         mlua::Error::runtime(format!("{}: {what}", self.bounds.caller))
     }

@@ -137,10 +137,6 @@ unsafe fn read_answer(
             return None;
         }
         let code = ffi::lua_tointegerx(state, status, std::ptr::null_mut());
-        let ok = u16::try_from(code).ok().filter(|s| (200..=599).contains(s));
-        let Some(code) = ok else {
-            return Some(Err(format!("handle returned status {code}, not 200..599")));
-        };
         match ffi::lua_type(state, headers) {
             ffi::LUA_TNIL => {}
             ffi::LUA_TTABLE => {}
@@ -150,8 +146,9 @@ unsafe fn read_answer(
             ffi::LUA_TNIL | ffi::LUA_TSTRING => {}
             _ => return None,
         }
-        resp.status = code;
-        resp.content_type = "text/plain";
+        if let Err(e) = crate::vm::begin_answer(code, resp) {
+            return Some(Err(e));
+        }
         if ffi::lua_type(state, headers) == ffi::LUA_TTABLE {
             ffi::lua_pushnil(state);
             while ffi::lua_next(state, headers) != 0 {
@@ -173,10 +170,7 @@ unsafe fn read_answer(
         if ffi::lua_type(state, body) == ffi::LUA_TSTRING {
             resp.body.extend_from_slice(bytes(state, body));
         }
-        if resp.status == 204 && !resp.body.is_empty() {
-            return Some(Err("handle returned a body with status 204".into()));
-        }
-        Some(Ok(()))
+        Some(crate::vm::end_answer(resp))
     }
 }
 

@@ -656,6 +656,25 @@ pub(crate) fn header(name: &[u8], value: &[u8], resp: &mut HttpResponse) -> Resu
     Ok(())
 }
 
+/// Starts the response with the status `handle` returned (200 to 599) and the default
+/// content type; headers and body follow, then [`end_answer`].
+pub(crate) fn begin_answer(status: i64, resp: &mut HttpResponse) -> Result<(), String> {
+    resp.status = u16::try_from(status)
+        .ok()
+        .filter(|s| (200..=599).contains(s))
+        .ok_or_else(|| format!("handle returned status {status}, not 200..599"))?;
+    resp.content_type = "text/plain";
+    Ok(())
+}
+
+/// The check made once the whole answer is in the response.
+pub(crate) fn end_answer(resp: &HttpResponse) -> Result<(), String> {
+    if resp.status == 204 && !resp.body.is_empty() {
+        return Err("handle returned a body with status 204".into());
+    }
+    Ok(())
+}
+
 /// Turns `handle`'s three results (status, headers or nil, body or nil) into the response.
 fn answer(
     status: Value,
@@ -673,11 +692,7 @@ fn answer(
             ))
         }
     };
-    resp.status = u16::try_from(status)
-        .ok()
-        .filter(|s| (200..=599).contains(s))
-        .ok_or_else(|| format!("handle returned status {status}, not 200..599"))?;
-    resp.content_type = "text/plain";
+    begin_answer(status, resp)?;
     match headers {
         Value::Nil => {}
         Value::Table(t) => {
@@ -714,10 +729,7 @@ fn answer(
             ))
         }
     }
-    if resp.status == 204 && !resp.body.is_empty() {
-        return Err("handle returned a body with status 204".into());
-    }
-    Ok(())
+    end_answer(resp)
 }
 
 /// `hp.shared` as the scripts see it: `hp.shared:get(key)` and so on.

@@ -123,25 +123,41 @@ impl Ports {
 /// How many ports a port-0 address draws before a port another hotpath holds is an error.
 const PORT_DRAWS: u32 = 16;
 
-/// Whether a port-0 address whose drawn port another hotpath holds draws again (counted in
-/// `draws`). The kernel hands out a port bound with SO_REUSEPORT to another socket of the same
-/// user as readily as a free one, so port 0 can land on a port another server (in this
-/// process or another) serves; a configured port is an error at once.
-fn draw_again(addr: SocketAddr, draws: &mut u32) -> bool {
-    *draws += 1;
-    addr.port() == 0 && *draws <= PORT_DRAWS
-}
-
 /// Binds `addr` once, for the first worker, so port 0 resolves to a concrete port that every
-/// other worker then shares.
-fn first_bind<T>(
-    addr: SocketAddr,
+/// other worker then shares, and claims that port for `proto` (see [`listen::claim_port`]).
+/// `None` when `addr` is `optional` (an IPv6 twin) and cannot be bound, which `what` names
+/// in the log.
+///
+/// The kernel hands out a port bound with SO_REUSEPORT to another socket of the same user as
+/// readily as a free one, so port 0 can land on a port another server (in this process or
+/// another) serves: then another port is drawn, up to [`PORT_DRAWS`] times. A configured
+/// port another hotpath holds is an error at once.
+fn first_claimed<T>(
+    ports: &mut Ports,
+    proto: &'static str,
+    what: &str,
+    (addr, optional): (SocketAddr, bool),
     bind: impl Fn(SocketAddr) -> std::io::Result<T>,
     local: impl Fn(&T) -> std::io::Result<SocketAddr>,
-) -> Result<(T, SocketAddr), ServerError> {
-    let s = bind(addr).map_err(|source| ServerError::Bind { addr, source })?;
-    let resolved = local(&s)?;
-    Ok((s, resolved))
+) -> Result<Option<(T, SocketAddr)>, ServerError> {
+    let mut draws = 0;
+    loop {
+        let s = match bind(addr) {
+            Ok(s) => s,
+            Err(e) if optional => {
+                log::info!("no IPv6 {what}: {}", ServerError::Bind { addr, source: e });
+                return Ok(None);
+            }
+            Err(source) => return Err(ServerError::Bind { addr, source }),
+        };
+        let resolved = local(&s)?;
+        match ports.claim(proto, resolved) {
+            Err(ServerError::PortTaken { .. }) if addr.port() == 0 && draws < PORT_DRAWS => {
+                draws += 1;
+            }
+            claimed => return claimed.map(|()| Some((s, resolved))),
+        }
+    }
 }
 
 /// Every socket of every worker, bound, and each worker's poll: what [`RunningServer::start`]
@@ -153,8 +169,6 @@ struct Bound {
     wakers: Vec<Arc<mio::Waker>>,
 }
 
-/// Binds the first worker's sockets (port 0 resolves there), then every other worker's on the
-/// resolved addresses, and makes each worker's poll.
 /// Whether the UDP workers use io_uring, as `server.udp_io` asks and the kernel allows.
 fn ring_wanted(io: UdpIo) -> Result<bool, ServerError> {
     if io == UdpIo::Epoll {
@@ -174,6 +188,8 @@ fn ring_wanted(io: UdpIo) -> Result<bool, ServerError> {
     }
 }
 
+/// Binds the first worker's sockets (port 0 resolves there), then every other worker's on the
+/// resolved addresses, and makes each worker's poll.
 fn bind(config: &Config, workers: usize) -> Result<Bound, ServerError> {
     let cfg = &config.server;
     let mut ports = Ports::default();
@@ -191,48 +207,23 @@ fn bind(config: &Config, workers: usize) -> Result<Bound, ServerError> {
                 .map(|a| (*a, false, ListenerKind::Admin)),
         );
     for (addr, optional, kind) in tcp_wanted {
-        let mut draws = 0;
-        loop {
-            match first_bind(
-                addr,
-                |a| listen::tcp_listener(a, cfg.backlog),
-                |l| l.local_addr(),
-            ) {
-                Ok((l, resolved)) => {
-                    match ports.claim("tcp", resolved) {
-                        Err(ServerError::PortTaken { .. }) if draw_again(addr, &mut draws) => {
-                            continue
-                        }
-                        claimed => claimed?,
-                    }
-                    first_tcp.push((mio::net::TcpListener::from_std(l), kind));
-                    addrs.tcp.push((resolved, kind));
-                }
-                Err(e) if optional => log::info!("no IPv6 listener: {e}"),
-                Err(e) => return Err(e),
-            }
-            break;
+        let bind = |a| listen::tcp_listener(a, cfg.backlog);
+        let first = first_claimed(&mut ports, "tcp", "listener", (addr, optional), bind, |l| {
+            l.local_addr()
+        })?;
+        if let Some((l, resolved)) = first {
+            first_tcp.push((mio::net::TcpListener::from_std(l), kind));
+            addrs.tcp.push((resolved, kind));
         }
     }
-    for (addr, optional) in listen::with_ipv6(&config.listen.udp, config.listen.ipv6) {
+    for wanted in listen::with_ipv6(&config.listen.udp, config.listen.ipv6) {
         let bind = |a| listen::udp_socket(a, cfg.udp_recv_buffer, cfg.udp_send_buffer);
-        let mut draws = 0;
-        loop {
-            match first_bind(addr, bind, |s| s.local_addr()) {
-                Ok((s, resolved)) => {
-                    match ports.claim("udp", resolved) {
-                        Err(ServerError::PortTaken { .. }) if draw_again(addr, &mut draws) => {
-                            continue
-                        }
-                        claimed => claimed?,
-                    }
-                    first_udp.push(mio::net::UdpSocket::from_std(s));
-                    addrs.udp.push(resolved);
-                }
-                Err(e) if optional => log::info!("no IPv6 UDP socket: {e}"),
-                Err(e) => return Err(e),
-            }
-            break;
+        let first = first_claimed(&mut ports, "udp", "UDP socket", wanted, bind, |s| {
+            s.local_addr()
+        })?;
+        if let Some((s, resolved)) = first {
+            first_udp.push(mio::net::UdpSocket::from_std(s));
+            addrs.udp.push(resolved);
         }
     }
 
