@@ -19,22 +19,12 @@ use hotpath_store::batch::Batch;
 use hotpath_store::table::{Rows, Value};
 use hotpath_store::{backend, migrations, Backend};
 
-/// This thread's CPU time (user and system), in seconds.
+/// This thread's CPU time (user and system), in seconds, to the microsecond.
 fn cpu_secs() -> f64 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // Linux reports thread times in USER_HZ, 100 per second.
-    (ticks(11) + ticks(12)) / 100.0
+    use nix::sys::resource::{getrusage, UsageWho};
+    let usage = getrusage(UsageWho::RUSAGE_THREAD).expect("this thread's usage");
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    secs(usage.user_time()) + secs(usage.system_time())
 }
 
 /// Writes `parts` in one transaction; returns (wall, CPU) seconds.
@@ -46,9 +36,9 @@ fn write(db: &mut dyn Backend, parts: Vec<Rows>) -> (f64, f64) {
 }
 
 /// One user's state row.
-fn state(user: u64, popup: u32, at: u32) -> [Value; 6] {
+fn state(user: &str, popup: u32, at: u32) -> [Value; 6] {
     [
-        Value::Text(user.to_string().into()),
+        Value::Text(user.into()),
         popup.into(),
         Value::Int(i64::from(at) + 600),
         1u32.into(),
@@ -75,7 +65,7 @@ fn main() {
     let mut held = 0u64;
     for user in 1..=users {
         for p in 0..(1 + user % 4) as u32 {
-            preload.push(state(user, 1 + p * 7, 1_800_000_000));
+            preload.push(state(&user.to_string(), 1 + p * 7, 1_800_000_000));
             held += 1;
         }
         if preload.len() >= 250_000 || user == users {
@@ -106,9 +96,7 @@ fn main() {
         let at = 1_800_000_100 + round;
         let mut states = Rows::with_capacity(&POPUP_USERS, keys.len());
         for (user, popup) in &keys {
-            let mut row = state(0, *popup, at);
-            row[0] = Value::Text(user.as_str().into());
-            states.push(row);
+            states.push(state(user, *popup, at));
         }
         let (wall, cpu) = write(&mut *db, vec![states]);
         let n = keys.len() as f64;
