@@ -51,9 +51,13 @@ pub enum BenchError {
     },
 }
 
-fn rusage() -> (f64, f64) {
-    use nix::sys::resource::{getrusage, UsageWho};
-    match getrusage(UsageWho::RUSAGE_SELF) {
+/// Whose CPU time [`cpu_times`] reads: this process's, or the calling thread's.
+pub use nix::sys::resource::UsageWho;
+
+/// CPU seconds (user, system) of `who`, to the microsecond; zeros when they cannot be read.
+pub fn cpu_times(who: UsageWho) -> (f64, f64) {
+    use nix::sys::resource::getrusage;
+    match getrusage(who) {
         Ok(u) => {
             let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
             (secs(u.user_time()), secs(u.system_time()))
@@ -143,7 +147,7 @@ pub fn run_with(plan: &Plan, live: bool) -> Result<Report, BenchError> {
             Some(p) => show_progress(p, &schedule),
             None => {
                 until(schedule.measure_from);
-                rusage()
+                cpu_times(UsageWho::RUSAGE_SELF)
             }
         };
         let records: Vec<Result<Recorder, BenchError>> = handles
@@ -162,7 +166,7 @@ pub fn run_with(plan: &Plan, live: bool) -> Result<Report, BenchError> {
             .collect();
         (cpu0, records)
     });
-    let cpu1 = rusage();
+    let cpu1 = cpu_times(UsageWho::RUSAGE_SELF);
     let mut merged = Recorder::new(schedule.measure_from, schedule.end);
     for r in records {
         merged.merge(&r?);
@@ -187,7 +191,7 @@ fn show_progress(p: &Progress, schedule: &Schedule) -> (f64, f64) {
     loop {
         let now = schedule.now();
         if cpu0.is_none() && now >= schedule.measure_from {
-            cpu0 = Some(rusage());
+            cpu0 = Some(cpu_times(UsageWho::RUSAGE_SELF));
             start = p.read();
         }
         if now >= schedule.end {
@@ -228,7 +232,7 @@ fn show_progress(p: &Progress, schedule: &Schedule) -> (f64, f64) {
     }
     let _ = write!(err, "\r\x1b[2K");
     let _ = err.flush();
-    cpu0.unwrap_or_else(rusage)
+    cpu0.unwrap_or_else(|| cpu_times(UsageWho::RUSAGE_SELF))
 }
 
 /// What `hotpath bench` ends with.

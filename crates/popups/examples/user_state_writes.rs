@@ -14,25 +14,31 @@
 use std::time::Instant;
 
 use hotpath_bench::zipf::Zipf;
+use hotpath_bench::{cpu_times, UsageWho};
 use hotpath_popups::stored::{POPUPS, POPUP_EVENTS, POPUP_USERS};
 use hotpath_store::batch::Batch;
 use hotpath_store::table::{Rows, Value};
 use hotpath_store::{backend, migrations, Backend};
 
-/// This thread's CPU time (user and system), in seconds, to the microsecond.
-fn cpu_secs() -> f64 {
-    use nix::sys::resource::{getrusage, UsageWho};
-    let usage = getrusage(UsageWho::RUSAGE_THREAD).expect("this thread's usage");
-    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
-    secs(usage.user_time()) + secs(usage.system_time())
+/// The database's directory, removed when the run ends (also when it fails).
+struct Scratch(std::path::PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Writes `parts` in one transaction; returns (wall, CPU) seconds.
 fn write(db: &mut dyn Backend, parts: Vec<Rows>) -> (f64, f64) {
     let batch = Batch::concat(parts);
-    let (t, c) = (Instant::now(), cpu_secs());
+    let cpu = || {
+        let (user, system) = cpu_times(UsageWho::RUSAGE_THREAD);
+        user + system
+    };
+    let (t, c) = (Instant::now(), cpu());
     db.write_batch(&batch, true).expect("written");
-    (t.elapsed().as_secs_f64(), cpu_secs() - c)
+    (t.elapsed().as_secs_f64(), cpu() - c)
 }
 
 /// One user's state row.
@@ -48,15 +54,25 @@ fn state(user: &str, popup: u32, at: u32) -> [Value; 6] {
 }
 
 fn main() {
-    let args: Vec<u64> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().expect("USERS and BATCH are numbers"))
-        .collect();
-    let users = args.first().copied().unwrap_or(1_000_000).max(1);
-    let batch = args.get(1).copied().unwrap_or(100_000).max(1) as usize;
-    let dir =
-        std::env::temp_dir().join(format!("hotpath-user-state-writes-{}", std::process::id()));
-    let mut db = backend::connect("", &dir).expect("a SQLite file");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize, default: u64, max: u64, name: &str| -> u64 {
+        let Some(text) = args.get(i) else {
+            return default;
+        };
+        match text.parse::<u64>() {
+            Ok(n) if (1..=max).contains(&n) => n,
+            _ => {
+                eprintln!("{name}: `{text}` is not a number from 1 to {max}\nusage: user_state_writes [USERS] [BATCH]");
+                std::process::exit(2);
+            }
+        }
+    };
+    let users = arg(0, 1_000_000, 100_000_000, "USERS");
+    let batch = arg(1, 100_000, 10_000_000, "BATCH") as usize;
+    let dir = Scratch(
+        std::env::temp_dir().join(format!("hotpath-user-state-writes-{}", std::process::id())),
+    );
+    let mut db = backend::connect("", &dir.0).expect("a SQLite file");
     migrations::migrate(&mut *db, &[&POPUPS]).expect("migrated");
 
     // 1 to 4 popups per user (2.5 on average), written in sorted batches as a flusher would.
@@ -125,5 +141,4 @@ fn main() {
         );
     }
     drop(db);
-    let _ = std::fs::remove_dir_all(&dir);
 }
