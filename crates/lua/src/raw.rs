@@ -138,8 +138,7 @@ unsafe fn read_answer(
         }
         let code = ffi::lua_tointegerx(state, status, std::ptr::null_mut());
         match ffi::lua_type(state, headers) {
-            ffi::LUA_TNIL => {}
-            ffi::LUA_TTABLE => {}
+            ffi::LUA_TNIL | ffi::LUA_TTABLE => {}
             _ => return None,
         }
         match ffi::lua_type(state, body) {
