@@ -256,9 +256,9 @@ pub static LUA: Service = Service {
 pub static LUA_ROWS: Table = Table {
     name: "hp_lua_rows",
     columns: &[
-        col("tbl", Type::Text, Merge::Keep),
+        col("tbl", Type::Text, Merge::Keep).max_bytes(MAX_NAME_LEN),
         col("at", Type::Int, Merge::Keep),
-        col("data", Type::Text, Merge::Keep),
+        col("data", Type::Text, Merge::Keep).max_bytes(MAX_ROW_LEN),
     ],
     update_only: false,
     keeps_older: None,
@@ -268,9 +268,9 @@ pub static LUA_ROWS: Table = Table {
 pub static LUA_COUNTERS: Table = Table {
     name: "hp_lua_counters",
     columns: &[
-        col("tbl", Type::Text, Merge::Key),
-        col("k", Type::Text, Merge::Key),
-        col("col", Type::Text, Merge::Key),
+        col("tbl", Type::Text, Merge::Key).max_bytes(MAX_NAME_LEN),
+        col("k", Type::Text, Merge::Key).max_bytes(MAX_KEY_LEN),
+        col("col", Type::Text, Merge::Key).max_bytes(MAX_NAME_LEN),
         col("value", Type::Int, Merge::Add),
         col("updated_at", Type::Int, Merge::Max),
     ],

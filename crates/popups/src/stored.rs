@@ -343,7 +343,8 @@ pub static DEFINITIONS: Table = Table {
     name: "hp_popups",
     columns: &[
         col("id", Type::Int, Merge::Key),
-        col("definition", Type::Text, Merge::Replace),
+        // MySQL's TEXT.
+        col("definition", Type::Text, Merge::Replace).max_bytes(65_535),
         col("updated_at", Type::Int, Merge::Replace),
     ],
     update_only: false,

@@ -34,6 +34,12 @@ impl Batch {
         self.parts.iter().map(Rows::len).sum()
     }
 
+    /// Why a database may not be handed this batch: the first row that holds a value no
+    /// backend can keep (see [`Rows::refusal`]).
+    pub fn refusal(&self) -> Option<String> {
+        self.parts.iter().find_map(Rows::refusal)
+    }
+
     /// Whether there is nothing to write (no rows and no journal position to confirm).
     pub fn is_empty(&self) -> bool {
         self.rows() == 0 && self.seqs.is_empty()

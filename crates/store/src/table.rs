@@ -109,11 +109,35 @@ pub struct Column {
     pub ty: Type,
     /// How a later row's value meets the stored one.
     pub merge: Merge,
+    /// The most bytes a text or binary value may have ([`DEFAULT_MAX_BYTES`] unless the
+    /// declaration says otherwise with [`Column::max_bytes`]): a longer value, or a text with a
+    /// NUL byte, is refused by the store before any database sees it, so every backend
+    /// refuses the same rows (see [`Rows::refusal`]). Unused for integers.
+    pub max_bytes: usize,
 }
+
+/// The most bytes of a text or binary column unless its declaration says otherwise: what a
+/// MySQL `VARCHAR(255)` holds whatever the characters.
+pub const DEFAULT_MAX_BYTES: usize = 255;
 
 /// A column (for [`Table`] declarations).
 pub const fn col(name: &'static str, ty: Type, merge: Merge) -> Column {
-    Column { name, ty, merge }
+    Column {
+        name,
+        ty,
+        merge,
+        max_bytes: DEFAULT_MAX_BYTES,
+    }
+}
+
+impl Column {
+    /// This column, holding text or bytes of at most `max` bytes.
+    pub const fn max_bytes(self, max: usize) -> Column {
+        Column {
+            max_bytes: max,
+            ..self
+        }
+    }
 }
 
 /// Whether the older of two rows of one key stays (see [`Table::keeps_older`]).
@@ -240,6 +264,33 @@ impl Rows {
     /// Every value, row after row.
     pub fn values(&self) -> &[Value] {
         &self.values
+    }
+
+    /// Why no database the store writes to may be handed these rows, if one of them holds a
+    /// value its column cannot keep: a text or binary value longer than the column's
+    /// [`max_bytes`](Column::max_bytes), or a text with a NUL byte (PostgreSQL refuses it,
+    /// SQLite and MySQL would keep it). The store checks every batch with it before the
+    /// database sees it, so the three backends refuse the same rows.
+    pub fn refusal(&self) -> Option<String> {
+        for row in self.iter() {
+            for (c, v) in self.table.columns.iter().zip(row) {
+                let why = match v {
+                    Value::Text(t) => crate::unstorable(t, c.max_bytes).map(|u| u.message()),
+                    Value::Blob(b) if b.len() > c.max_bytes => Some("too long"),
+                    _ => None,
+                };
+                if let Some(why) = why {
+                    return Some(format!(
+                        "{}.{}: {why} ({} bytes; the column holds at most {})",
+                        self.table.name,
+                        c.name,
+                        v.bytes().len(),
+                        c.max_bytes
+                    ));
+                }
+            }
+        }
+        None
     }
 
     /// The rows numbered `range`.

@@ -164,6 +164,7 @@ impl Dialect {
                 (Dialect::Mysql, Merge::Add) => format!("{n} = {n} + VALUES({n})"),
                 (Dialect::Mysql, Merge::Max) => format!("{n} = GREATEST({n}, VALUES({n}))"),
                 (_, Merge::Replace) => format!("{n} = excluded.{n}"),
+                (Dialect::Sqlite, Merge::Add) => format!("{n} = hp_add({t}.{n}, excluded.{n})"),
                 (_, Merge::Add) => format!("{n} = {t}.{n} + excluded.{n}"),
                 (Dialect::Sqlite, Merge::Max) => format!("{n} = max({t}.{n}, excluded.{n})"),
                 (_, Merge::Max) => format!("{n} = GREATEST({t}.{n}, excluded.{n})"),
@@ -201,6 +202,9 @@ impl Dialect {
                 let n = self.quote(c.name);
                 let (t, v) = (format!("hp_t.{n}"), format!("hp_v.{n}"));
                 let expr = match c.merge {
+                    Merge::Add if self == Dialect::Sqlite => {
+                        format!("hp_add({t}, COALESCE({v}, 0))")
+                    }
                     Merge::Add => format!("{t} + COALESCE({v}, 0)"),
                     Merge::Max if self == Dialect::Sqlite => {
                         format!("max({t}, COALESCE({v}, {t}))")
@@ -435,13 +439,18 @@ pub trait Backend: Send {
 
     /// Writes a batch in one transaction: its rows and its journal positions, together, so
     /// the database never has one without the other.
+    ///
+    /// A batch with a value no backend can keep (see [`Batch::refusal`]) is refused here,
+    /// before the database sees it, as the database would refuse it ([`Fault::Refused`]).
     fn write(&mut self, batch: &Batch) -> Result<Written, StoreError> {
+        refuse_unstorable(self.dialect(), batch)?;
         self.write_batch(batch, true)
     }
 
     /// Writes a batch as [`Backend::write`] would, then rolls it back: whether the database
     /// takes it (the flusher's search for the rows it refuses; see [`crate::refused`]).
     fn try_write(&mut self, batch: &Batch) -> Result<(), StoreError> {
+        refuse_unstorable(self.dialect(), batch)?;
         self.write_batch(batch, false).map(|_| ())
     }
 
@@ -551,6 +560,14 @@ pub fn redact(url: &str) -> String {
 }
 
 /// A database error, with what it means for the write that met it (see [`Fault`]).
+/// The refusal of a batch that holds a value no backend can keep, as `dialect`'s error.
+fn refuse_unstorable(dialect: Dialect, batch: &Batch) -> Result<(), StoreError> {
+    match batch.refusal() {
+        Some(why) => Err(db_error(dialect, why, Fault::Refused)),
+        None => Ok(()),
+    }
+}
+
 pub(crate) fn db_error(dialect: Dialect, what: impl std::fmt::Display, fault: Fault) -> StoreError {
     StoreError::Db {
         backend: dialect.name(),

@@ -63,18 +63,26 @@ impl Mysql {
 
 /// What an error means for a write. Lock waits, deadlocks, too many connections and a server
 /// shutting down may pass, as lost connections and I/O errors may; values the server refuses
-/// (a string its character set cannot hold or its column cannot fit, a number out of range,
-/// a constraint, a trigger's SIGNAL) are the rows' own; other server errors need a person.
+/// are the rows' own: every error of SQLSTATE class 22 (data: a number out of range, such as
+/// `BIGINT value is out of range` when a counter's sum overflows, a string too long, a bad
+/// date) or 23 (a constraint), and the codes MySQL reports under the general state `HY000`
+/// or a warning's state in strict mode (a string its character set cannot hold, a truncated
+/// value, a trigger's SIGNAL, a CHECK). Other server errors need a person.
 fn fault(e: &mysql::Error) -> Fault {
     match e {
-        mysql::Error::MySqlError(s) => match s.code {
-            1205 | 1213 | 1040 | 1053 | 1927 | 2006 | 2013 => Fault::Transient,
-            1048 | 1062 | 1264 | 1292 | 1300 | 1366 | 1406 | 1451 | 1452 | 1644 | 3819 | 4025 => {
-                Fault::Refused
-            }
-            _ => Fault::Setup,
-        },
+        mysql::Error::MySqlError(s) => fault_of(s.code, &s.state),
         _ => Fault::Transient,
+    }
+}
+
+/// [`fault`] of a server error's code and SQLSTATE.
+fn fault_of(code: u16, state: &str) -> Fault {
+    match code {
+        1205 | 1213 | 1040 | 1053 | 1927 | 2006 | 2013 => Fault::Transient,
+        1048 | 1062 | 1264 | 1265 | 1292 | 1300 | 1366 | 1406 | 1451 | 1452 | 1644 | 1690
+        | 3819 | 4025 => Fault::Refused,
+        _ if state.starts_with("22") || state.starts_with("23") => Fault::Refused,
+        _ => Fault::Setup,
     }
 }
 
@@ -209,5 +217,29 @@ impl Backend for Mysql {
         } else {
             Err(db_error(D, super::WRITER_LOCK_HELD, Fault::Setup))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_the_server_refuses_is_the_rows_fault_whatever_its_code() {
+        // An overflowing `+=` (the error that once held every write behind one row), a
+        // string too long, a truncation, a constraint, and a code this list never named in
+        // the data and constraint classes.
+        for (code, state) in [
+            (1690, "22003"),
+            (1406, "22001"),
+            (1265, "01000"),
+            (1062, "23000"),
+            (9999, "22999"),
+            (9998, "23999"),
+        ] {
+            assert_eq!(fault_of(code, state), Fault::Refused, "{code} {state}");
+        }
+        assert_eq!(fault_of(1213, "40001"), Fault::Transient);
+        assert_eq!(fault_of(1146, "42S02"), Fault::Setup);
     }
 }

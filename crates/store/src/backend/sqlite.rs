@@ -58,6 +58,7 @@ impl Sqlite {
                 // upserts wrote most pages twice. It is bounded by the pages one statement
                 // touches (4,096 rows at most); no query here sorts more than it returns.
                 c.pragma_update(None, "temp_store", "MEMORY")?;
+                add_checked(&c)?;
                 Ok(c)
             };
             let c = open()
@@ -85,6 +86,13 @@ impl Sqlite {
 /// type is the row's own; anything else (a missing table, a read-only file) needs a person.
 fn fault(e: &rusqlite::Error) -> Fault {
     use rusqlite::ErrorCode as C;
+    // `hp_add`'s refusal: SQLite reports a function's error as SQLITE_ERROR whatever code the
+    // function set, so its message's prefix tells it.
+    if let rusqlite::Error::SqliteFailure(_, Some(msg)) = e {
+        if msg.starts_with(ADD_REFUSED) {
+            return Fault::Refused;
+        }
+    }
     match e.sqlite_error_code() {
         Some(
             C::DatabaseBusy | C::DatabaseLocked | C::DiskFull | C::SystemIoFailure | C::CannotOpen,
@@ -92,6 +100,46 @@ fn fault(e: &rusqlite::Error) -> Fault {
         Some(C::ConstraintViolation | C::TooBig | C::TypeMismatch) => Fault::Refused,
         _ => Fault::Setup,
     }
+}
+
+/// How `hp_add`'s refusals begin (see [`fault`]).
+const ADD_REFUSED: &str = "hp_add: ";
+
+/// Registers `hp_add(a, b)`, the sum a counter column's upsert writes ([`Merge::Add`]):
+/// SQLite's own `+` turns a sum past the 64-bit range into a REAL and stores it in the integer
+/// column without a word, where PostgreSQL and MySQL refuse the row (`22003`). `hp_add` adds
+/// exactly and refuses such a sum with an error that [`fault`] takes as the row's, so the
+/// flusher sets the row aside ([`Fault::Refused`]) on SQLite as on the others. A NULL gives
+/// NULL, as `+` does; a value that is not an integer (a REAL an older build let in) is refused
+/// too.
+///
+/// [`Merge::Add`]: crate::table::Merge::Add
+fn add_checked(c: &Connection) -> rusqlite::Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    c.create_scalar_function(
+        "hp_add",
+        2,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            let (a, b) = (ctx.get_raw(0), ctx.get_raw(1));
+            match (a, b) {
+                (ValueRef::Null, _) | (_, ValueRef::Null) => Ok(None),
+                (ValueRef::Integer(x), ValueRef::Integer(y)) => match x.checked_add(y) {
+                    Some(sum) => Ok(Some(sum)),
+                    None => Err(rusqlite::Error::UserFunctionError(
+                        format!(
+                            "{ADD_REFUSED}integer out of range: {x} + {y} leaves the 64-bit range"
+                        )
+                        .into(),
+                    )),
+                },
+                _ => Err(rusqlite::Error::UserFunctionError(
+                    format!("{ADD_REFUSED}a counter holds {a:?}, not an integer, to add {b:?} to")
+                        .into(),
+                )),
+            }
+        },
+    )
 }
 
 impl rusqlite::ToSql for crate::table::Value {
