@@ -717,6 +717,17 @@ section! {
         /// peers, and over HTTP a `warning message` saying how long to wait. Started,
         /// completed and stopped announces are never held back.
         pub enforce_min_interval: bool = true,
+        /// The fastest a client is believed to move data, in bytes per second, each way:
+        /// an announce credits at most this times the seconds since the client's last
+        /// announce (and at most max_credit_per_announce_bytes), whatever its counters
+        /// claim. A counter that goes down credits nothing, and the rise after it is held
+        /// to the same bound. What is cut is not credited: it is counted in /metrics,
+        /// logged, and flagged per user and torrent (`suspicious` in hotpath's own tables).
+        /// The default, 10 Gbit/s, is a fast seedbox's line.
+        pub max_rate_bytes_per_sec: u64 = 1_250_000_000,
+        /// The most one announce credits each way, however long since the client's last
+        /// (4 TiB: about an hour at the default rate).
+        pub max_credit_per_announce_bytes: u64 = 4 << 40,
         /// Bearer token of the push API on the admin listener (`/admin/tracker/…`:
         /// users, passkeys, torrents, freeleech, tokens, client lists, intervals). Empty:
         /// the push API answers 403.

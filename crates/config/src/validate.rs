@@ -267,6 +267,15 @@ fn private(c: &Config, p: &mut Problems) {
     if pr.max_peers_per_user_torrent == 0 {
         p.bad("private.max_peers_per_user_torrent", "must be at least 1");
     }
+    if pr.max_rate_bytes_per_sec == 0 {
+        p.bad("private.max_rate_bytes_per_sec", "must be at least 1");
+    }
+    if pr.max_credit_per_announce_bytes == 0 {
+        p.bad(
+            "private.max_credit_per_announce_bytes",
+            "must be at least 1",
+        );
+    }
     if !pr.admin_token.is_empty() && pr.admin_token.len() < 16 {
         p.bad(
             "private.admin_token",

@@ -401,6 +401,80 @@ fn traffic_is_accounted_per_user_and_torrent_and_written_behind() {
 
 /// On hotpath's own tables the ratio tiers read hp_user_totals, which hotpath itself adds
 /// to: a user's own traffic moves them between tiers at the next poll after the flush.
+/// The attack that once credited one user 1.2e19 bytes in 8 s: a client flipping its
+/// `uploaded` between 0 and 2^48 - 1 (and reporting 2^64 - 1) as fast as it can. Now it is
+/// credited at most `private.max_rate_bytes_per_sec` for each second it was seen (plus one),
+/// what it claimed past that is counted, and its row is flagged suspicious; the `+=` that
+/// once overflowed the database's column never comes near it, and another user's honest
+/// traffic is credited as ever.
+#[test]
+fn a_client_flipping_its_counters_is_credited_no_more_than_the_rate() {
+    let mut c = private_config();
+    c.private.max_rate_bytes_per_sec = 1_000_000;
+    let server = start(&c);
+    add_user(&c, 1, KEY, 1);
+    add_user(&c, 2, SEED_ONLY, 1);
+    add_torrent(&c, 11, &NORMAL, 100);
+    let mut http = Client::connect(server.http_addr().unwrap());
+    let mut admin = Client::connect(server.admin_addr().unwrap());
+    wait_until("the poll", Duration::from_secs(10), || {
+        metric(&mut admin, "hotpath_private_torrents ") == 1.0
+    });
+    let go = |http: &mut Client, key: &str, n, up: u64, event| {
+        let mut a = announce(NORMAL, n, 40000 + u16::from(n), 0, event);
+        a.uploaded = up;
+        let mut q = Vec::new();
+        write_announce(&mut q, &a);
+        let r = http.get(&format!(
+            "/{key}/announce?{}",
+            String::from_utf8(q).unwrap()
+        ));
+        assert_eq!(failure(&r.body), None);
+    };
+    go(&mut http, SEED_ONLY, 2, 0, Event::Started);
+    let start = std::time::Instant::now();
+    go(&mut http, KEY, 1, 0, Event::Started);
+    for i in 0..3000 {
+        let up = match i % 3 {
+            0 => (1 << 48) - 1,
+            1 => 0,
+            _ => u64::MAX,
+        };
+        go(&mut http, KEY, 1, up, Event::None);
+    }
+    let seen = start.elapsed().as_secs() + 1;
+    go(&mut http, SEED_ONLY, 2, 700, Event::None);
+    let totals = "SELECT user_id, uploaded, uploaded_raw, suspicious FROM hp_user_totals \
+                  ORDER BY user_id";
+    wait_until("the flush", Duration::from_secs(10), || {
+        rows(&c, totals).len() == 2
+    });
+    let cut = metric(&mut admin, "hotpath_private_credit_cut_total ");
+    server.shutdown().unwrap();
+    let got = rows(&c, totals);
+    let (credited, suspicious) = (got[0][1], got[0][3]);
+    assert!(
+        credited as u64 <= 1_000_000 * (seen + 1),
+        "{credited} bytes credited in {seen} s at 1 MB/s"
+    );
+    assert!(credited > 0, "each second's rate is credited");
+    assert_eq!(
+        got[0][2], credited,
+        "raw is the credited amount before factors"
+    );
+    assert!(
+        suspicious >= 1 && suspicious as f64 == cut,
+        "{suspicious} flagged, {cut} cut"
+    );
+    assert_eq!(
+        got[1],
+        vec![2, 700, 700, 0],
+        "an honest user is credited in full"
+    );
+    let per_torrent = "SELECT user_id, suspicious FROM hp_user_torrents ORDER BY user_id";
+    assert_eq!(rows(&c, per_torrent), [vec![1, suspicious], vec![2, 0]]);
+}
+
 #[test]
 fn the_ratio_tiers_follow_what_the_tracker_credits() {
     const THIRD: [u8; 20] = [0x54; 20];

@@ -81,6 +81,11 @@ mod m {
         "hotpath_tracker_client_addresses_ignored_total",
         "ip= and ipv6= values left out (not accepted by the config, or not global unicast).",
     );
+    pub static SNATCH_REPEATS: Desc = Desc::counter(
+        "hotpath_tracker_snatch_repeats_total",
+        "Completions not counted: the client address had completed the torrent within \
+         tracker.peer_timeout_secs (a client flipping left between 0 and 1 counts once).",
+    );
     pub static CAP_HITS: Desc = Desc::counter(
         "hotpath_tracker_cap_hits_total",
         "Times a swarm cap was met, by cap (tracker.max_*).",
@@ -407,6 +412,7 @@ impl Service for Tracker {
     fn collect(&self, out: &mut Samples) {
         let t = self.shared.swarms.totals();
         let c = &self.shared.counters;
+        let h = self.shared.swarms.cap_hits();
         let get = Counter::get;
         out.section("tracker")
             .add(&m::TORRENTS, t.torrents)
@@ -420,17 +426,19 @@ impl Service for Tracker {
             .add(&m::PEERS_EXPIRED, get(&c.peers_expired))
             .add(&m::TORRENTS_FREED, get(&c.torrents_freed))
             .add(&m::SWEEPS, get(&c.sweeps))
-            .add(&m::ADDRESSES_IGNORED, get(&c.client_addresses_ignored));
-        let h = self.shared.swarms.cap_hits();
+            .add(&m::ADDRESSES_IGNORED, get(&c.client_addresses_ignored))
+            .add(&m::SNATCH_REPEATS, get(&h.snatch_repeats));
         for (cap, v) in [
             ("max_torrents", &h.torrents),
             ("max_peers", &h.peers),
             ("max_peers_per_torrent", &h.swarm),
             ("max_peers_per_ip", &h.address),
             ("max_idle_torrents", &h.idle_evicted),
+            ("recent_snatches", &h.snatch_evicted),
         ] {
             out.labeled(&m::CAP_HITS, &[cap], get(v));
         }
+
         if let Some(p) = &self.shared.private {
             p.collect(out);
         }

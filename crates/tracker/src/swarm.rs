@@ -59,7 +59,7 @@ pub struct Index<const A: usize> {
 }
 
 /// The key a peer's client address is counted under: its IPv4 address, or its IPv6 /64.
-fn ip_key<const A: usize>(addr: &[u8; A]) -> u64 {
+pub(crate) fn ip_key<const A: usize>(addr: &[u8; A]) -> u64 {
     let n = (A - 2).min(8);
     let mut k = [0u8; 8];
     k[..n].copy_from_slice(&addr[..n]);
@@ -506,6 +506,11 @@ pub struct Shard<const I: usize> {
     /// Completed counts of torrents without peers (their swarms freed), so scrapes still
     /// report them; bounded (see `tracker.max_idle_torrents`).
     pub idle: HashMap<Id20, u32>,
+    /// Recent snatches: a keyed hash of (torrent, client address; IPv6 by /64) and the
+    /// process second of its last completion, kept while that is within the peer timeout
+    /// (the sweep drops older ones), so one client completing over and over counts once;
+    /// bounded (a share of `tracker.max_peers`).
+    pub snatched: HashMap<u64, u16>,
     /// Peers in this shard (both families).
     pub peers: usize,
     /// Seeders in this shard.

@@ -110,6 +110,11 @@ pub struct CapHits {
     pub address: Counter,
     /// Completed counts of idle torrents dropped at `max_idle_torrents`.
     pub idle_evicted: Counter,
+    /// Completions not counted: the same client address completed the same torrent within
+    /// the peer timeout (a client flipping `left` between 0 and 1, or cycling its port).
+    pub snatch_repeats: Counter,
+    /// Recent snatches forgotten early to keep the shard's share of `max_peers`.
+    pub snatch_evicted: Counter,
 }
 
 /// Totals over all shards.
@@ -269,6 +274,11 @@ pub struct Table<const I: usize> {
     hits: CapHits,
     /// Idle torrents' counts one shard keeps.
     idle_per_shard: usize,
+    /// Recent snatches one shard keeps.
+    snatched_per_shard: usize,
+    /// The SipHash key of recent snatches' (torrent, address) (random: no client can line
+    /// up its keys with another's).
+    snatch_key: [u64; 2],
 }
 
 impl<const I: usize> Table<I> {
@@ -279,6 +289,13 @@ impl<const I: usize> Table<I> {
             torrents: AtomicUsize::new(0),
             peers: AtomicUsize::new(0),
             idle_per_shard: caps.max_idle_torrents.div_ceil(shards).max(1),
+            snatched_per_shard: caps.max_peers.div_ceil(shards).max(1),
+            snatch_key: {
+                let mut b = [0u8; 16];
+                getrandom::fill(&mut b).expect("the OS's random numbers");
+                let k = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+                [k(0), k(8)]
+            },
             caps,
             hits: CapHits::default(),
         }
@@ -306,6 +323,39 @@ impl<const I: usize> Table<I> {
         } else {
             self.hits.swarm.add(1);
         }
+    }
+
+    /// Whether a completion of `info_hash` by the client at `addr` (compact: address and
+    /// port) counts: not when the same client completed it within the peer timeout (the sweep
+    /// forgets older ones), whatever its peer id and however its `left` went up and down in
+    /// between. Either way its last completion is now. Past the shard's share of `max_peers`,
+    /// an arbitrary recent snatch is forgotten (counted).
+    fn first_snatch(
+        &self,
+        snatched: &mut hashbrown::HashMap<u64, u16>,
+        info_hash: &Id20,
+        addr: &[u8],
+        now: u16,
+    ) -> bool {
+        use std::hash::Hasher as _;
+        let [k0, k1] = self.snatch_key;
+        let mut h = siphasher::sip::SipHasher13::new_with_keys(k0, k1);
+        h.write(info_hash);
+        h.write(addr);
+        let key = h.finish();
+        if let Some(at) = snatched.get_mut(&key) {
+            *at = now;
+            self.hits.snatch_repeats.add(1);
+            return false;
+        }
+        if snatched.len() >= self.snatched_per_shard {
+            if let Some(k) = snatched.keys().next().copied() {
+                snatched.remove(&k);
+                self.hits.snatch_evicted.add(1);
+            }
+        }
+        snatched.insert(key, now);
+        true
     }
 
     /// Keeps the completed count of a torrent whose swarm was freed, within the shard's share
@@ -415,7 +465,14 @@ impl<const I: usize> SwarmTable for Table<I> {
                 .announce(addr, &a.peer_id, a.seeder, stopped, now, room);
         }
         t.tidy();
-        let snatched = snatch(change, was);
+        let snatched = snatch(change, was) && {
+            let addr: &[u8] = match (&a.v4, &a.v6) {
+                (Some(addr), _) => addr,
+                (None, Some(addr)) => addr,
+                (None, None) => &[],
+            };
+            self.first_snatch(&mut shard.snatched, &a.info_hash, addr, now)
+        };
         if snatched {
             t.completed = t.completed.saturating_add(1);
         }
@@ -519,6 +576,12 @@ impl<const I: usize> SwarmTable for Table<I> {
         });
         for (hash, completed) in emptied {
             self.keep_idle(shard, hash, completed);
+        }
+        shard
+            .snatched
+            .retain(|_, at| now.wrapping_sub(*at) <= timeout);
+        if shard.snatched.capacity() > 4 * shard.snatched.len() + 64 {
+            shard.snatched.shrink_to_fit();
         }
         let freed = before - shard.torrents.len();
         if shard.torrents.capacity() > 4 * shard.torrents.len() + 64 {
@@ -838,6 +901,36 @@ mod tests {
             f.peer(1, true, Event::Stopped, 2 + i);
         }
         assert_eq!(f.table.scrape(&[1; 20]).completed, 1);
+    }
+
+    /// Regression: one peer flipping `left` between 1 and 0 added a completion per pair
+    /// (6-7k a second per connection), and so did changing its peer id between flips. Now
+    /// the client counts once while it keeps completing within the peer timeout; another
+    /// client still counts, and the same client again once the sweep forgot its completion.
+    #[test]
+    fn a_client_flipping_left_completes_once() {
+        let mut f = Fixture::new(table::<20>(1, 0), false);
+        f.peer(1, false, Event::Started, 0);
+        for i in 0..1000u16 {
+            let mut a = announce(1, true, Event::None);
+            a.peer_id = [(i % 200) as u8; 20];
+            f.table
+                .announce(&a, 1 + i / 100, &mut f.rng, &mut f.sel)
+                .unwrap();
+            f.peer(1, false, Event::None, 1 + i / 100);
+        }
+        assert_eq!(f.table.scrape(&[1; 20]).completed, 1);
+        assert_eq!(f.table.cap_hits().snatch_repeats.get(), 999);
+        // Another client on another port completes: counted.
+        f.peer(2, false, Event::Started, 20);
+        f.peer(2, true, Event::Completed, 21);
+        assert_eq!(f.table.scrape(&[1; 20]).completed, 2);
+        // Past the peer timeout since its last completion, the sweep forgets it.
+        f.peer(1, false, Event::None, 100);
+        f.table.sweep(0, 150, 100);
+        f.peer(1, false, Event::None, 150);
+        f.peer(1, true, Event::None, 151);
+        assert_eq!(f.table.scrape(&[1; 20]).completed, 3);
     }
 
     /// Regression: 300k peers in one torrent from one address; a new torrent per random

@@ -5,7 +5,10 @@
 //! changes address keeps its counters; another client, or the same one restarted with a new
 //! peer id, is a new peer. A new peer credits nothing (its counters may hold traffic counted
 //! elsewhere or made up), nor does one whose counters went down (a restarted client); only a
-//! known peer whose counters grew credits the difference. The peers a user may have on one
+//! known peer whose counters grew credits the difference, and at most what a fast line moves
+//! in the seconds since its last announce ([`CreditBound`]): a client that claims more, or
+//! plays its counters down and up again, is credited no more than that, and what is cut is
+//! reported with the delta. The peers a user may have on one
 //! torrent are capped, as UNIT3D does (`private.max_peers_per_user_torrent`).
 //!
 //! With leech slots on (`private.leech_slots`, `private.ratio_tiers`) it also counts, per
@@ -47,7 +50,8 @@ struct Slot {
     /// The low 32 bits of the keyed hash of its peer id: it tells apart the few peers one
     /// user runs on one torrent.
     peer: u32,
-    /// Process second of its last announce ([`AGE`] bits), with [`LEECHING`] set while it
+    /// Process second of its last announce ([`AGE`] bits), the part of that second's credit
+    /// it spent ([`SPENT`] bits, in [`CreditBound::unit`]s), and [`LEECHING`] set while it
     /// has something left to download.
     stamp: u32,
     /// The low 32 bits of its `uploaded` and `downloaded` counters ...
@@ -94,6 +98,11 @@ impl Slot {
         self.stamp & LEECHING != 0
     }
 
+    /// Units of its last announce's second's credit already spent.
+    fn spent(&self) -> u32 {
+        (self.stamp & SPENT) >> SPENT_SHIFT
+    }
+
     /// Seconds from its last announce to process second `now`.
     fn age(&self, now: u32) -> u32 {
         now.wrapping_sub(self.stamp) & AGE
@@ -104,9 +113,10 @@ impl Slot {
     }
 }
 
-/// The stamp of an announce at process second `now`.
-fn stamp(now: u32, leeching: bool) -> u32 {
-    (now & AGE) | if leeching { LEECHING } else { 0 }
+/// The stamp of an announce at process second `now` that left `spent` units of that second's
+/// credit spent.
+fn stamp(now: u32, leeching: bool, spent: u32) -> u32 {
+    (now & AGE) | (spent.min(MAX_SPENT) << SPENT_SHIFT) | if leeching { LEECHING } else { 0 }
 }
 
 type Shard = Dense<Slot>;
@@ -122,6 +132,68 @@ pub struct Delta {
     pub known: bool,
     /// Seconds since its last announce (0 for a new peer).
     pub since: u32,
+    /// Bytes its counters claim uploaded past [`CreditBound`], not credited.
+    pub cut_uploaded: u64,
+    /// Bytes they claim downloaded past it.
+    pub cut_downloaded: u64,
+}
+
+impl Delta {
+    /// Whether its counters claimed more than the bound lets an announce credit.
+    pub fn cut(&self) -> bool {
+        self.cut_uploaded > 0 || self.cut_downloaded > 0
+    }
+}
+
+/// The most a client is credited each way: `rate` bytes for each second it was seen, at most
+/// `per_announce` in one announce (`private.max_rate_bytes_per_sec`,
+/// `private.max_credit_per_announce_bytes`). Seconds are whole process seconds: an announce
+/// may credit `rate` for each second since the client's last announce and what is left of the
+/// last announce's own second (several announces in one second share that second's `rate`).
+/// So however often a client announces and however its counters jump (down and up again),
+/// it is credited at most `rate` times the seconds from its first announce to its last, plus
+/// one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreditBound {
+    /// Bytes a second.
+    pub rate: u64,
+    /// Bytes an announce.
+    pub per_announce: u64,
+}
+
+impl Default for CreditBound {
+    /// The config's defaults: 10 Gbit/s, 4 TiB an announce.
+    fn default() -> CreditBound {
+        CreditBound {
+            rate: 1_250_000_000,
+            per_announce: 4 << 40,
+        }
+    }
+}
+
+impl CreditBound {
+    /// The slice of a second's credit that a slot counts in (it keeps [`MAX_SPENT`] of them
+    /// per second, rounded up: a spent part is never counted short).
+    pub fn unit(&self) -> u64 {
+        self.rate.div_ceil(u64::from(MAX_SPENT)).max(1)
+    }
+
+    /// The most an announce `since` seconds after the client's last credits each way, when
+    /// `spent` units of the last announce's second were spent already.
+    pub fn most(&self, since: u32, spent: u32) -> u64 {
+        let left = self
+            .rate
+            .saturating_sub(u64::from(spent).saturating_mul(self.unit()));
+        left.saturating_add(self.rate.saturating_mul(u64::from(since)))
+            .min(self.per_announce)
+    }
+
+    /// Units of this second's credit spent once an announce whose allowance was `most`
+    /// credited `used`: what it left, up to a second's worth, is this second's.
+    fn spent_after(&self, most: u64, used: u64) -> u32 {
+        let spent = self.rate - (most - used).min(self.rate);
+        spent.div_ceil(self.unit()).min(u64::from(MAX_SPENT)) as u32
+    }
 }
 
 /// Why a new peer was not taken.
@@ -170,6 +242,8 @@ pub struct Ledger {
     /// Random seed of the hash of (torrent, user), so no one can line up a shard's probes.
     seed: u64,
     max_per_user: u16,
+    /// The most an announce credits.
+    bound: CreditBound,
     /// Torrents each user downloads, sharded by user id; `None` without leech slots.
     leeching: Option<Box<[UserShard]>>,
     /// Peers held, and the most it may hold.
@@ -190,10 +264,16 @@ impl Ledger {
                 u64::from_le_bytes(b)
             },
             max_per_user: max_per_user.max(1),
+            bound: CreditBound::default(),
             leeching: slots.then(|| (0..SHARDS).map(|_| Mutex::default()).collect()),
             len: AtomicUsize::new(0),
             max,
         }
+    }
+
+    /// This ledger, crediting at most `bound` an announce.
+    pub fn bounded(self, bound: CreditBound) -> Ledger {
+        Ledger { bound, ..self }
     }
 
     /// The hash a user's peers on a torrent share.
@@ -278,9 +358,9 @@ impl Ledger {
         let last = match shard.find_mut(h, is) {
             // The common case, a known peer announcing again as it did: one lookup.
             Some(last) if !r.stopped && last.leeching() == leeching => {
-                let d = delta(last, &r);
+                let (d, spent) = delta(last, &r, &self.bound);
                 last.set_counters(r.uploaded, r.downloaded);
-                last.stamp = stamp(r.now, leeching);
+                last.stamp = stamp(r.now, leeching, spent);
                 return Ok(d);
             }
             Some(last) => Some(*last),
@@ -301,17 +381,17 @@ impl Ledger {
         if downloading == 0 && after > 0 {
             self.take_slot(r.user, r.slots)?;
         }
+        let (delta, spent) = match last {
+            Some(last) => delta(&last, &r, &self.bound),
+            None => (Delta::default(), 0),
+        };
         let now = Slot::new(
             r.torrent,
             r.user,
             peer,
-            stamp(r.now, leeching),
+            stamp(r.now, leeching, spent),
             (r.uploaded, r.downloaded),
         );
-        let delta = match last {
-            Some(last) => delta(&last, &r),
-            None => Delta::default(),
-        };
         match (last.is_some(), r.stopped) {
             (true, true) => {
                 shard.remove(h, is, |s| self.pair_hash(s.torrent, s.user));
@@ -377,8 +457,9 @@ impl Ledger {
     /// Appends the ledger file's bytes to `out` (the caller adds the checksum): [`MAGIC`],
     /// the unix second of the save (i64 LE), the hash key (two u64 LE), then per peer its
     /// torrent id and user id (u32 LE), peer id hash, uploaded and downloaded (u64 LE), and
-    /// seconds since its last announce at process second `now` (u32 LE, at most 2^31 - 1;
-    /// the top bit set for a downloading peer). Returns the peers.
+    /// seconds since its last announce at process second `now` (u32 LE: the low 24 bits; the
+    /// next 7 the units of that announce's second's credit spent; the top bit set for a
+    /// downloading peer). Returns the peers.
     pub fn save(&self, now: u32, saved_at: i64, out: &mut Vec<u8>) -> usize {
         let [k0, k1] = *self.key.get_or_init(|| [0, 0]);
         out.extend_from_slice(MAGIC);
@@ -397,7 +478,8 @@ impl Ledger {
                 out.extend_from_slice(&up.to_le_bytes());
                 out.extend_from_slice(&down.to_le_bytes());
                 let flag = if s.leeching() { LEECHING } else { 0 };
-                out.extend_from_slice(&(s.age(now) | flag).to_le_bytes());
+                let spent = s.stamp & SPENT;
+                out.extend_from_slice(&(s.age(now) | spent | flag).to_le_bytes());
                 n += 1;
             }
         }
@@ -425,6 +507,7 @@ impl Ledger {
             // Files of older versions hold 64 bits of the hash; memory keeps the low 32.
             let (torrent, user, peer) = (u32_at(0), u32_at(4), u64_at(8) as u32);
             let leeching = u32_at(32) & LEECHING != 0;
+            let spent = (u32_at(32) & SPENT) >> SPENT_SHIFT;
             let age = (u32_at(32) & AGE).saturating_add(downtime);
             if age > timeout || self.len() >= self.max {
                 continue;
@@ -443,7 +526,7 @@ impl Ledger {
                 torrent,
                 user,
                 peer,
-                stamp(now.wrapping_sub(age), leeching),
+                stamp(now.wrapping_sub(age), leeching, spent),
                 (u64_at(16), u64_at(24)),
             );
             shard.insert_unique(h, slot, |s| self.pair_hash(s.torrent, s.user));
@@ -472,9 +555,15 @@ impl Ledger {
 
 /// The ledger file's first bytes.
 pub const MAGIC: &[u8; 8] = b"HPLEDGR1";
-/// The saved age's bits, and the flag of a downloading peer above them.
-const AGE: u32 = 0x7fff_ffff;
+/// The flag of a downloading peer, in a stamp and in the file.
 const LEECHING: u32 = 1 << 31;
+/// A stamp's bits of the process second (194 days: far past any peer timeout, as ages are
+/// taken with wrapping arithmetic; the file keeps the age in them), ...
+const AGE: u32 = 0x00ff_ffff;
+/// ... and above them the units of that second's credit spent (see [`CreditBound`]).
+const SPENT_SHIFT: u32 = 24;
+const MAX_SPENT: u32 = 0x7f;
+const SPENT: u32 = MAX_SPENT << SPENT_SHIFT;
 /// Bytes of one saved peer.
 const ENTRY: usize = 4 + 4 + 8 + 8 + 8 + 4;
 /// Bytes before the peers: magic, save time, key.
@@ -533,15 +622,29 @@ fn census(shard: &Shard, h: u64, torrent: u32, user: u32, peer: u32) -> (u32, u3
 }
 
 /// What a known peer's announce `r` adds to its `last` one: only counters that grew credit.
-fn delta(last: &Slot, r: &Report<'_>) -> Delta {
+/// What `r` adds to the peer's `last` report: the growth of its counters, each held to
+/// `bound` for the seconds since; nothing when either went down (a restarted client, or one
+/// that plays its counters down to claim the rise again). With it, the units of this
+/// second's credit spent.
+fn delta(last: &Slot, r: &Report<'_>, bound: &CreditBound) -> (Delta, u32) {
     let (up, down) = last.counters();
     let grew = r.uploaded >= up && r.downloaded >= down;
-    Delta {
-        uploaded: if grew { r.uploaded - up } else { 0 },
-        downloaded: if grew { r.downloaded - down } else { 0 },
+    let since = last.age(r.now);
+    let most = bound.most(since, last.spent());
+    let (claim_up, claim_down) = if grew {
+        (r.uploaded - up, r.downloaded - down)
+    } else {
+        (0, 0)
+    };
+    let d = Delta {
+        uploaded: claim_up.min(most),
+        downloaded: claim_down.min(most),
         known: true,
-        since: last.age(r.now),
-    }
+        since,
+        cut_uploaded: claim_up.saturating_sub(most),
+        cut_downloaded: claim_down.saturating_sub(most),
+    };
+    (d, bound.spent_after(most, d.uploaded.max(d.downloaded)))
 }
 
 #[cfg(test)]
@@ -593,7 +696,11 @@ mod tests {
     #[test]
     fn counters_are_held_to_48_bits_and_a_larger_report_credits_no_more() {
         assert_eq!(std::mem::size_of::<Slot>(), 28);
-        let l = Ledger::new(3, 100, false);
+        // No rate bound here: the counters' own bound alone.
+        let l = Ledger::new(3, 100, false).bounded(CreditBound {
+            rate: u64::MAX,
+            per_announce: u64::MAX,
+        });
         let big = (1u64 << 40) + 12_345;
         l.report(rep(1, big, 7, 1)).unwrap();
         let d = l.report(rep(1, big + 10, 9, 2)).unwrap();
@@ -607,6 +714,59 @@ mod tests {
         l.save(4, 0, &mut out);
         let up = u64::from_le_bytes(out[HEAD + 16..HEAD + 24].try_into().unwrap());
         assert_eq!(up, MAX_COUNTER, "saved as held");
+    }
+
+    #[test]
+    fn credit_is_held_to_the_rate_whatever_the_counters_claim() {
+        let bound = CreditBound {
+            rate: 1000,
+            per_announce: 50_000,
+        };
+        let l = Ledger::new(3, 100, false).bounded(bound);
+        l.report(rep(1, 0, 0, 100)).unwrap();
+        // 10 s later (with the first announce's own second), 11,000 bytes each way are
+        // plausible; 2^64 - 1 is not.
+        let d = l.report(rep(1, u64::MAX, 5_000, 110)).unwrap();
+        assert_eq!((d.uploaded, d.downloaded), (11_000, 5_000));
+        assert_eq!(
+            (d.cut_uploaded, d.cut_downloaded),
+            (MAX_COUNTER - 11_000, 0)
+        );
+        assert!(d.cut());
+        // The flip attack: down to 0 credits nothing, up again credits the bound for the
+        // seconds since; more flips in the same second share that second's bound.
+        let mut credited = 0;
+        for i in 0..20 {
+            let now = 111 + 2 * i;
+            assert_eq!(l.report(rep(1, 0, 0, now)).unwrap().uploaded, 0);
+            credited += l.report(rep(1, MAX_COUNTER, 0, now + 1)).unwrap().uploaded;
+            for _ in 0..100 {
+                l.report(rep(1, 0, 0, now + 1)).unwrap();
+                credited += l.report(rep(1, MAX_COUNTER, 0, now + 1)).unwrap().uploaded;
+            }
+        }
+        // Seconds 111 to 150: never past the rate.
+        assert_eq!(credited, 40 * 1000);
+        // A client silent for a day is credited at most one announce's cap.
+        let d = l.report(rep(1, MAX_COUNTER, 0, 200_000)).unwrap();
+        assert_eq!(d.uploaded, 0, "no growth");
+        let d = l.report(rep(1, 0, 0, 200_001)).unwrap();
+        assert_eq!(d.uploaded, 0);
+        let d = l.report(rep(1, 10_000_000, 0, 300_000)).unwrap();
+        assert_eq!((d.uploaded, d.cut_uploaded), (50_000, 10_000_000 - 50_000));
+        // An honest client under the bound loses nothing.
+        let d = l.report(rep(1, 10_000_000 + 900, 400, 300_001)).unwrap();
+        assert_eq!((d.uploaded, d.downloaded, d.cut()), (900, 400, false));
+        // Small honest reports in one second share it: each is credited while it lasts.
+        let l = Ledger::new(3, 100, false).bounded(bound);
+        l.report(rep(2, 0, 0, 7)).unwrap();
+        let mut credited = 0;
+        for i in 1..=20 {
+            credited += l.report(rep(2, 100 * i, 0, 7)).unwrap().uploaded;
+        }
+        // 20 reports of 100 bytes: the second's 1,000 bytes are shared by the first ten or
+        // so (what each spent is counted in units of 8 bytes, rounded up).
+        assert!((900..=1000).contains(&credited), "{credited}");
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub mod slots;
 pub mod source;
 pub mod stored;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ use hotpath_metrics::Counter;
 use hotpath_service::Samples;
 use hotpath_wire::query::Id20;
 
-use ledger::{Ledger, Report, TooManyPeers};
+use ledger::{CreditBound, Ledger, Report, TooManyPeers};
 use parking_lot::{Mutex, RwLock};
 use policy::{Policy, PushLog};
 use push::{ApiError, Push};
@@ -165,6 +165,16 @@ mod m {
         "hotpath_private_too_soon_total",
         "Regular announces sooner than the minimum interval: accounted, answered without \
          peers (private.enforce_min_interval).",
+    );
+    pub static CREDIT_CUT: Desc = Desc::counter(
+        "hotpath_private_credit_cut_total",
+        "Announces whose counters claimed more than private.max_rate_bytes_per_sec allows \
+         since the client's last announce (or private.max_credit_per_announce_bytes): \
+         credited the bound, flagged suspicious.",
+    );
+    pub static CREDIT_CUT_BYTES: Desc = Desc::counter(
+        "hotpath_private_credit_cut_bytes_total",
+        "Bytes claimed past the credit bound and not credited, uploaded and downloaded.",
     );
     pub static PUSHES: Desc = Desc::counter(
         "hotpath_private_pushes_total",
@@ -317,6 +327,10 @@ pub struct Private {
     pub torrent_counts: bool,
     refused: [Counter; Refusal::ALL.len()],
     too_soon: Counter,
+    credit_cut: Counter,
+    credit_cut_bytes: Counter,
+    /// Process second of the last log line about a cut claim (one a second at most).
+    cut_logged: AtomicU32,
     pushes: Counter,
     push_errors: Counter,
     restore_skipped: Counter,
@@ -345,13 +359,20 @@ impl Private {
             enforce_min_interval: c.enforce_min_interval,
             passkey_param: c.passkey_param().as_bytes().into(),
             source: Source::new(c),
-            ledger: Ledger::new(c.max_peers_per_user_torrent, max_peers, c.limits_leeching()),
+            ledger: Ledger::new(c.max_peers_per_user_torrent, max_peers, c.limits_leeching())
+                .bounded(CreditBound {
+                    rate: c.max_rate_bytes_per_sec,
+                    per_announce: c.max_credit_per_announce_bytes,
+                }),
             slots: LeechSlots::new(c),
             poll_secs: c.poll_secs,
             client_rows: c.schema == PrivateSchema::Torrentpier,
             torrent_counts: matches!(c.schema, PrivateSchema::Xbt | PrivateSchema::XbtFiles),
             refused: Default::default(),
             too_soon: Counter::default(),
+            credit_cut: Counter::default(),
+            credit_cut_bytes: Counter::default(),
+            cut_logged: AtomicU32::new(u32::MAX),
             pushes: Counter::default(),
             push_errors: Counter::default(),
             restore_skipped: Counter::default(),
@@ -460,6 +481,28 @@ impl Private {
         }
         if torrent.poster == user.id {
             flags |= AccountChange::RELEASER;
+        }
+        if d.cut() {
+            flags |= AccountChange::SUSPICIOUS;
+            self.credit_cut.add(1);
+            self.credit_cut_bytes
+                .add(d.cut_uploaded.saturating_add(d.cut_downloaded));
+            let last = self.cut_logged.swap(a.now, Ordering::Relaxed);
+            if last != a.now {
+                log::warn!(
+                    "private: user {} on torrent {} claimed {} bytes up and {} down past the \
+                     credit bound in {} s (private.max_rate_bytes_per_sec): credited {} and {}, \
+                     flagged suspicious (at most one such line a second; \
+                     hotpath_private_credit_cut_total counts them all)",
+                    user.id,
+                    torrent.id,
+                    d.cut_uploaded,
+                    d.cut_downloaded,
+                    d.since,
+                    d.uploaded,
+                    d.downloaded
+                );
+            }
         }
         let change = AccountChange {
             user: user.id,
@@ -699,6 +742,8 @@ impl Private {
             .add(&m::USERS, self.users.len())
             .add(&m::TORRENTS, self.torrents.len())
             .add(&m::TOO_SOON, get(&self.too_soon))
+            .add(&m::CREDIT_CUT, get(&self.credit_cut))
+            .add(&m::CREDIT_CUT_BYTES, get(&self.credit_cut_bytes))
             .add(&m::PUSHES, get(&self.pushes))
             .add(&m::PUSH_ERRORS, get(&self.push_errors))
             .add(&m::RESTORE_SKIPPED, get(&self.restore_skipped))
@@ -889,7 +934,17 @@ mod tests {
         };
         let (first, _) = p.account(user, half, &at(500, 500, 10), 0).unwrap();
         assert_eq!((first.uploaded_raw, first.uploaded), (0, 0), "new peer");
-        let (c, _) = p.account(user, half, &at(1500, 2501, 0), 0).unwrap();
+        let (c, _) = p
+            .account(
+                user,
+                half,
+                &Accounted {
+                    now: 2,
+                    ..at(1500, 2501, 0)
+                },
+                0,
+            )
+            .unwrap();
         assert_eq!((c.uploaded_raw, c.downloaded_raw), (1000, 2001));
         assert_eq!(
             (c.uploaded, c.downloaded),
@@ -905,9 +960,37 @@ mod tests {
         // Free: nothing downloaded is credited.
         let free = p.torrents.get(&[7; 20]).unwrap();
         p.account(user, free, &at(0, 0, 10), 0).unwrap();
-        let (c, _) = p.account(user, free, &at(10, u64::MAX, 0), 0).unwrap();
+        let (c, _) = p
+            .account(
+                user,
+                free,
+                &Accounted {
+                    now: 2,
+                    ..at(10, 1000, 0)
+                },
+                0,
+            )
+            .unwrap();
         assert_eq!(c.flags, AccountChange::SEEDING, "nobody's upload");
-        assert_eq!((c.downloaded_raw, c.downloaded), (ledger::MAX_COUNTER, 0));
+        assert_eq!((c.downloaded_raw, c.downloaded), (1000, 0));
+        assert_eq!(p.credit_cut.get(), 0);
+        // A claim past the rate for the one second since: the bound is credited, the claim
+        // flagged and counted.
+        let third = Accounted {
+            now: 3,
+            ..at(10, u64::MAX, 0)
+        };
+        let (c, _) = p.account(user, free, &third, 0).unwrap();
+        assert_eq!(c.flags, AccountChange::SEEDING | AccountChange::SUSPICIOUS);
+        assert_eq!(
+            c.downloaded_raw, 2_500_000_000,
+            "the default rate for 1 s and what was left of the last announce's second"
+        );
+        assert_eq!(p.credit_cut.get(), 1);
+        assert_eq!(
+            p.credit_cut_bytes.get(),
+            ledger::MAX_COUNTER - 1000 - 2_500_000_000
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! | `hp_users` | `user_id` PK (1 to 4294967295), `passkey` (1 to 64 letters and digits) unique, `can_leech` (0 or 1), `updated_at` (unix s) | the site's users, read by a private tracker (`private.schema = "hotpath"`); set `updated_at` on every change so the next poll reads it |
 //! | `hp_private_torrents` | `torrent_id` PK, `info_hash` (20 bytes) unique, `download_pct` (0 free, 50 half, 100), `upload_pct` (100, 200 double), `updated_at` | the torrents a private tracker serves and how they are credited |
 //! | `hp_user_totals` | `user_id` PK, `uploaded`, `downloaded` (credited), `uploaded_raw`, `downloaded_raw` (as reported), `updated_at` | each user's totals, added to |
-//! | `hp_user_torrents` | (`user_id`, `torrent_id`) PK, the four counts as above, `remaining` (bytes left at the last announce), `seeding` (0 or 1), `active` (0 once stopped), `announces`, `completed` (downloads finished), `completed_at` (unix s of the last), `updated_at` | each user's traffic and state per torrent: the snatch list is the rows with `completed` > 0 |
+//! | `hp_user_torrents` | (`user_id`, `torrent_id`) PK, the four counts as above, `remaining` (bytes left at the last announce), `seeding` (0 or 1), `active` (0 once stopped), `announces`, `completed` (downloads finished), `completed_at` (unix s of the last), `suspicious` (as above), `updated_at` | each user's traffic and state per torrent: the snatch list is the rows with `completed` > 0 |
 //!
 //! Owns: [`AccountChange`], [`CountsChange`], [`AccountQueue`], the tables, [`PRIVATE`] and
 //! [`service`]. Must not: do I/O.
@@ -81,7 +81,8 @@ pub struct AccountChange {
     pub remaining: u64,
     /// Downloads this announce completed (0 or 1).
     pub completed: u64,
-    /// Bit 0: seeding; bit 1: stopped; bit 2: the torrent's uploader.
+    /// Bit 0: seeding; bit 1: stopped; bit 2: the torrent's uploader; bit 3: suspicious (its
+    /// counters claimed more than the credit bound, which is what it credits).
     pub flags: u8,
     /// Unix seconds.
     pub at: u32,
@@ -96,6 +97,9 @@ impl AccountChange {
     pub const STOPPED: u8 = 2;
     /// The torrent's uploader (TorrentPier's `releaser`).
     pub const RELEASER: u8 = 4;
+    /// Its counters claimed more than the credit bound allows (see
+    /// [`crate::private::ledger::CreditBound`]): `suspicious` in hotpath's own tables.
+    pub const SUSPICIOUS: u8 = 8;
 
     /// Decodes the change at the start of `b` and its length; `None` when it is not one.
     pub fn decode(b: &[u8]) -> Option<(AccountChange, usize)> {
@@ -252,6 +256,8 @@ struct Counts {
     downloaded: u64,
     uploaded_raw: u64,
     downloaded_raw: u64,
+    /// Announces whose claim was cut to the credit bound.
+    suspicious: u64,
 }
 
 impl Counts {
@@ -261,6 +267,7 @@ impl Counts {
             downloaded: c.downloaded,
             uploaded_raw: c.uploaded_raw,
             downloaded_raw: c.downloaded_raw,
+            suspicious: u64::from(c.flags & AccountChange::SUSPICIOUS != 0),
         }
     }
 
@@ -269,6 +276,7 @@ impl Counts {
         self.downloaded = self.downloaded.saturating_add(o.downloaded);
         self.uploaded_raw = self.uploaded_raw.saturating_add(o.uploaded_raw);
         self.downloaded_raw = self.downloaded_raw.saturating_add(o.downloaded_raw);
+        self.suspicious = self.suspicious.saturating_add(o.suspicious);
     }
 
     fn values(self) -> [Value; 4] {
@@ -428,8 +436,9 @@ impl AccountQueue {
         users.sort_unstable_by_key(|u| u.0);
         let mut rows = Rows::with_capacity(&USER_TOTALS, users.len());
         for (id, (c, at)) in users {
+            let suspicious = int(c.suspicious);
             let [a, b, c, d] = c.values();
-            rows.push([id.into(), a, b, c, d, at.into()]);
+            rows.push([id.into(), a, b, c, d, suspicious, at.into()]);
         }
         let mut ts: Vec<_> = self.on_torrents.drain().collect();
         ts.sort_unstable_by_key(|t| t.0);
@@ -449,6 +458,7 @@ impl AccountQueue {
                 int(t.announces),
                 int(t.completed),
                 t.completed_at.into(),
+                int(t.counts.suspicious),
                 t.at.into(),
             ]);
         }
@@ -782,6 +792,7 @@ pub static USER_TOTALS: Table = Table {
         col("downloaded", Type::Int, Merge::Add),
         col("uploaded_raw", Type::Int, Merge::Add),
         col("downloaded_raw", Type::Int, Merge::Add),
+        col("suspicious", Type::Int, Merge::Add),
         col("updated_at", Type::Int, Merge::Max),
     ],
     update_only: false,
@@ -804,6 +815,7 @@ pub static USER_TORRENTS: Table = Table {
         col("announces", Type::Int, Merge::Add),
         col("completed", Type::Int, Merge::Add),
         col("completed_at", Type::Int, Merge::Max),
+        col("suspicious", Type::Int, Merge::Add),
         col("updated_at", Type::Int, Merge::Max),
     ],
     // Of two rows of one key (a failed batch under newer changes, replays of two workers'
@@ -884,6 +896,21 @@ pub static PRIVATE: Service = Service {
              completed BIGINT NOT NULL DEFAULT 0, completed_at BIGINT NOT NULL DEFAULT 0, \
              updated_at BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (user_id, torrent_id), \
              INDEX hp_user_torrents_torrent (torrent_id)) ENGINE=InnoDB",
+        ],
+    }, Migration {
+        version: 2,
+        name: "announces whose claim was cut to the credit bound",
+        sqlite: &[
+            "ALTER TABLE hp_user_totals ADD COLUMN suspicious INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE hp_user_torrents ADD COLUMN suspicious INTEGER NOT NULL DEFAULT 0",
+        ],
+        postgres: &[
+            "ALTER TABLE hp_user_totals ADD COLUMN suspicious BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE hp_user_torrents ADD COLUMN suspicious BIGINT NOT NULL DEFAULT 0",
+        ],
+        mysql: &[
+            "ALTER TABLE hp_user_totals ADD COLUMN suspicious BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE hp_user_torrents ADD COLUMN suspicious BIGINT NOT NULL DEFAULT 0",
         ],
     }],
 };
@@ -1148,7 +1175,7 @@ mod tests {
         assert_eq!(users.len(), 1);
         assert_eq!(
             users.row(0)[1..],
-            [1111i64, 555, 2222, 1111, 60].map(Value::Int)
+            [1111i64, 555, 2222, 1111, 0, 60].map(Value::Int)
         );
         let t = b.part(&USER_TORRENTS).unwrap();
         assert_eq!(t.len(), 2);
@@ -1157,8 +1184,9 @@ mod tests {
         assert_eq!(ten[2], Value::Int(1101));
         assert_eq!(
             ten[6..],
-            [60i64, 0, 0, 3, 1, 60, 60].map(Value::Int),
-            "remaining, seeding, active, announces, completed, completed_at, updated_at"
+            [60i64, 0, 0, 3, 1, 60, 0, 60].map(Value::Int),
+            "remaining, seeding, active, announces, completed, completed_at, suspicious, \
+             updated_at"
         );
     }
 }
