@@ -854,6 +854,49 @@ fn values_no_database_can_keep_are_refused_alike(d: Dialect) {
     assert_eq!(b.lua_counter("places", "ok", "visits").unwrap(), Some(8));
 }
 
+/// Ids that differ in any byte are different rows on every backend: popup users `Bob`,
+/// `bob`, `bob ` and `böb` have four states with four cooldowns (MariaDB's default collation
+/// once made them one, so one user's cooldown was another's), and so do script keys.
+fn text_keys_compare_byte_for_byte(d: Dialect) {
+    let db = test_db(d, "exact");
+    let cfg = db.store_config();
+    let (store, _) = Store::open(&cfg, &SERVICES).unwrap();
+    let ids = ["Bob", "bob", "bob ", "böb"];
+    let mut w = store.writer(0);
+    for (i, user) in ids.into_iter().enumerate() {
+        let mut c = shown(user, 100);
+        c.next_eligible = 1000 + i as u64;
+        w.append(&c).unwrap();
+        w.append(&LuaChange::Add {
+            table: "t".into(),
+            key: user.into(),
+            column: "c".into(),
+            delta: 1 + i as i64,
+            at: 7,
+        })
+        .unwrap();
+    }
+    w.commit().unwrap();
+    store.flush().unwrap();
+    let users = store.popup_users(&ids).unwrap();
+    assert_eq!(users.len(), 4, "{users:?}");
+    let mut b = backend::connect(&db.url, &db.dir).unwrap();
+    for (i, user) in ids.into_iter().enumerate() {
+        let (_, _, row) = b
+            .popup_users(&[user])
+            .unwrap()
+            .into_iter()
+            .find(|(u, ..)| u == user)
+            .unwrap_or_else(|| panic!("{user:?} kept"));
+        assert_eq!(row.next_eligible as u64, 1000 + i as u64, "{user:?}");
+        assert_eq!(
+            b.lua_counter("t", user, "c").unwrap(),
+            Some(1 + i as i64),
+            "{user:?}"
+        );
+    }
+}
+
 /// A second store on the same database waits for the first one's writer lock: it reads the
 /// journal positions only once the first one's connection (and whatever it was committing)
 /// is gone.
@@ -1128,6 +1171,7 @@ suite!(
     a_second_writer_waits_for_the_first,
     a_refused_row_is_set_aside_and_the_rest_written,
     values_no_database_can_keep_are_refused_alike,
+    text_keys_compare_byte_for_byte,
     a_store_opened_without_its_database_catches_up_once_it_answers,
 );
 

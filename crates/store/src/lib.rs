@@ -23,7 +23,7 @@
 //! The store names no service: each declares itself as a [`Service`] (its journal tags, tables,
 //! queue and migrations) in its own crate, and the binary hands the list to [`Store::open`].
 //!
-//! # Schema (version 5)
+//! # Schema (version 6)
 //! Migrations 1 to 4 predate services' own migrations: they also created the tracker's, the
 //! popup service's and the Lua routes' tables below, which those crates now declare and read.
 //!
@@ -42,7 +42,9 @@
 //! | `hp_lua_counters` | (`tbl`, `k`, `col`) PK, `value`, `updated_at` | counters scripts add to with `hp.store.add` (added to, never overwritten) |
 //!
 //! Binary keys are BLOB (SQLite), BYTEA (PostgreSQL), BINARY(20) (MySQL); counts and times
-//! are 64-bit integers.
+//! are 64-bit integers. Text keys and ids compare byte for byte on every backend: on MySQL and
+//! MariaDB migration 6 gives them the server's no-pad binary collation (`utf8mb4_nopad_bin`,
+//! `utf8mb4_0900_bin`), so `Bob`, `bob`, `bob ` and `böb` are four users.
 //!
 //! Owns: the journal ([`journal`]), the services' seam ([`queue`]), table declarations and
 //! rows ([`table`], [`batch`]), opening and replay (`open.rs`), the flusher (`flusher.rs`),

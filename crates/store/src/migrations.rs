@@ -157,6 +157,29 @@ pub const MIGRATIONS: &[Migration] = &[
              PRIMARY KEY (service, version)) ENGINE=InnoDB",
         ],
     },
+    Migration {
+        version: 6,
+        name: "text keys compare byte for byte on MySQL and MariaDB",
+        // SQLite and PostgreSQL compare text byte for byte already. MySQL's default collation
+        // folds case and accents and pads with spaces, so popup users `Bob`, `bob`, `bob `
+        // and `böb` (and script keys) were one row: one user's cooldown was another's.
+        // `{bin}` is the server's byte-exact collation without padding (see the MySQL
+        // backend's `apply_migration`).
+        sqlite: &[],
+        postgres: &[],
+        mysql: &[
+            "ALTER TABLE hp_popup_users MODIFY user_id VARCHAR(255) CHARACTER SET utf8mb4 \
+             COLLATE {bin} NOT NULL",
+            "ALTER TABLE hp_popup_events MODIFY user_id VARCHAR(255) CHARACTER SET utf8mb4 \
+             COLLATE {bin} NOT NULL",
+            "ALTER TABLE hp_lua_rows MODIFY tbl VARCHAR(64) CHARACTER SET utf8mb4 \
+             COLLATE {bin} NOT NULL",
+            "ALTER TABLE hp_lua_counters \
+             MODIFY tbl VARCHAR(64) CHARACTER SET utf8mb4 COLLATE {bin} NOT NULL, \
+             MODIFY k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {bin} NOT NULL, \
+             MODIFY col VARCHAR(64) CHARACTER SET utf8mb4 COLLATE {bin} NOT NULL",
+        ],
+    },
 ];
 
 /// Who a migration belongs to in [`MigrationState::owner`]: the store itself.

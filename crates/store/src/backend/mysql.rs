@@ -86,6 +86,24 @@ fn fault_of(code: u16, state: &str) -> Fault {
     }
 }
 
+/// Where a migration names the server's byte-exact collation.
+const EXACT: &str = "{bin}";
+
+/// The server's utf8mb4 collation that compares byte for byte without padding with spaces:
+/// MariaDB's `utf8mb4_nopad_bin`, MySQL 8's `utf8mb4_0900_bin`; else `utf8mb4_bin`, byte for
+/// byte but blind to trailing spaces (MySQL 5.7).
+fn exact_collation(c: &mut Conn) -> Result<String, mysql::Error> {
+    let have: Vec<String> = c.query(
+        "SELECT COLLATION_NAME FROM information_schema.COLLATIONS \
+         WHERE COLLATION_NAME IN ('utf8mb4_nopad_bin', 'utf8mb4_0900_bin') \
+         ORDER BY COLLATION_NAME DESC",
+    )?;
+    Ok(have
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| "utf8mb4_bin".into()))
+}
+
 /// Parameters as the driver takes them.
 fn to_mysql(params: &[Value]) -> Vec<mysql::Value> {
     params
@@ -138,8 +156,17 @@ impl Backend for Mysql {
         params: &[Value],
     ) -> Result<(), StoreError> {
         self.with(|c| {
+            let mut bin = None;
             for sql in statements {
-                c.query_drop(sql)?;
+                if sql.contains(EXACT) {
+                    if bin.is_none() {
+                        bin = Some(exact_collation(c)?);
+                    }
+                    let bin = bin.as_deref().unwrap_or("utf8mb4_bin");
+                    c.query_drop(sql.replace(EXACT, bin))?;
+                } else {
+                    c.query_drop(sql)?;
+                }
             }
             c.exec_drop(record, mysql::Params::Positional(to_mysql(params)))
         })
