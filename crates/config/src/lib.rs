@@ -2,8 +2,8 @@
 //! comment, from which `hotpath config` prints a commented TOML file.
 //!
 //! Owns: parsing a TOML file into [`Config`], rejecting unknown keys and invalid values with an
-//! error that names the key, and generating the commented defaults. Must not: do any I/O beyond
-//! reading the file it is given.
+//! error that names the key, and generating the commented defaults; reading the files an
+//! operator names with a bound ([`file`]). Must not: do any I/O beyond reading files.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -12,7 +12,11 @@ use std::path::Path;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+pub mod file;
 mod validate;
+
+/// The most bytes a config file may have.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// A configuration error. Every variant names the key it is about.
 #[derive(Debug, thiserror::Error)]
@@ -1033,16 +1037,17 @@ impl Config {
         check: impl FnOnce(&Config) -> Vec<(String, String)>,
     ) -> Result<Config, ConfigErrors> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigErrors {
-            file: Some(file.clone()),
-            errors: vec![(
-                None,
-                ConfigError::Read {
-                    path: file.clone(),
-                    source,
-                },
-            )],
-        })?;
+        let text =
+            file::read_bounded_text(path, MAX_CONFIG_BYTES).map_err(|source| ConfigErrors {
+                file: Some(file.clone()),
+                errors: vec![(
+                    None,
+                    ConfigError::Read {
+                        path: file.clone(),
+                        source,
+                    },
+                )],
+            })?;
         let (config, mut errors) = Config::read(&text);
         errors.file = Some(file);
         let Some(mut config) = config else {

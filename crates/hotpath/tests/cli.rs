@@ -77,6 +77,62 @@ fn bad_config_names_the_key_and_exits_non_zero() {
     }
 }
 
+/// Regression: a config, script or access list path that named `/dev/zero` was read without
+/// end (5.8 GB in 20 s), and one that named a FIFO hung the start. Each is refused at once,
+/// naming the file, and the server does not start; an oversized config file too.
+#[test]
+fn files_that_are_not_regular_or_too_large_are_refused_at_once() {
+    let fifo = std::env::temp_dir().join(format!("hotpath-cli-{}-fifo", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let big = temp("big.toml", &"# padding\n".repeat(200_000));
+    let script = |path: &std::path::Path| {
+        format!(
+            "[[lua.routes]]\npath = \"/x\"\nscript = {:?}\n",
+            path.display().to_string()
+        )
+    };
+    let access = |path: &std::path::Path| {
+        format!(
+            "[access_list]\nmode = \"allow\"\npath = {:?}\n",
+            path.display().to_string()
+        )
+    };
+    let zero = std::path::Path::new("/dev/zero");
+    let mut cases = vec![
+        (fifo.clone(), "not a regular file".to_string()),
+        (zero.to_path_buf(), "not a regular file".to_string()),
+        (big.clone(), "larger than the 1048576 bytes".to_string()),
+    ];
+    for (i, text) in [script(zero), script(&fifo), access(zero), access(&fifo)]
+        .into_iter()
+        .enumerate()
+    {
+        let text = format!("[listen]\nhttp = [\"127.0.0.1:0\"]\nudp = []\nadmin = []\n{text}");
+        cases.push((
+            temp(&format!("names{i}.toml"), &text),
+            "not a regular file".into(),
+        ));
+    }
+    for (config, why) in cases {
+        let out = hotpath()
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{config:?}: {err}");
+        assert!(err.contains(&why), "{config:?}: {err}");
+    }
+    std::fs::remove_file(fifo).unwrap();
+    std::fs::remove_file(big).unwrap();
+}
+
 /// A config with mistakes of every kind, beside the scripts it names (by paths relative to
 /// itself): `config --check` and `serve` report all of them at once, each at its line and
 /// column, and `serve` creates nothing before it refuses.

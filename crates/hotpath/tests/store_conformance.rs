@@ -888,7 +888,7 @@ fn text_keys_compare_byte_for_byte(d: Dialect) {
             .into_iter()
             .find(|(u, ..)| u == user)
             .unwrap_or_else(|| panic!("{user:?} kept"));
-        assert_eq!(row.next_eligible as u64, 1000 + i as u64, "{user:?}");
+        assert_eq!(row.next_eligible, 1000 + i as u64, "{user:?}");
         assert_eq!(
             b.lua_counter("t", user, "c").unwrap(),
             Some(1 + i as i64),

@@ -38,6 +38,7 @@ use hotpath_service::{
     ServiceWorker,
 };
 use parking_lot::{Mutex, RwLock};
+use vm::MAX_SCRIPT_BYTES;
 
 use hotpath_store::{JournalWriter, Store};
 
@@ -264,10 +265,11 @@ impl Inner {
     }
 
     fn read(&self, f: &str) -> Result<Script, LuaError> {
-        let source = std::fs::read(f).map_err(|source| LuaError::Read {
-            path: f.to_string(),
-            source,
-        })?;
+        let source = hotpath_config::file::read_bounded(std::path::Path::new(f), MAX_SCRIPT_BYTES)
+            .map_err(|source| LuaError::Read {
+                path: f.to_string(),
+                source,
+            })?;
         Ok(Script {
             name: f.to_string(),
             source,

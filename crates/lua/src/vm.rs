@@ -235,7 +235,7 @@ fn sandbox_libs() -> StdLib {
 const SANDBOX_OS: [&str; 4] = ["time", "clock", "date", "difftime"];
 
 /// The longest module `require` reads.
-const MAX_MODULE_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_SCRIPT_BYTES: u64 = 1 << 20;
 
 /// Closes what a script must not reach (see README, "What a script can reach"): files,
 /// processes and the environment; `dofile` and `loadfile`; bytecode (`load` takes text
@@ -292,13 +292,8 @@ fn sandbox(lua: &Lua, module_dir: &std::path::Path) -> mlua::Result<()> {
             let fail = |why: String| {
                 mlua::Error::runtime(format!("require {name:?}: {}: {why}", path.display()))
             };
-            let len = std::fs::metadata(&path)
-                .map_err(|e| fail(e.to_string()))?
-                .len();
-            if len > MAX_MODULE_BYTES {
-                return Err(fail(format!("larger than {MAX_MODULE_BYTES} bytes")));
-            }
-            let source = std::fs::read(&path).map_err(|e| fail(e.to_string()))?;
+            let source = hotpath_config::file::read_bounded(&path, MAX_SCRIPT_BYTES)
+                .map_err(|e| fail(e.to_string()))?;
             let globals = lua.globals();
             let scope = lua.create_table()?;
             let meta = lua.create_table()?;

@@ -14,6 +14,10 @@ use hotpath_wire::query::Id20;
 
 use crate::{BadLine, TrackerError};
 
+/// The most bytes an access list file may have: 4 million lines of a 40-digit hash (a file
+/// past it, or a path that names no regular file, is refused and the old list stays).
+pub const MAX_ACCESS_LIST_BYTES: u64 = 4_000_000 * 41;
+
 /// The shared, reloadable list.
 #[derive(Debug)]
 pub struct AccessList {
@@ -105,11 +109,14 @@ impl AccessList {
             return Ok(self.len());
         }
         let path = || self.path.clone();
-        let text =
-            std::fs::read_to_string(&self.path).map_err(|source| TrackerError::AccessRead {
-                path: path(),
-                source,
-            })?;
+        let text = hotpath_config::file::read_bounded_text(
+            std::path::Path::new(&self.path),
+            MAX_ACCESS_LIST_BYTES,
+        )
+        .map_err(|source| TrackerError::AccessRead {
+            path: path(),
+            source,
+        })?;
         let set =
             parse_list(&text).map_err(|bad| TrackerError::AccessLine { path: path(), bad })?;
         Ok(self.swap(|s| s.file = set))

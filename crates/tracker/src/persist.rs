@@ -221,16 +221,7 @@ pub fn load_swarms(shared: &Shared, dir: &Path) -> Result<Option<(usize, usize, 
 /// Reads `path` and deletes it (what it held is loaded once); `None` when there is none. A
 /// file over `limit` bytes is not read (and deleted too).
 fn take_file(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, String> {
-    let read = std::fs::metadata(path).and_then(|m| {
-        if m.len() > limit {
-            Err(std::io::Error::other(format!(
-                "{} bytes, more than this configuration ever writes ({limit}): not read",
-                m.len()
-            )))
-        } else {
-            std::fs::read(path)
-        }
-    });
+    let read = hotpath_config::file::read_bounded(path, limit);
     let data = match read {
         Ok(d) => Ok(Some(d)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -9,7 +9,8 @@ pub(super) fn secret(cfg: &PopupsConfig, data_dir: &str) -> Result<Vec<u8>, Popu
         return Ok(cfg.token_secret.as_bytes().to_vec());
     }
     let path = Path::new(data_dir).join("popups.secret");
-    match std::fs::read(&path) {
+    // The secret is 64 hex digits; a file far larger is not one hotpath made.
+    match hotpath_config::file::read_bounded(&path, 4096) {
         Ok(s) if s.len() >= 16 => Ok(s),
         Ok(_) => Err(PopupsError::SecretTooShort { path }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
