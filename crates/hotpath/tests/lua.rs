@@ -659,7 +659,12 @@ fn line_server() -> (
                         "slow" => std::thread::sleep(Duration::from_millis(400)),
                         _ => {}
                     }
-                    if w.write_all(format!("re:{line}\n").as_bytes()).is_err() {
+                    // As Redis answers README's example.
+                    let answer = match line.as_str() {
+                        "PING" => "+PONG\r\n".to_string(),
+                        _ => format!("re:{line}\n"),
+                    };
+                    if w.write_all(answer.as_bytes()).is_err() {
                         return;
                     }
                 }
@@ -679,8 +684,22 @@ fn tcp_requests_wait_off_the_worker_over_pooled_connections() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let refused_addr = closed.local_addr().unwrap();
     drop(closed);
+    // README's example, as written there (its `until` option was once a Lua syntax error),
+    // pointed at the line server.
+    let readme = include_str!("../../../README.md");
+    let call = readme
+        .lines()
+        .find_map(|l| {
+            l.split('`')
+                .find(|p| p.starts_with("hp.tcp.request(\"10.0.0.7"))
+        })
+        .expect("README shows hp.tcp.request")
+        .replace("10.0.0.7:6379", &backend.to_string());
+    let readme_script =
+        format!("function handle() local r, err = {call} return 200, nil, r or err end");
     let (mut c, _dir) = config_with(&[
         ("ask", &script),
+        ("readme", &readme_script),
         (
             "refused",
             &format!("function handle() local r, err = hp.tcp.request('{refused_addr}', 'x\\n') return 502, nil, tostring(err) end"),
@@ -705,6 +724,8 @@ fn tcp_requests_wait_off_the_worker_over_pooled_connections() {
         1,
         "one connection, reused"
     );
+    let r = cl.get("/readme");
+    assert_eq!((r.status, body(&r)), (200, "+PONG\r\n".to_string()));
     // A slow answer parks its request; the worker serves other connections meanwhile.
     let slow = std::thread::spawn(move || {
         let mut cl = Client::connect(http);
@@ -739,7 +760,7 @@ fn tcp_requests_wait_off_the_worker_over_pooled_connections() {
     let admin = server.admin_addr().unwrap();
     assert_eq!(
         metric(admin, "hotpath_lua_tcp_requests_total{result=\"ok\"}"),
-        52.0
+        53.0
     );
     assert_eq!(
         metric(admin, "hotpath_lua_tcp_requests_total{result=\"timeout\"}"),

@@ -1088,8 +1088,12 @@ fn install_tcp(
             let mut until = Until::Delimiter(b"\n".to_vec());
             let mut timeout = tcp.timeout;
             if let Some(o) = opts {
-                if let Some(d) = o.get::<Option<mlua::String>>("until")? {
-                    until = Until::Delimiter(d.as_bytes().to_vec());
+                // `delimiter`; `until` is a Lua keyword, so it is only reachable as
+                // `["until"]`, which older scripts may use.
+                for key in ["until", "delimiter"] {
+                    if let Some(d) = o.get::<Option<mlua::String>>(key)? {
+                        until = Until::Delimiter(d.as_bytes().to_vec());
+                    }
                 }
                 if let Some(n) = o.get::<Option<u64>>("bytes")? {
                     until = Until::Bytes(n.min(crate::tcp::MAX_ANSWER as u64) as usize);
@@ -1112,7 +1116,7 @@ fn install_tcp(
         hp._tcp_submit = nil
         local mark = {}
         hp.tcp = {
-          -- hp.tcp.request(addr, data, {until = "\n" | bytes = n, timeout_ms = ms})
+          -- hp.tcp.request(addr, data, {delimiter = "\n" | bytes = n, timeout_ms = ms})
           --   -> the answer, or nil, err
           request = function(addr, data, opts)
             local id, err = submit(addr, data, opts)
