@@ -199,6 +199,74 @@ fn runaway_loops_and_memory_hogs_get_500s_and_the_worker_goes_on() {
     server.shutdown().unwrap();
 }
 
+/// Regression: three ways out of the time budget. A coroutine made per loop turn ran 1.7 s
+/// under `max_ms = 100` (making one restarted the caller's hook count); an `xpcall` message
+/// handler runs with hooks off when the budget's error reaches it, and a loop there held the
+/// worker for good (SIGTERM could not stop the process); a `__gc` finalizer runs with hooks
+/// off too (12.3 s of CPU). Deep recursion and a budget error caught over and over are here
+/// as well. Each now ends in a 500 soon after `max_ms`, and the worker serves on; the time
+/// each took is printed (README states the worst measured).
+#[test]
+fn no_script_escapes_the_time_budget() {
+    let (mut c, _dir) = config_with(&[
+        (
+            "coroutines",
+            "function handle() while true do coroutine.wrap(function() end)() end end",
+        ),
+        (
+            "coroutines_caught",
+            "function handle() while true do pcall(coroutine.wrap(function() while true do end end)) end end",
+        ),
+        (
+            "handler",
+            "function handle() xpcall(function() while true do end end, function(m) while true do end end) end",
+        ),
+        (
+            "handler_counted",
+            "function handle() while true do xpcall(function() while true do end end, function(m) local n = 0 for i = 1, 1e8 do n = n + i end return m end) end end",
+        ),
+        (
+            "finalizer",
+            "function handle() setmetatable({}, {__gc = function() while true do end end}) collectgarbage() end",
+        ),
+        (
+            "recursion",
+            "local function f(n) return 1 + f(n + 1) end function handle() return 200, nil, tostring(f(1)) end",
+        ),
+        ("ok", "function handle() return 200, nil, 'ok' end"),
+    ]);
+    c.server.workers = 1;
+    c.lua.max_ms = 100;
+    c.lua.max_instructions = u64::MAX / 2;
+    let server = start(&c);
+    let mut cl = Client::connect(server.http_addr().unwrap());
+    for (path, said) in [
+        ("/coroutines", "time budget exceeded"),
+        ("/coroutines_caught", "time budget exceeded"),
+        ("/handler", "time budget exceeded"),
+        ("/handler_counted", "time budget exceeded"),
+        ("/finalizer", "__gc finalizer"),
+        ("/recursion", "budget exceeded"),
+    ] {
+        let mut worst = Duration::ZERO;
+        for _ in 0..3 {
+            let t = Instant::now();
+            let r = cl.get(path);
+            worst = worst.max(t.elapsed());
+            assert_eq!(r.status, 500, "{path}: {}", body(&r));
+            assert!(body(&r).contains(said), "{path}: {}", body(&r));
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "{path}: {:?}",
+                t.elapsed()
+            );
+            assert_eq!(body(&cl.get("/ok")), "ok", "{path}: the worker serves on");
+        }
+        eprintln!("{path}: ended after {worst:?} at most (max_ms = 100)");
+    }
+    server.shutdown().unwrap();
+}
+
 #[test]
 fn the_shared_dictionary_is_one_for_all_workers() {
     let (mut c, _dir) = config_with(&[

@@ -155,42 +155,70 @@ unsafe extern "C-unwind" fn budget_hook(state: *mut ffi::lua_State, _: *mut ffi:
     let Err(message) = (unsafe { &*budget }).tick() else {
         return;
     };
-    // SAFETY: setting the hook of the running thread from its hook is allowed (the stored
-    // values are read at the next instruction). Raising an error from a count hook is too
-    // (Lua's own interpreter stops a script so). The message is borrowed from the budget,
-    // which outlives the state, so nothing in this frame owns memory or needs dropping when
-    // `lua_error` jumps out of it (nor when `lua_pushlstring` does, on a memory error).
+    // SAFETY: the running thread, from its hook (see `trip`).
+    unsafe { trip(state, message) }
+}
+
+/// Raises a spent budget's `message` on `state`, which runs a script, and makes every later
+/// instruction of that thread raise it too: a `pcall` that catches it gets it again at its
+/// caller's next instruction, so it leaves the script however deep the `pcall`s. The next
+/// request sets the count back (`rearm`, or `Running`'s end on a watched VM).
+///
+/// # Safety
+/// `state` is the running thread, in a hook or a C function Lua called. Setting its hook is
+/// allowed there (the stored values are read at the next instruction), and so is raising an
+/// error (Lua's own interpreter stops a script so from a hook). `message` is borrowed from the
+/// budget, which outlives the state, so nothing in the caller's frame may own memory or need
+/// dropping when `lua_error` jumps out of it (nor when `lua_pushlstring` does, on a memory
+/// error).
+unsafe fn trip(state: *mut ffi::lua_State, message: &str) -> ! {
+    // SAFETY: the caller's contract.
     unsafe {
-        // From now on every instruction of this thread raises it: a `pcall` that catches it
-        // gets it again at its caller's next instruction, so it leaves the script however
-        // deep the `pcall`s. The next request sets the count back (`rearm`, or `Running`'s
-        // end on a watched VM).
         ARMED.with(|a| a.store(true, Ordering::Relaxed));
         ffi::lua_sethook(state, Some(budget_hook), ffi::LUA_MASKCOUNT, 1);
         ffi::lua_pushlstring(state, message.as_ptr().cast::<c_char>(), message.len());
-        ffi::lua_error(state);
+        ffi::lua_error(state)
     }
 }
 
-/// `coroutine.create` or `coroutine.wrap` (its first upvalue), called with the caller's thread
-/// hooked, so that the coroutine it makes is hooked too; the caller's hook is then put back.
+/// What making a coroutine is charged against the budget, in instructions: about what Lua
+/// spends on it. A loop that makes one per turn (`coroutine.wrap(function() end)()`) runs few
+/// instructions on each thread, none reaching the hook's count, so the making is what counts.
+const COROUTINE_COST: u64 = 100;
+
+/// `coroutine.create` or `coroutine.wrap` (its first upvalue), charged against the budget
+/// ([`COROUTINE_COST`]) and called with the caller's thread hooked, so that the coroutine it
+/// makes is hooked too. A caller that was not hooked has its hook taken off again; a hooked
+/// caller is left as it is (setting its hook again restarted its count, so a loop making a
+/// coroutine per turn never reached it: 1.7 s under a 100 ms budget).
 unsafe extern "C-unwind" fn hooked_coroutine(state: *mut ffi::lua_State) -> c_int {
     // SAFETY: Lua calls this C function with a live state, its arguments on the stack and
-    // the library function as upvalue 1. `lua_call` may raise (a bad argument, memory): the
-    // error jumps out of this frame, which owns nothing, and skips putting the hook back;
+    // the library function as upvalue 1; its extra space holds null or the VM's budget, alive
+    // (see `budget_hook`). `lua_call` may raise (a bad argument, memory), as `trip` does: the
+    // error jumps out of this frame, which owns nothing, and skips taking the hook off;
     // marking the worker armed first has the main thread's hook taken off when the script
     // ends. The stack has room for the one value pushed (LUA_MINSTACK is free in a C call).
     unsafe {
-        let hook = ffi::lua_gethook(state);
-        let mask = ffi::lua_gethookmask(state);
-        let count = ffi::lua_gethookcount(state);
+        let budget = *ffi::lua_getextraspace(state).cast::<*const Budget>();
+        if !budget.is_null() {
+            if let Err(message) = (*budget).spend(COROUTINE_COST) {
+                trip(state, message);
+            }
+        }
+        let unhooked = ffi::lua_gethookmask(state) == 0;
         ARMED.with(|a| a.store(true, Ordering::Relaxed));
-        hook_count(state);
+        if unhooked {
+            hook_count(state);
+        }
         let args = ffi::lua_gettop(state);
         ffi::lua_pushvalue(state, ffi::lua_upvalueindex(1));
         ffi::lua_insert(state, 1);
         ffi::lua_call(state, args, ffi::LUA_MULTRET);
-        ffi::lua_sethook(state, hook, mask, count);
+        if unhooked {
+            // A timer tick that came meanwhile found the thread hooked and left it so; the
+            // next one hooks it again (a millisecond of CPU later at most).
+            ffi::lua_sethook(state, None, 0, 0);
+        }
         ffi::lua_gettop(state)
     }
 }

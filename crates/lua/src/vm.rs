@@ -117,6 +117,12 @@ impl Budget {
         self.spend(u64::from(CHECK_EVERY))
     }
 
+    /// Whether the request spent a budget: from then on its scripts get the budget's error
+    /// at every instruction, and no code of theirs runs that would not be hooked.
+    pub(crate) fn tripped(&self) -> bool {
+        self.tripped.get()
+    }
+
     /// [`spend`](Self::spend) as a Lua error, for the library functions that charge work.
     fn charge(&self, n: u64) -> mlua::Result<()> {
         self.spend(n).map_err(mlua::Error::runtime)
@@ -129,7 +135,7 @@ impl Budget {
     /// tick does, and any large charge). The first check starts the clock, `head_start`
     /// early: what ran before it (under [`CHECK_EVERY`] instructions and cheap library calls
     /// when hooked throughout; up to two timer periods on a watched VM) is counted as that.
-    fn spend(&self, n: u64) -> Result<(), &str> {
+    pub(crate) fn spend(&self, n: u64) -> Result<(), &str> {
         let before = self.used.get();
         let used = before.saturating_add(n);
         self.used.set(used);
@@ -313,6 +319,46 @@ fn sandbox(lua: &Lua, module_dir: &std::path::Path) -> mlua::Result<()> {
     Ok(())
 }
 
+/// Closes the ways code of a script ran outside the budget's hook, whatever the library set:
+///
+/// - **`xpcall`'s message handler.** A budget error is raised from the hook, and Lua runs
+///   the message handler of the `xpcall` it unwinds to before it leaves the hook, with hooks
+///   off: a loop there ran for good. Once the budget is spent, a handler is not called; the
+///   error goes on as it is (and comes back at the caller's next instruction).
+/// - **`__gc` finalizers**, which Lua runs with hooks off, at any allocation of any later
+///   request: `setmetatable` refuses a metatable with a `__gc` field (a field added later
+///   makes no finalizer, as Lua only marks an object for finalization when its metatable is
+///   set).
+///
+/// Coroutines made in a loop are charged in `hook` (see `hooked_coroutine`).
+fn guard_budget(lua: &Lua, budget: Rc<Budget>) -> mlua::Result<()> {
+    let spent = lua.create_function(move |_, ()| Ok(budget.tripped()))?;
+    lua.load(
+        r#"
+        local spent = ...
+        local xpcall, setmetatable, type, rawget, error = xpcall, setmetatable, type, rawget, error
+        _G.xpcall = function(f, handler, ...)
+          if type(handler) ~= "function" then
+            return xpcall(f, handler, ...)
+          end
+          return xpcall(f, function(m)
+            if spent() then return m end
+            return handler(m)
+          end, ...)
+        end
+        _G.setmetatable = function(t, mt)
+          if type(mt) == "table" and rawget(mt, "__gc") ~= nil then
+            error("setmetatable: a __gc finalizer would run outside any request's time "
+              .. "budget; it is not allowed", 2)
+          end
+          return setmetatable(t, mt)
+        end
+        "#,
+    )
+    .set_name("=budget")
+    .call::<()>(spent)
+}
+
 fn script_error(s: &Script, message: String) -> LuaError {
     LuaError::Script {
         script: s.name.clone(),
@@ -360,6 +406,7 @@ impl Vm {
         install_store(&lua, journal, budget.clone())?;
         // Before any script runs (see `ReqObj::maker`).
         let make_req = ReqObj::maker(&lua)?;
+        guard_budget(&lua, budget.clone())?;
         let globals = lua.globals();
         let mut handlers = Vec::with_capacity(scripts.len());
         let mut in_coroutine = Vec::with_capacity(scripts.len());
