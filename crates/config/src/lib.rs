@@ -736,6 +736,11 @@ section! {
         /// users, passkeys, torrents, freeleech, tokens, client lists, intervals). Empty:
         /// the push API answers 403.
         pub admin_token: String = String::new(),
+        /// Unknown passkeys and wrong push API tokens one client address (IPv6: one /64)
+        /// may send in a minute. Past it, every passkey or token it sends is refused (a
+        /// `failure reason`, or 429) until its minute is over, the right ones too, so
+        /// guessing learns nothing; counted in /metrics.
+        pub max_auth_failures_per_min: u32 = 30,
         /// Freeleech tokens (a user's freeleech on one torrent) held at once; a further one
         /// is refused with 507 until some are removed or expire.
         pub max_tokens: usize = 1_000_000,
@@ -878,6 +883,9 @@ section! {
         /// Bearer token of the admin API (`Authorization: Bearer TOKEN`). Empty: the admin
         /// API answers 403.
         pub admin_token: String = String::new(),
+        /// Wrong admin tokens one client address (IPv6: one /64) may send in a minute; past
+        /// it, every token it sends gets 429 until its minute is over (counted in /metrics).
+        pub max_auth_failures_per_min: u32 = 30,
         /// Secret that signs show tokens (so a click or close names a real show). Empty: a
         /// random secret is made once and kept in store.data_dir/popups.secret.
         pub token_secret: String = String::new(),

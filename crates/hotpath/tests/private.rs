@@ -584,6 +584,64 @@ fn json(r: &Resp) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&r.body)))
 }
 
+/// Regression: 148k passkey guesses and 216k push API token guesses in 6 s from one address.
+/// Past `private.max_auth_failures_per_min`, every passkey (or token) from that address is
+/// refused alike, the right one too, until its minute is over; each is counted.
+#[test]
+fn guessing_passkeys_and_tokens_from_one_address_is_throttled() {
+    let mut c = private_config();
+    c.private.admin_token = TOKEN.into();
+    c.private.max_auth_failures_per_min = 5;
+    let server = start(&c);
+    add_user(&c, 1, KEY, 1);
+    add_torrent(&c, 11, &NORMAL, 100);
+    let mut http = Client::connect(server.http_addr().unwrap());
+    let mut admin = Client::connect(server.admin_addr().unwrap());
+    wait_until("the poll", Duration::from_secs(10), || {
+        metric(&mut admin, "hotpath_private_torrents ") == 1.0
+    });
+    let q = announce_query(NORMAL, 1, 51413, 1000);
+    let r = http.get(&format!("/{KEY}/announce?{q}"));
+    assert_eq!(
+        failure(&r.body),
+        None,
+        "the right passkey, before any guess"
+    );
+    for i in 0..5 {
+        let r = http.get(&format!(
+            "/guessguessguessguessguessguess{i:02}/announce?{q}"
+        ));
+        assert!(failure(&r.body).unwrap().starts_with("unknown passkey"));
+    }
+    let r = http.get(&format!("/{KEY}/announce?{q}"));
+    assert!(
+        failure(&r.body)
+            .unwrap()
+            .starts_with("too many unknown passkeys"),
+        "{:?}",
+        failure(&r.body)
+    );
+    assert_eq!(
+        metric(
+            &mut admin,
+            "hotpath_private_refused_total{reason=\"guessing\"} "
+        ),
+        1.0
+    );
+    for _ in 0..5 {
+        let r = admin.request("GET", "/admin/tracker", Some("push-token-push-tokeX"), "");
+        assert_eq!(r.status, 401);
+    }
+    let r = admin.request("GET", "/admin/tracker", Some(TOKEN), "");
+    assert_eq!(r.status, 429, "the right token too");
+    assert!(r.head.contains("Retry-After: 60"), "{}", r.head);
+    assert_eq!(
+        metric(&mut admin, "hotpath_private_admin_throttled_total "),
+        1.0
+    );
+    server.shutdown().unwrap();
+}
+
 #[test]
 fn the_push_api_changes_what_the_next_announce_sees_and_outlives_a_restart() {
     let mut c = private_config();

@@ -10,6 +10,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+pub mod throttle;
+pub use throttle::{Throttle, GUESSING_ADDRESSES};
+
 pub use hotpath_metrics::{Desc, Samples};
 pub use hotpath_wire::http::Request;
 
@@ -445,22 +448,36 @@ pub fn process_secs() -> u32 {
 /// Checks a request's `Authorization: Bearer TOKEN` against `token`, in time that does not
 /// depend on where they differ. On failure fills `resp` with the JSON answer to give (403
 /// naming `key`, the config key that turns the endpoint on, when `token` is empty; 401 with
-/// `WWW-Authenticate` when the token is missing or wrong) and returns it.
+/// `WWW-Authenticate` when the token is missing or wrong; 429 with `Retry-After` when the
+/// client's address sent too many wrong ones lately, counted in `guesses`) and returns it.
 pub fn bearer(
     req: &Request<'_, '_>,
     token: &str,
     key: &str,
     resp: &mut HttpResponse,
+    guesses: &Throttle,
+    ctx: &Context,
 ) -> Result<(), Handled> {
     if token.is_empty() {
         let text = format!("this admin API is off: set {key}");
         return Err(json_error(resp, 403, Kind::ADMIN, &text));
+    }
+    let from = ctx.peer.ip();
+    if !guesses.allows(from, ctx.now) {
+        resp.extra_headers.extend_from_slice(b"Retry-After: 60\r\n");
+        return Err(json_error(
+            resp,
+            429,
+            Kind::ADMIN,
+            "too many wrong bearer tokens from your address: wait a minute",
+        ));
     }
     let given = req
         .header("authorization")
         .and_then(|v| v.strip_prefix(b"Bearer "))
         .unwrap_or(b"");
     if !same_secret(given, token.as_bytes()) {
+        guesses.failed(from, ctx.now);
         resp.extra_headers
             .extend_from_slice(b"WWW-Authenticate: Bearer realm=\"hotpath\"\r\n");
         return Err(json_error(

@@ -99,6 +99,7 @@ fn main() {
         let (user, torrent) = private
             .check(Ask {
                 passkey: Ok(&key),
+                from: [192, 0, 2, 1].into(),
                 info_hash: &a.info_hash,
                 peer_id: &a.peer_id,
                 port,

@@ -205,8 +205,9 @@ impl TrackerWorker {
         Ok(c)
     }
 
-    /// Private mode: checks a private announce `r` (from either codec) of `passkey`, made
-    /// from `ip` at process second `now`, and accounts it. The journal must have room for
+    /// Private mode: checks a private announce `r` (from either codec) of `passkey`, sent
+    /// from `from` for a peer at `ip` (another only when the config takes `ip=`) at process
+    /// second `now`, and accounts it. The journal must have room for
     /// what it records (else the announce is refused, so nothing counted goes unrecorded).
     /// With the change comes, for an announce sooner than the minimum interval, how many
     /// seconds it came too soon (it then gets no peers).
@@ -215,13 +216,14 @@ impl TrackerWorker {
         p: &Private,
         passkey: Result<&[u8], &'static str>,
         r: &Reported<'_>,
-        ip: IpAddr,
+        (from, ip): (IpAddr, IpAddr),
         now: u32,
     ) -> Result<(AccountChange, Option<u32>), &'static str> {
         let at = self.unix(now);
         let stopped = r.event == Event::Stopped;
         let (user, torrent): (User, Torrent) = p.check(Ask {
             passkey,
+            from,
             info_hash: r.info_hash,
             peer_id: r.peer_id,
             port: r.port,
@@ -271,7 +273,8 @@ impl TrackerWorker {
         if let Some(reason) = self.check_access(&a.info_hash) {
             return Err(reason);
         }
-        let mut ip = self.client_ip(req, ctx)?;
+        let from = self.client_ip(req, ctx)?;
+        let mut ip = from;
         // Addresses a client gives are taken only when the config allows it and only when
         // they are global unicast: else anyone could make a swarm send its peers to a third
         // party, or to the tracker's own network.
@@ -294,7 +297,8 @@ impl TrackerWorker {
                     left: a.left,
                     event: a.event,
                 };
-                let (change, too_soon) = self.private_announce(&p, key, &reported, ip, ctx.now)?;
+                let (change, too_soon) =
+                    self.private_announce(&p, key, &reported, (from, ip), ctx.now)?;
                 (Some(change), too_soon)
             }
         };
@@ -471,7 +475,7 @@ impl TrackerWorker {
                 event: r.event,
             };
             let passkey = passkey::from_url_data(&url_data, &p.passkey_param);
-            let checked = self.private_announce(&p, passkey, &reported, ip, ctx.now);
+            let checked = self.private_announce(&p, passkey, &reported, (ip, ip), ctx.now);
             self.url_data = url_data;
             match checked {
                 Ok((change, soon)) => {
@@ -616,9 +620,15 @@ impl ServiceWorker for TrackerWorker {
         if req.path != "/admin/tracker" && !req.path.starts_with("/admin/tracker/") {
             return None;
         }
-        if let Err(refused) =
-            hotpath_service::bearer(req, &p.admin_token, "private.admin_token", resp)
-        {
+        let guesses = &p.token_guesses;
+        if let Err(refused) = hotpath_service::bearer(
+            req,
+            &p.admin_token,
+            "private.admin_token",
+            resp,
+            guesses,
+            ctx,
+        ) {
             return Some(refused);
         }
         let at = self.unix(ctx.now);

@@ -104,7 +104,10 @@ impl PopupsWorker {
     ) -> Option<Handled> {
         const K: Kind = Kind::ADMIN;
         let token = &self.shared.cfg.admin_token;
-        if let Err(refused) = hotpath_service::bearer(req, token, "popups.admin_token", resp) {
+        let guesses = &self.shared.token_guesses;
+        if let Err(refused) =
+            hotpath_service::bearer(req, token, "popups.admin_token", resp, guesses, ctx)
+        {
             return Some(refused);
         }
         // A parked write or statistics request, asked again: its answer is in.

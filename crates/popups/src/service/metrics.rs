@@ -63,6 +63,11 @@ static CATALOG_POLL_FAILURES: Desc = Desc::counter(
     "hotpath_popups_catalog_poll_failures_total",
     "Failed polls of the popup table.",
 );
+static ADMIN_THROTTLED: Desc = Desc::counter(
+    "hotpath_popups_admin_throttled_total",
+    "Admin requests refused with 429: their address sent more wrong tokens than \
+     popups.max_auth_failures_per_min.",
+);
 static ADMIN_WRITES: Desc = Desc::counter(
     "hotpath_popups_admin_writes_total",
     "Popups saved through the admin API.",
@@ -102,5 +107,6 @@ pub(super) fn collect(popups: &Popups, out: &mut Samples) {
         .add(&POPUPS, s.live.read().catalog.popups().len())
         .add(&CATALOG_RELOADS, c.reloads.get())
         .add(&CATALOG_POLL_FAILURES, c.reload_failures.get())
-        .add(&ADMIN_WRITES, c.admin_writes.get());
+        .add(&ADMIN_WRITES, c.admin_writes.get())
+        .add(&ADMIN_THROTTLED, s.token_guesses.refused.get());
 }

@@ -171,6 +171,8 @@ pub struct Shared {
     signer: Signer,
     /// Answered shows (one click and one close each).
     spent: crate::spent::Spent,
+    /// Wrong admin tokens per client address (`popups.max_auth_failures_per_min`).
+    token_guesses: hotpath_service::Throttle,
     /// Unix seconds at process second 0.
     unix_base: i64,
     loads: SyncSender<Box<str>>,
@@ -251,6 +253,11 @@ impl Popups {
             }),
             signer,
             spent: crate::spent::Spent::new(cfg.token_ttl_secs, cfg.max_spent_tokens),
+            token_guesses: hotpath_service::Throttle::new(
+                cfg.max_auth_failures_per_min,
+                60,
+                hotpath_service::GUESSING_ADDRESSES,
+            ),
             unix_base,
             loads,
             loads_rx: Mutex::new(Some(loads_rx)),

@@ -14,6 +14,7 @@ pub mod slots;
 pub mod source;
 pub mod stored;
 
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -97,11 +98,13 @@ pub enum Refusal {
     LedgerFull,
     /// A download that would take the user past their leech slots.
     LeechSlots,
+    /// Any passkey from an address that sent too many unknown ones lately.
+    Guessing,
 }
 
 impl Refusal {
     /// Every refusal, in the order of their counters.
-    pub const ALL: [Refusal; 9] = [
+    pub const ALL: [Refusal; 10] = [
         Refusal::Passkey,
         Refusal::UnknownPasskey,
         Refusal::UnknownTorrent,
@@ -111,6 +114,7 @@ impl Refusal {
         Refusal::TooManyPeers,
         Refusal::LedgerFull,
         Refusal::LeechSlots,
+        Refusal::Guessing,
     ];
 
     /// The `reason` label of its counter.
@@ -125,6 +129,7 @@ impl Refusal {
             Refusal::TooManyPeers => "too_many_peers",
             Refusal::LedgerFull => "ledger_full",
             Refusal::LeechSlots => "leech_slots",
+            Refusal::Guessing => "guessing",
         }
     }
 
@@ -144,6 +149,10 @@ impl Refusal {
             Refusal::LeechSlots => {
                 "you download as many torrents at once as your ratio allows: finish or stop \
                  one first (seeding is allowed)"
+            }
+            Refusal::Guessing => {
+                "too many unknown passkeys from your address: wait a minute, then download \
+                 the .torrent file again"
             }
         }
     }
@@ -175,6 +184,11 @@ mod m {
     pub static CREDIT_CUT_BYTES: Desc = Desc::counter(
         "hotpath_private_credit_cut_bytes_total",
         "Bytes claimed past the credit bound and not credited, uploaded and downloaded.",
+    );
+    pub static ADMIN_THROTTLED: Desc = Desc::counter(
+        "hotpath_private_admin_throttled_total",
+        "Push API requests refused with 429: their address sent more wrong tokens than \
+         private.max_auth_failures_per_min.",
     );
     pub static PUSHES: Desc = Desc::counter(
         "hotpath_private_pushes_total",
@@ -254,6 +268,9 @@ impl Rules {
 pub struct Ask<'a> {
     /// The passkey (checked by the codec), or why there is none.
     pub passkey: Result<&'a [u8], &'static str>,
+    /// The address the announce came from (the socket's, or a trusted proxy's client),
+    /// whose unknown passkeys are counted.
+    pub from: IpAddr,
     /// The torrent.
     pub info_hash: &'a Id20,
     /// The client's peer id.
@@ -331,6 +348,10 @@ pub struct Private {
     credit_cut_bytes: Counter,
     /// Process second of the last log line about a cut claim (one a second at most).
     cut_logged: AtomicU32,
+    /// Unknown passkeys per client address (`private.max_auth_failures_per_min`).
+    pub passkey_guesses: hotpath_service::Throttle,
+    /// Wrong push API tokens per client address (the same limit).
+    pub token_guesses: hotpath_service::Throttle,
     pushes: Counter,
     push_errors: Counter,
     restore_skipped: Counter,
@@ -373,6 +394,16 @@ impl Private {
             credit_cut: Counter::default(),
             credit_cut_bytes: Counter::default(),
             cut_logged: AtomicU32::new(u32::MAX),
+            passkey_guesses: hotpath_service::Throttle::new(
+                c.max_auth_failures_per_min,
+                60,
+                hotpath_service::GUESSING_ADDRESSES,
+            ),
+            token_guesses: hotpath_service::Throttle::new(
+                c.max_auth_failures_per_min,
+                60,
+                hotpath_service::GUESSING_ADDRESSES,
+            ),
             pushes: Counter::default(),
             push_errors: Counter::default(),
             restore_skipped: Counter::default(),
@@ -403,10 +434,13 @@ impl Private {
             Ok(k) => k,
             Err(reason) => return Err(self.refuse_with(Refusal::Passkey, reason)),
         };
-        let user = self
-            .users
-            .get(key)
-            .ok_or_else(|| self.refuse(Refusal::UnknownPasskey))?;
+        if !self.passkey_guesses.allows(a.from, a.at) {
+            return Err(self.refuse(Refusal::Guessing));
+        }
+        let user = self.users.get(key).ok_or_else(|| {
+            self.passkey_guesses.failed(a.from, a.at);
+            self.refuse(Refusal::UnknownPasskey)
+        })?;
         let mut torrent = self
             .torrents
             .get(a.info_hash)
@@ -744,6 +778,7 @@ impl Private {
             .add(&m::TOO_SOON, get(&self.too_soon))
             .add(&m::CREDIT_CUT, get(&self.credit_cut))
             .add(&m::CREDIT_CUT_BYTES, get(&self.credit_cut_bytes))
+            .add(&m::ADMIN_THROTTLED, get(&self.token_guesses.refused))
             .add(&m::PUSHES, get(&self.pushes))
             .add(&m::PUSH_ERRORS, get(&self.push_errors))
             .add(&m::RESTORE_SKIPPED, get(&self.restore_skipped))
@@ -837,6 +872,7 @@ mod tests {
     fn ask<'a>(key: &'a [u8], hash: &'a Id20, peer_id: &'a Id20) -> Ask<'a> {
         Ask {
             passkey: Ok(key),
+            from: [192, 0, 2, 1].into(),
             info_hash: hash,
             peer_id,
             port: 51413,
@@ -907,6 +943,34 @@ mod tests {
         let reasons: std::collections::HashSet<_> =
             Refusal::ALL.iter().map(|r| r.reason()).collect();
         assert_eq!(reasons.len(), Refusal::ALL.len(), "each reason differs");
+    }
+
+    /// Regression: 148k passkey guesses in 6 s from one address. Past the limit, every
+    /// passkey from that address is refused alike, the right one too, so a guess that
+    /// happens to be right tells nothing; other addresses are served.
+    #[test]
+    fn passkey_guessing_from_one_address_is_throttled() {
+        let p = private();
+        let (hash, id) = ([7; 20], *b"-TR4060-abcdefghijkl");
+        for i in 0..30u32 {
+            let key = format!("guess{i}");
+            let r = p.check(ask(key.as_bytes(), &hash, &id));
+            assert_eq!(r, Err(Refusal::UnknownPasskey.reason()));
+        }
+        let r = p.check(ask(b"goodkey", &hash, &id));
+        assert_eq!(r.map(|_| ()), Err(Refusal::Guessing.reason()));
+        let elsewhere = Ask {
+            from: [198, 51, 100, 7].into(),
+            ..ask(b"goodkey", &hash, &id)
+        };
+        assert!(p.check(elsewhere).is_ok());
+        // A minute later the address may try again.
+        let later = Ask {
+            at: 1000 + 60,
+            ..ask(b"goodkey", &hash, &id)
+        };
+        assert!(p.check(later).is_ok());
+        assert_eq!(p.refused[Refusal::Guessing as usize].get(), 1);
     }
 
     #[test]
@@ -1141,7 +1205,7 @@ mod tests {
         let file = dir.join(crate::persist::LEDGER_FILE);
         std::fs::write(&file, &big).unwrap();
         let e = crate::persist::load_ledger(&p, &dir, 1800).unwrap_err();
-        assert!(e.contains("not read"), "{e}");
+        assert!(e.contains("larger than the"), "{e}");
         assert!(!file.exists());
         // A pushed interval at or past the peer timeout would expire every peer.
         let intervals = push::Push::Intervals {
