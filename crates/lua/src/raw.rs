@@ -76,17 +76,37 @@ pub(crate) fn call(
 ) -> mlua::Result<Called> {
     let mut read = None;
     let mut req_written = false;
+    let mut out_of_memory = false;
     // SAFETY: `exec_raw` pushes `req`, `handle` and `req` again (slots 1 to 3) and runs the
     // closure in a protected call with mlua's traceback handler, as `Function::call` does.
-    // `lua_call` calls slot 2 with slot 3 and leaves exactly three results in slots 2 to 4;
-    // an error it raises (the script's, a budget's, memory) unwinds to that protected call
-    // through this closure and mlua's trampoline, which hold only references then (the
-    // closure captures `read`, `req_written` and `resp` by reference and makes nothing before
-    // the call). Nothing after it raises: `read_answer` reads, `lua_next` walks a table it
-    // does not change. What the closure leaves on the stack comes back as the three values.
+    // The closure puts `short_traceback` under `handle` (slot 2) and `lua_pcall`s slot 3 with
+    // slot 4: on success it leaves exactly three results in slots 3 to 5, and the handler is
+    // removed (results in 2 to 4). On a memory error the closure notes it and leaves three
+    // nils; on another error, raised again with `lua_error` from this shallow stack, it
+    // unwinds to mlua's protected call through this closure and mlua's trampoline, which hold
+    // only references then (the closure captures `read`, `req_written`, `out_of_memory` and
+    // `resp` by reference and makes nothing before the call). Nothing after the call raises:
+    // `read_answer` reads, `lua_next` walks a table it does not change. What the closure
+    // leaves on the stack comes back as the three values. The stack has room for the
+    // handler (LUA_MINSTACK is free in the closure's C call, and three slots are used).
     let values = unsafe {
         lua.exec_raw::<(Value, Value, Value)>((req, handle, req), |state| {
-            ffi::lua_call(state, 1, 3);
+            ffi::lua_pushcfunction(state, short_traceback);
+            ffi::lua_insert(state, 2);
+            match ffi::lua_pcall(state, 1, 3, 2) {
+                ffi::LUA_OK => ffi::lua_remove(state, 2),
+                ffi::LUA_ERRMEM => {
+                    out_of_memory = true;
+                    ffi::lua_settop(state, 1);
+                    for _ in 0..3 {
+                        ffi::lua_pushnil(state);
+                    }
+                    return;
+                }
+                _ => {
+                    ffi::lua_error(state);
+                }
+            }
             ffi::lua_pushnil(state);
             if ffi::lua_next(state, 1) != 0 {
                 req_written = true;
@@ -108,6 +128,9 @@ pub(crate) fn call(
             }
         })?
     };
+    if out_of_memory {
+        return Err(mlua::Error::MemoryError("not enough memory".into()));
+    }
     let answer = match read {
         Some(r) => Answer::Read(r),
         None => Answer::Values(values.0, values.1, values.2),
@@ -117,6 +140,55 @@ pub(crate) fn call(
         req_written,
     })
 }
+
+/// The message handler of a route's call: the error with where it came from, the innermost
+/// [`TRACEBACK_LEVELS`] levels. mlua's own handler walks the whole stack (Lua's
+/// `luaL_traceback` finds its depth by walking it dozens of times): a budget or stack error
+/// deep in a recursion spent 1.4 s there, after the budget was spent. Raised again from
+/// [`call`]'s shallow stack, the error meets mlua's handler where it costs nothing.
+unsafe extern "C-unwind" fn short_traceback(state: *mut ffi::lua_State) -> c_int {
+    // SAFETY: Lua calls the handler with the error object at slot 1; `lua_checkstack` makes
+    // room for what is pushed (or the message stays as it is). `lua_getstack` and
+    // `lua_getinfo` only read, each level reached in as many steps as its depth. The strings
+    // pushed are Lua's (nothing of this frame needs dropping if a push fails for memory), and
+    // the top value, their concatenation, is the handler's result.
+    unsafe {
+        if ffi::lua_type(state, 1) != ffi::LUA_TSTRING || ffi::lua_checkstack(state, 64) == 0 {
+            return 1;
+        }
+        ffi::lua_pushstring(state, c"\nstack traceback (innermost levels):".as_ptr());
+        let mut pieces = 2;
+        let mut ar: ffi::lua_Debug = std::mem::zeroed();
+        for level in 1..=TRACEBACK_LEVELS {
+            if ffi::lua_getstack(state, level, &mut ar) == 0
+                || ffi::lua_getinfo(state, c"Sl".as_ptr(), &mut ar) == 0
+            {
+                break;
+            }
+            ffi::lua_pushstring(state, c"\n\t".as_ptr());
+            ffi::lua_pushstring(state, ar.short_src.as_ptr());
+            ffi::lua_pushstring(state, c":".as_ptr());
+            pieces += 3;
+            if ar.currentline > 0 {
+                ffi::lua_pushinteger(state, ffi::lua_Integer::from(ar.currentline));
+                ffi::lua_pushstring(state, c":".as_ptr());
+                pieces += 2;
+            }
+        }
+        ffi::lua_concat(state, pieces);
+        1
+    }
+}
+
+/// [`short_traceback`] as a Lua function.
+pub(crate) fn short_traceback_function(lua: &Lua) -> mlua::Result<mlua::Function> {
+    // SAFETY: `short_traceback` keeps to the stack room it checks for, and raises nothing
+    // but a memory error from Lua's own pushes.
+    unsafe { lua.create_c_function(short_traceback) }
+}
+
+/// The levels [`short_traceback`] shows.
+const TRACEBACK_LEVELS: c_int = 10;
 
 /// The answer in slots `at` to `at + 2` read into `resp`, as [`crate::vm`]'s `answer` reads
 /// it, for an integer status, a table of string names and values or nil, and a string body or

@@ -406,6 +406,24 @@ impl Vm {
         install_store(&lua, journal, budget.clone())?;
         // Before any script runs (see `ReqObj::maker`).
         let make_req = ReqObj::maker(&lua)?;
+        // A route that runs in a coroutine: its errors are caught where they happen, with
+        // [`crate::raw`]'s short traceback, and raised again from the coroutine's first level,
+        // where mlua's own traceback (which walks the whole stack) costs nothing.
+        let in_shallow: Function = lua
+            .load(
+                r#"
+                local xpcall, error, short = xpcall, error, ...
+                return function(handle)
+                  return function(req)
+                    local ok, status, headers, body = xpcall(handle, short, req)
+                    if ok then return status, headers, body end
+                    error(status, 0)
+                  end
+                end
+                "#,
+            )
+            .set_name("=route")
+            .call(crate::raw::short_traceback_function(&lua)?)?;
         guard_budget(&lua, budget.clone())?;
         let globals = lua.globals();
         let mut handlers = Vec::with_capacity(scripts.len());
@@ -431,6 +449,9 @@ impl Vm {
                 .map_err(|e| script_error(s, e.to_string()))?;
             in_coroutine.push(s.source.windows(6).any(|w| w == b"hp.tcp"));
             match scope.raw_get::<Value>("handle")? {
+                Value::Function(f) if *in_coroutine.last().unwrap_or(&false) => {
+                    handlers.push(in_shallow.call::<Function>(f)?);
+                }
                 Value::Function(f) => handlers.push(f),
                 _ => return Err(script_error(s, "defines no function handle(req)".into())),
             }
@@ -644,6 +665,8 @@ impl Vm {
 fn is_memory(e: &mlua::Error) -> bool {
     match e {
         mlua::Error::MemoryError(_) => true,
+        // Caught and raised again as a string by a coroutine route's first level.
+        mlua::Error::RuntimeError(m) => m.starts_with("not enough memory"),
         mlua::Error::CallbackError { cause, .. } => is_memory(cause),
         _ => false,
     }
