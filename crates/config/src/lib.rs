@@ -324,6 +324,10 @@ section! {
         /// High enough for a NAT of ordinary size, low enough that one address cannot take
         /// every connection slot.
         pub max_connections_per_ip: usize = 256,
+        /// Open TCP connections the IPv6 addresses of one /48 (what one customer is
+        /// commonly given: 65,536 /64s) may hold together, so a few customers cannot take
+        /// every slot from their many /64s. Four /64s' worth.
+        pub max_connections_per_48: usize = 1024,
         /// Megabytes all connections' read and output buffers may take together. Past it, a
         /// connection's unsent answers are held to 16 KiB (reading stops until the client
         /// reads) and a request that would need a larger read buffer gets 503; normal

@@ -45,6 +45,12 @@ fn server(s: &ServerConfig, p: &mut Problems) {
     if s.max_connections_per_worker == 0 {
         p.bad("server.max_connections_per_worker", "must be at least 1");
     }
+    if s.max_connections_per_48 < s.max_connections_per_ip {
+        p.bad(
+            "server.max_connections_per_48",
+            "must be at least server.max_connections_per_ip",
+        );
+    }
     if s.max_connections_per_ip == 0 {
         p.bad("server.max_connections_per_ip", "must be at least 1");
     }

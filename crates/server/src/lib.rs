@@ -327,7 +327,7 @@ impl RunningServer {
             metrics,
             stop: stop.clone(),
             access_log,
-            per_ip: limits::PerIp::new(cfg.max_connections_per_ip),
+            per_ip: limits::PerIp::new(cfg.max_connections_per_ip, cfg.max_connections_per_48),
             budget: limits::Budget::new(cfg.max_buffer_mb.saturating_mul(1 << 20)),
         });
         let (died_tx, died) = mpsc::channel();

@@ -22,17 +22,28 @@ fn key(ip: IpAddr) -> u128 {
     }
 }
 
-/// Open connections per client address, in shards with short locks.
+/// The key of an IPv6 address's /48 (what one customer is commonly given), if it is one.
+fn key48(ip: IpAddr) -> Option<u128> {
+    match ip.to_canonical() {
+        IpAddr::V4(_) => None,
+        IpAddr::V6(v6) => Some((u128::from(v6) >> 80) | (3 << 126)),
+    }
+}
+
+/// Open connections per client address (IPv6: per /64, and per /48 together), in shards
+/// with short locks.
 pub struct PerIp {
     max: usize,
+    max48: usize,
     shards: Box<[Mutex<HashMap<u128, u32>>]>,
 }
 
 impl PerIp {
-    /// Counts that allow `max` connections per address.
-    pub fn new(max: usize) -> Self {
+    /// Counts that allow `max` connections per address, and `max48` per IPv6 /48.
+    pub fn new(max: usize, max48: usize) -> Self {
         Self {
             max,
+            max48,
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
         }
     }
@@ -43,13 +54,28 @@ impl PerIp {
         &self.shards[(h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % SHARDS]
     }
 
-    /// Counts a new connection from `ip`; false (and nothing counted) when the address already
-    /// holds its maximum.
+    /// Counts a new connection from `ip`; false (and nothing counted) when the address, or
+    /// its /48, already holds its maximum.
     pub fn try_add(&self, ip: IpAddr) -> bool {
-        let k = key(ip);
+        if !self.try_add_key(key(ip), self.max) {
+            return false;
+        }
+        if let Some(k48) = key48(ip) {
+            if !self.try_add_key(k48, self.max48) {
+                self.remove_key(key(ip));
+                return false;
+            }
+        }
+        true
+    }
+
+    fn try_add_key(&self, k: u128, max: usize) -> bool {
         let mut shard = self.shard(k).lock();
         let n = shard.entry(k).or_insert(0);
-        if *n as usize >= self.max {
+        if *n as usize >= max {
+            if *n == 0 {
+                shard.remove(&k);
+            }
             return false;
         }
         *n += 1;
@@ -58,7 +84,13 @@ impl PerIp {
 
     /// Uncounts a connection from `ip` (one that `try_add` counted).
     pub fn remove(&self, ip: IpAddr) {
-        let k = key(ip);
+        self.remove_key(key(ip));
+        if let Some(k48) = key48(ip) {
+            self.remove_key(k48);
+        }
+    }
+
+    fn remove_key(&self, k: u128) {
         let mut shard = self.shard(k).lock();
         if let hashbrown::hash_map::Entry::Occupied(mut o) = shard.entry(k) {
             *o.get_mut() -= 1;
@@ -120,7 +152,7 @@ mod tests {
 
     #[test]
     fn per_address_caps_count_ipv6_by_prefix() {
-        let p = PerIp::new(2);
+        let p = PerIp::new(2, 4);
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         assert!(p.try_add(a) && p.try_add(a));
         assert!(!p.try_add(a));
@@ -142,6 +174,30 @@ mod tests {
         assert!(p.shards.iter().all(|s| !s
             .lock()
             .contains_key(&key("2001:db8:0:1::1".parse().unwrap()))));
+    }
+
+    /// Regression: 70 IPv6 /64s of 256 connections each took all 16,384 slots. The /64s of
+    /// one /48 now share its cap; another /48 and IPv4 are not touched.
+    #[test]
+    fn the_64s_of_one_48_share_its_cap() {
+        let p = PerIp::new(2, 5);
+        let in48 = |n: u16| -> IpAddr { format!("2001:db8:7:{n:x}::1").parse().unwrap() };
+        let mut held = 0;
+        for n in 0..70 {
+            for _ in 0..2 {
+                if p.try_add(in48(n)) {
+                    held += 1;
+                }
+            }
+        }
+        assert_eq!(held, 5, "the /48's cap, whatever its /64s");
+        assert!(p.try_add("2001:db8:8::1".parse().unwrap()), "another /48");
+        assert!(p.try_add("192.0.2.1".parse().unwrap()));
+        // A refusal by the /48 leaves the /64's count as it was.
+        assert_eq!(p.count(in48(60)), 0);
+        p.remove(in48(0));
+        assert!(p.try_add(in48(69)));
+        assert!(!p.try_add(in48(68)));
     }
 
     #[test]
