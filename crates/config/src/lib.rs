@@ -895,9 +895,10 @@ section! {
         pub token_secret: String = String::new(),
         /// Seconds a show token stays valid for a click or close.
         pub token_ttl_secs: u64 = 7 * 86_400,
-        /// Answered show tokens remembered at once (a show yields one click and one close;
-        /// a replay gets 409). Each is kept one to two token lifetimes, 8 bytes and its share
-        /// of the table; beyond it events get 503 until the oldest expire.
+        /// No longer used: a show's click and close are now known from the user's state,
+        /// which is journaled and stored with each answer, so no table of answered tokens
+        /// is kept (a replay gets 409, after a restart too). Kept so that older config
+        /// files load.
         pub max_spent_tokens: usize = 4_000_000,
         /// Milliseconds between reads of the popup table, so popups edited in the database
         /// directly reach every worker (admin API changes are seen at once).

@@ -390,9 +390,6 @@ fn popups(c: &Config, p: &mut Problems) {
     if !(100..=600_000).contains(&po.reload_ms) {
         p.bad("popups.reload_ms", "must be between 100 and 600000");
     }
-    if po.max_spent_tokens < 1000 {
-        p.bad("popups.max_spent_tokens", "must be at least 1000");
-    }
     if po.max_users < 1000 {
         p.bad("popups.max_users", "must be at least 1000");
     }

@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use hotpath_lua::stored::LuaChange;
-use hotpath_popups::stored::{PopupChange, SHOWN};
+use hotpath_popups::stored::{PopupChange, CLICK, SHOWN};
 use hotpath_store::journal::seal;
 use hotpath_store::Encode;
 use hotpath_tracker::private::stored::{AccountChange, Client, CountsChange};
@@ -222,7 +222,7 @@ fn bencode(seeds: &mut Seeds) {
 }
 
 fn journal(seeds: &mut Seeds) {
-    let changes: [&dyn Encode; 7] = [
+    let changes: [&dyn Encode; 8] = [
         &TorrentChange {
             info_hash: [9; 20],
             completed: 1,
@@ -237,6 +237,16 @@ fn journal(seeds: &mut Seeds) {
             next_eligible: 1_800_003_600,
             shows: 1,
             at: 1_800_000_000,
+            answers: 0,
+        },
+        &PopupChange {
+            user: "alice",
+            popup: 4,
+            action: CLICK,
+            next_eligible: u64::MAX,
+            shows: 1,
+            at: 1_800_000_060,
+            answers: 1_800_000_000,
         },
         &LuaChange::Row {
             table: "checkins".into(),

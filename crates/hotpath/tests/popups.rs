@@ -668,6 +668,54 @@ fn a_database_outage_answers_what_it_can_and_refuses_the_rest_quickly() {
     assert!(p.signal("-TERM").success());
 }
 
+/// Regression: spent tokens were kept only in memory, so a click or close replayed after any
+/// restart was accepted and counted twice; and their table could be filled by one client
+/// (~32 min), after which every user's click got 503 for days. Now the user's state says
+/// when they last clicked and closed: a replay gets 409 after SIGTERM and after kill -9, and
+/// one user's flood of shows and answers has no table to fill for the others.
+#[test]
+fn a_replayed_answer_is_refused_after_any_restart() {
+    let db = test_db(Dialect::Sqlite, "popups_replay");
+    let config = write_config(&db, "");
+    let mut p = Proc::spawn(&config, &db.dir);
+    let mut c = Client::connect(p.http);
+    let def = r#"{"id": 1, "name": "again", "payload": {},
+        "frequency": {"cooldown": 0, "after_click": 0, "after_close": 0}}"#;
+    assert_eq!(admin(&mut c, "POST", "/admin/popups", def).status, 201);
+    // One user's flood of shows, the last one clicked.
+    let mut last = String::new();
+    for _ in 0..300 {
+        last = decide(&mut c, "user=flood").expect("shown").1;
+    }
+    assert_eq!(event(&mut c, "flood", 1, "click", &last).status, 202);
+    assert_eq!(event(&mut c, "flood", 1, "click", &last).status, 409);
+    // Another user's show and click are not touched by it.
+    let (_, alice) = decide(&mut c, "user=alice").expect("shown");
+    assert_eq!(event(&mut c, "alice", 1, "click", &alice).status, 202);
+    for (signal, answer) in [("-TERM", "click"), ("-KILL", "close")] {
+        if signal == "-KILL" {
+            assert_eq!(event(&mut c, "alice", 1, "close", &alice).status, 202);
+        }
+        p.signal(signal);
+        p = Proc::spawn(&config, &db.dir);
+        c = Client::connect(p.http);
+        let r = event(&mut c, "alice", 1, answer, &alice);
+        assert_eq!(r.status, 409, "{signal}: {answer} replayed: {}", text(&r));
+        let r = event(&mut c, "flood", 1, "click", &last);
+        assert_eq!(r.status, 409, "{signal}: {}", text(&r));
+    }
+    // A new show is answered as ever (in a later second: two shows of a popup to a user in
+    // one second have one token, which answers once).
+    let shown_at = u64::from_str_radix(alice.split('.').next().unwrap(), 16).unwrap();
+    wait_until("the next second", Duration::from_secs(5), || {
+        hotpath_store::unix_now() as u64 > shown_at
+    });
+    let (id, token) = decide(&mut c, "user=alice").expect("shown");
+    assert_eq!(event(&mut c, "alice", id, "click", &token).status, 202);
+    eventually("written", || event_count(&db, 1, CLICK) == 3);
+    assert!(p.signal("-TERM").success());
+}
+
 /// kill -9 under a load of decisions and clicks: every acknowledged show and click is in the
 /// database after the restart, and the state it implies holds.
 fn kill_9_loses_nothing_acknowledged(dialect: Dialect) {

@@ -498,6 +498,7 @@ fn a_failed_batch_is_read_and_written_under_newer_changes(d: Dialect) {
         next_eligible: u64::from(at) + 10,
         shows,
         at,
+        answers: if action == SHOWN { 0 } else { at - 1 },
     };
     let day = 20_000u32;
     let at = day * 86_400;
@@ -582,6 +583,7 @@ fn a_full_journal_refuses_changes(d: Dialect) {
             next_eligible: 0,
             shows: 1,
             at: 1,
+            answers: 0,
         })
         .is_ok()
     {
@@ -611,6 +613,7 @@ fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
         next_eligible: next,
         shows,
         at,
+        answers: if action == SHOWN { 0 } else { at - 1 },
     };
     let mut w = store.writer(0);
     // A user id with quotes and non-ASCII text, which no statement may choke on.
@@ -702,7 +705,10 @@ fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
                 next_eligible: 7_000,
                 shows: 2,
                 last_action: SHOWN,
-                updated_at: at
+                updated_at: at,
+                // Alice's click above, kept under the newer show.
+                clicked_show: at,
+                closed_show: 0,
             }
         )]
     );
@@ -929,6 +935,7 @@ fn shown(user: &str, at: u32) -> PopupChange {
         next_eligible: 0,
         shows: 1,
         at,
+        answers: 0,
     }
 }
 

@@ -109,6 +109,7 @@ fn choose(c: &mut Criterion) {
                     next_eligible: now + 60,
                     shows: 1,
                     last_action: Action::Shown,
+                    ..Seen::default()
                 };
                 (1..=size).map(|id| (id, s)).collect()
             } else {

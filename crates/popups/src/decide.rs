@@ -44,6 +44,26 @@ pub struct Seen {
     pub shows: u32,
     /// The last thing that happened.
     pub last_action: Action,
+    /// Unix second of the show the user's last click answered (0: none), and of the show
+    /// their last close answered: a click or a close answering a show at or before it was
+    /// given already (a replayed token), however long ago the server started, as this state
+    /// is journaled and stored with each answer. (Two shows of one popup to one user in one
+    /// second have the same token, so a second is as fine as tokens tell shows apart.)
+    pub clicked_show: u32,
+    /// See `clicked_show`.
+    pub closed_show: u32,
+}
+
+impl Seen {
+    /// Whether `action` answered a show at `shown_at` already (see `clicked_show`).
+    pub fn answered(&self, action: Action, shown_at: u64) -> bool {
+        let at = match action {
+            Action::Click => self.clicked_show,
+            Action::Close => self.closed_show,
+            Action::None | Action::Shown => return false,
+        };
+        at != 0 && u64::from(at) >= shown_at
+    }
 }
 
 /// Whether `user` falls in the first `percent` of popup `id`'s rollout (see [`Rollout`]).
@@ -413,6 +433,17 @@ pub fn acted(seen: &mut Seen, f: &Frequency, action: Action, now: u64) {
     seen.last_action = action;
 }
 
+/// Records that `action` answered the show at unix second `shown_at` (see
+/// [`Seen::answered`]).
+pub fn answered(seen: &mut Seen, action: Action, shown_at: u64) {
+    let at = u32::try_from(shown_at).unwrap_or(u32::MAX);
+    match action {
+        Action::Click => seen.clicked_show = seen.clicked_show.max(at),
+        Action::Close => seen.closed_show = seen.closed_show.max(at),
+        Action::None | Action::Shown => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -622,6 +653,7 @@ mod tests {
                 next_eligible: 500,
                 shows: 1,
                 last_action: Action::Shown,
+                ..Seen::default()
             },
         )];
         let today = |id| if id == 9 { 100 } else { 0 };
@@ -647,6 +679,7 @@ mod tests {
                     next_eligible: u64::MAX,
                     shows: 1,
                     last_action: Action::Click,
+                    ..Seen::default()
                 };
                 (id, s)
             })
@@ -717,6 +750,7 @@ mod tests {
                     next_eligible: 100,
                     shows: 1 + id % 3,
                     last_action: Action::Shown,
+                    ..Seen::default()
                 })
             };
             let state: Vec<(u32, Seen)> = catalog
@@ -789,6 +823,7 @@ mod tests {
                     next_eligible: 1_000,
                     shows: 1,
                     last_action: Action::Shown,
+                    ..Seen::default()
                 })
             };
             let state = |c: &Catalog| -> Vec<(u32, Seen)> {

@@ -19,7 +19,6 @@ pub mod decide;
 mod error;
 pub mod model;
 pub mod service;
-pub mod spent;
 pub mod stored;
 pub mod user_id;
 pub mod users;

@@ -25,9 +25,11 @@ pub const CLOSE: u8 = 3;
 /// The longest user id a change carries.
 pub const MAX_USER_LEN: usize = 255;
 
-/// The popup service's journal tag.
+/// The popup service's journal tag: a show (and a click or close journaled by an older build).
 const TAG: u8 = 2;
-/// Encoded size of a [`PopupChange`] without its user id.
+/// A click or close, with the show it answers.
+const TAG_ANSWER: u8 = 8;
+/// Encoded size of a [`PopupChange`] without its user id (tag 2; tag 8 has 4 bytes more).
 const FIXED: usize = 1 + 4 + 1 + 8 + 4 + 4 + 1;
 
 /// A popup shown to a user, or the user's click or close: the user's state for that popup
@@ -48,23 +50,40 @@ pub struct PopupChange<U = UserId> {
     pub shows: u32,
     /// Unix seconds of the event.
     pub at: u32,
+    /// For a click or close, the unix second of the show it answers (its token's); 0 for a
+    /// show (and for an answer an older build journaled: its own second stands for it).
+    pub answers: u32,
 }
 
 impl PopupChange {
     /// Decodes the change at the start of `b` and its length; `None` when it is not one.
     pub fn decode(b: &[u8]) -> Option<(PopupChange, usize)> {
-        if *b.first()? != TAG || b.len() < FIXED {
+        let fixed = match *b.first()? {
+            TAG => FIXED,
+            TAG_ANSWER => FIXED + 4,
+            _ => return None,
+        };
+        if b.len() < fixed {
             return None;
         }
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
-        let len = FIXED + usize::from(b[FIXED - 1]);
-        let user = std::str::from_utf8(b.get(FIXED..len)?).ok()?;
+        let len = fixed + usize::from(b[fixed - 1]);
+        let user = std::str::from_utf8(b.get(fixed..len)?).ok()?;
+        let action = b[5];
+        let at = u32_at(18);
+        let answers = match (fixed == FIXED, action) {
+            (false, CLICK | CLOSE) => u32_at(22),
+            (false, _) => return None,
+            (true, CLICK | CLOSE) => at,
+            (true, _) => 0,
+        };
         let change = PopupChange {
             popup: u32_at(1),
-            action: b[5],
+            action,
             next_eligible: u64::from_le_bytes(b[6..14].try_into().unwrap()),
             shows: u32_at(14),
-            at: u32_at(18),
+            at,
+            answers,
             user: UserId::new(user),
         };
         Some((change, len))
@@ -73,17 +92,22 @@ impl PopupChange {
 
 impl<U: AsRef<str>> Encode for PopupChange<U> {
     fn encoded_len(&self) -> usize {
-        FIXED + self.user.as_ref().len().min(MAX_USER_LEN)
+        let answer = if self.action == SHOWN { 0 } else { 4 };
+        FIXED + answer + self.user.as_ref().len().min(MAX_USER_LEN)
     }
 
     /// A user id is cut at [`MAX_USER_LEN`] bytes (callers refuse longer ones before).
     fn encode(&self, out: &mut Vec<u8>) {
-        out.push(TAG);
+        let answer = self.action != SHOWN;
+        out.push(if answer { TAG_ANSWER } else { TAG });
         out.extend_from_slice(&self.popup.to_le_bytes());
         out.push(self.action);
         out.extend_from_slice(&self.next_eligible.to_le_bytes());
         out.extend_from_slice(&self.shows.to_le_bytes());
         out.extend_from_slice(&self.at.to_le_bytes());
+        if answer {
+            out.extend_from_slice(&self.answers.to_le_bytes());
+        }
         let user = hotpath_store::queue::cut(self.user.as_ref(), MAX_USER_LEN);
         out.push(user.len() as u8);
         out.extend_from_slice(user);
@@ -101,6 +125,12 @@ pub struct PopupUserRow {
     pub last_action: u8,
     /// Unix seconds of that action.
     pub updated_at: u32,
+    /// Unix second of the show the user's last click on the popup answered (0: none), and
+    /// of the show their last close answered: an answer to a show at or before it was
+    /// given already.
+    pub clicked_show: u32,
+    /// See `clicked_show`.
+    pub closed_show: u32,
 }
 
 impl PopupUserRow {
@@ -111,8 +141,21 @@ impl PopupUserRow {
             shows: row[3].int() as u32,
             last_action: row[4].int() as u8,
             updated_at: row[5].int() as u32,
+            clicked_show: row[6].int().clamp(0, i64::from(u32::MAX)) as u32,
+            closed_show: row[7].int().clamp(0, i64::from(u32::MAX)) as u32,
         };
         (row[0].text(), row[1].int() as u32, state)
+    }
+
+    /// This state laid over `under`, an older one of the same user and popup: this one
+    /// stays, with the later of both clicks and of both closes (an answer is never
+    /// forgotten, whatever came after it).
+    pub fn laid_over(self, under: &PopupUserRow) -> PopupUserRow {
+        PopupUserRow {
+            clicked_show: self.clicked_show.max(under.clicked_show),
+            closed_show: self.closed_show.max(under.closed_show),
+            ..self
+        }
     }
 
     /// The order of a user's states for one popup: later second, then more shows, then an
@@ -164,9 +207,11 @@ impl PopupQueue {
         };
         match rows.iter_mut().find(|(p, _)| *p == popup) {
             Some((_, r)) => {
-                if row.order() >= r.order() {
-                    *r = row;
-                }
+                *r = if row.order() >= r.order() {
+                    row.laid_over(r)
+                } else {
+                    r.laid_over(&row)
+                };
             }
             None => {
                 rows.push((popup, row));
@@ -209,6 +254,7 @@ impl Queue for PopupQueue {
                 next_eligible,
                 shows,
                 at,
+                answers,
             },
             len,
         ) = PopupChange::decode(bytes)?;
@@ -217,6 +263,8 @@ impl Queue for PopupQueue {
             shows,
             last_action: action,
             updated_at: at,
+            clicked_show: if action == CLICK { answers } else { 0 },
+            closed_show: if action == CLOSE { answers } else { 0 },
         };
         self.put_user(&user, popup, row);
         self.events.push(PopupEvent {
@@ -250,6 +298,8 @@ impl Queue for PopupQueue {
                     r.shows.into(),
                     u32::from(r.last_action).into(),
                     r.updated_at.into(),
+                    r.clicked_show.into(),
+                    r.closed_show.into(),
                 ]);
             }
         }
@@ -289,7 +339,7 @@ impl Queue for PopupQueue {
 /// migration 3, before services had their own; it has none of its own yet.
 pub static POPUPS: Service = Service {
     name: "popups",
-    tags: &[TAG],
+    tags: &[TAG, TAG_ANSWER],
     tables: &[&POPUP_USERS, &POPUP_EVENTS, &POPUP_DAILY],
     queue: &|| Box::<PopupQueue>::default(),
     migrations: &[],
@@ -306,6 +356,8 @@ pub static POPUP_USERS: Table = Table {
         col("shows", Type::Int, Merge::Replace),
         col("last_action", Type::Int, Merge::Replace),
         col("updated_at", Type::Int, Merge::Replace),
+        col("clicked_show_at", Type::Int, Merge::Max),
+        col("closed_show_at", Type::Int, Merge::Max),
     ],
     update_only: false,
     keeps_older: Some(|older, newer| {
@@ -396,8 +448,8 @@ pub fn user_lookups<'a>(users: &[&'a str]) -> Vec<Vec<&'a str>> {
 /// The lookup of `n` users' popup state (`n` placeholders).
 fn select_popup_users(n: usize) -> String {
     format!(
-        "SELECT user_id, popup_id, next_eligible, shows, last_action, updated_at \
-         FROM hp_popup_users WHERE user_id IN ({})",
+        "SELECT user_id, popup_id, next_eligible, shows, last_action, updated_at, \
+         clicked_show_at, closed_show_at FROM hp_popup_users WHERE user_id IN ({})",
         vec!["?"; n].join(",")
     )
 }
@@ -582,8 +634,8 @@ impl PopupStore for Store {
                 for user in users {
                     for &(popup, row) in q.user(user) {
                         match carried.iter_mut().find(|c| c.0 == *user && c.1 == popup) {
-                            Some(c) if row.order() >= c.2.order() => c.2 = row,
-                            Some(_) => {}
+                            Some(c) if row.order() >= c.2.order() => c.2 = row.laid_over(&c.2),
+                            Some(c) => c.2 = c.2.laid_over(&row),
                             None => carried.push((user.to_string(), popup, row)),
                         }
                     }
@@ -593,7 +645,7 @@ impl PopupStore for Store {
         for (user, popup, row) in carried {
             let rows = out.entry(user).or_default();
             match rows.iter_mut().find(|(p, _)| *p == popup) {
-                Some((_, r)) => *r = row,
+                Some((_, r)) => *r = row.laid_over(r),
                 None => rows.push((popup, row)),
             }
         }
@@ -655,7 +707,28 @@ mod tests {
             next_eligible: next,
             shows,
             at,
+            answers: if action == SHOWN { 0 } else { at - 5 },
         }
+    }
+
+    /// A click or close journaled by an older build (tag 2, without the show it answers)
+    /// decodes with its own second standing for its show's: a replay of it is refused too.
+    #[test]
+    fn an_answer_of_an_older_build_decodes_with_its_own_second() {
+        let mut c = pop("alice", 7, CLICK, 9, 1, 500);
+        let mut b = Vec::new();
+        c.encode(&mut b);
+        assert_eq!(b[0], TAG_ANSWER);
+        assert_eq!(PopupChange::decode(&b).unwrap().0.answers, 495);
+        // The older layout: tag 2, no answered second.
+        let old: Vec<u8> = [&[TAG][..], &b[1..22], &b[26..]].concat();
+        let (d, len) = PopupChange::decode(&old).unwrap();
+        assert_eq!((d.answers, len), (500, old.len()));
+        // A show in the answer's layout is not one.
+        c.action = SHOWN;
+        let mut bad = b.clone();
+        bad[5] = SHOWN;
+        assert!(PopupChange::decode(&bad).is_none());
     }
 
     #[test]

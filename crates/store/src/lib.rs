@@ -23,7 +23,7 @@
 //! The store names no service: each declares itself as a [`Service`] (its journal tags, tables,
 //! queue and migrations) in its own crate, and the binary hands the list to [`Store::open`].
 //!
-//! # Schema (version 6)
+//! # Schema (version 7)
 //! Migrations 1 to 4 predate services' own migrations: they also created the tracker's, the
 //! popup service's and the Lua routes' tables below, which those crates now declare and read.
 //!
@@ -35,7 +35,7 @@
 //! | `hp_journal` | `worker` PK, `seq` | per journal, the last record the database holds (written in the same transaction as the rows): tracker workers count from 0, popup workers from 65536, Lua workers from 131072, and `hotpath db refused --replay` records itself under 2147483647 |
 //! | `hp_access_list` | `info_hash` (20 bytes) PK, `note`, `added_at` | info hashes for the tracker's access list when its source is the database |
 //! | `hp_popups` | `id` PK, `definition` (the popup's JSON), `updated_at` | popup configurations |
-//! | `hp_popup_users` | (`user_id`, `popup_id`) PK, `next_eligible` (unix s; `i64::MAX` = never), `shows`, `last_action` (1 shown, 2 click, 3 close), `updated_at` | each user's state per popup, absolute (the newest write wins) |
+//! | `hp_popup_users` | (`user_id`, `popup_id`) PK, `next_eligible` (unix s; `i64::MAX` = never), `shows`, `last_action` (1 shown, 2 click, 3 close), `updated_at`, `clicked_show_at`, `closed_show_at` (unix s of the show the user's last click, and last close, answered; 0: none; the larger stays) | each user's state per popup, absolute (the newest write wins) |
 //! | `hp_popup_events` | `id` PK (auto), `at`, `user_id`, `popup_id`, `action` | the append-only log of shows, clicks and closes |
 //! | `hp_popup_daily` | (`popup_id`, `day` = unix s / 86400) PK, `shows` | shows per popup per UTC day (added to), for daily caps |
 //! | `hp_lua_rows` | `id` PK (auto), `tbl`, `at` (unix s), `data` (JSON text); index (`tbl`, `at`) | rows scripts append with `hp.store.enqueue` |

@@ -180,6 +180,24 @@ pub const MIGRATIONS: &[Migration] = &[
              MODIFY col VARCHAR(64) CHARACTER SET utf8mb4 COLLATE {bin} NOT NULL",
         ],
     },
+    Migration {
+        version: 7,
+        name: "the shows each popup user's last click and close answered",
+        // A show yields one click and one close: these say which were given, so a replayed
+        // token is refused after a restart too.
+        sqlite: &[
+            "ALTER TABLE hp_popup_users ADD COLUMN clicked_show_at INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE hp_popup_users ADD COLUMN closed_show_at INTEGER NOT NULL DEFAULT 0",
+        ],
+        postgres: &[
+            "ALTER TABLE hp_popup_users ADD COLUMN clicked_show_at BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE hp_popup_users ADD COLUMN closed_show_at BIGINT NOT NULL DEFAULT 0",
+        ],
+        mysql: &[
+            "ALTER TABLE hp_popup_users ADD COLUMN clicked_show_at BIGINT NOT NULL DEFAULT 0, \
+             ADD COLUMN closed_show_at BIGINT NOT NULL DEFAULT 0",
+        ],
+    },
 ];
 
 /// Who a migration belongs to in [`MigrationState::owner`]: the store itself.
@@ -384,12 +402,19 @@ pub fn require_current(
 mod tests {
     use super::*;
 
+    /// Every migration changes some dialect's schema; one that leaves a dialect as it is (6:
+    /// SQLite and PostgreSQL compare text byte for byte already) says so in its comment.
     #[test]
-    fn versions_are_consecutive_and_every_dialect_has_statements() {
+    fn versions_are_consecutive_and_every_migration_has_statements() {
         for (i, m) in MIGRATIONS.iter().enumerate() {
             assert_eq!(m.version as usize, i + 1);
-            for d in [Dialect::Sqlite, Dialect::Postgres, Dialect::Mysql] {
-                assert!(!m.statements(d).is_empty(), "{} {:?}", m.version, d);
+            let dialects = [Dialect::Sqlite, Dialect::Postgres, Dialect::Mysql];
+            let with = dialects.iter().filter(|d| !m.statements(**d).is_empty());
+            assert!(with.count() > 0, "{}", m.version);
+            if m.version != 6 {
+                for d in dialects {
+                    assert!(!m.statements(d).is_empty(), "{} {:?}", m.version, d);
+                }
             }
         }
     }

@@ -181,12 +181,12 @@ impl Table {
 
     /// Folds `newer` into `older`, column by column (both rows of this table, one key).
     fn merge_row(&self, older: &mut [Value], newer: &mut [Value]) {
-        if self.keeps_older.is_some_and(|keep| keep(older, newer)) {
-            return;
-        }
+        // The older state stays, but counts still add and maxima still rise.
+        let keep = self.keeps_older.is_some_and(|keep| keep(older, newer));
         for ((c, o), n) in self.columns.iter().zip(older).zip(newer) {
             match c.merge {
                 Merge::Key | Merge::Keep => {}
+                Merge::Replace if keep => {}
                 // A NULL (an update-only table's "as it is") does not replace a value.
                 Merge::Replace if *n != Value::Null => std::mem::swap(o, n),
                 Merge::Replace => {}

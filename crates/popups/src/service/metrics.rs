@@ -16,10 +16,6 @@ static REFUSED: Desc = Desc::counter(
     "Popup requests refused, by reason.",
 )
 .labels(&["reason"]);
-static SPENT_TOKENS: Desc = Desc::gauge(
-    "hotpath_popups_spent_tokens",
-    "Answered shows remembered (popups.max_spent_tokens at most).",
-);
 static USERS: Desc = Desc::gauge("hotpath_popups_users", "Users whose state is in memory.");
 static USERS_LIMIT: Desc = Desc::gauge("hotpath_popups_users_limit", "popups.max_users.");
 static USERS_BYTES: Desc = Desc::gauge(
@@ -86,15 +82,13 @@ pub(super) fn collect(popups: &Popups, out: &mut Samples) {
         ("bad_request", &c.bad_requests),
         ("bad_token", &c.bad_tokens),
         ("replay", &c.replays),
-        ("spent_full", &c.spent_full),
         ("journal_full", &c.journal_full),
         ("loads_full", &c.load_busy),
         ("load_failed", &c.load_errors),
     ] {
         out.labeled(&REFUSED, &[reason], n.get());
     }
-    out.add(&SPENT_TOKENS, s.spent.len())
-        .add(&USERS, users)
+    out.add(&USERS, users)
         .add(&USERS_LIMIT, s.cfg.max_users)
         .add(&USERS_BYTES, bytes)
         .add(&BYTES_PER_USER, bytes / users.max(1))

@@ -40,7 +40,6 @@ use crate::stored::{
 use crate::api::{self, Event, Query, MAX_SEGMENTS};
 use crate::decide::{self, Action, Catalog, Seen};
 use crate::model::Popup;
-use crate::spent::Spend;
 use crate::token::Signer;
 use crate::users::{Found, UserState, Users};
 use crate::PopupsError;
@@ -134,7 +133,6 @@ struct Counters {
     bad_requests: Counter,
     bad_tokens: Counter,
     replays: Counter,
-    spent_full: Counter,
     journal_full: Counter,
     load_busy: Counter,
     load_errors: Counter,
@@ -169,8 +167,6 @@ pub struct Shared {
     users: Users,
     daily: RwLock<Daily>,
     signer: Signer,
-    /// Answered shows (one click and one close each).
-    spent: crate::spent::Spent,
     /// Wrong admin tokens per client address (`popups.max_auth_failures_per_min`).
     token_guesses: hotpath_service::Throttle,
     /// Unix seconds at process second 0.
@@ -252,7 +248,6 @@ impl Popups {
                     .collect(),
             }),
             signer,
-            spent: crate::spent::Spent::new(cfg.token_ttl_secs, cfg.max_spent_tokens),
             token_guesses: hotpath_service::Throttle::new(
                 cfg.max_auth_failures_per_min,
                 60,

@@ -13,6 +13,8 @@ pub(super) fn seen_of(r: &PopupUserRow) -> Seen {
             CLOSE => Action::Close,
             _ => Action::None,
         },
+        clicked_show: r.clicked_show,
+        closed_show: r.closed_show,
     }
 }
 
@@ -161,6 +163,7 @@ impl PopupsWorker {
             next_eligible: seen.next_eligible,
             shows: seen.shows,
             at: now as u32,
+            answers: 0,
         });
         resp.content_type = "application/json";
         resp.extra_headers
@@ -224,10 +227,25 @@ impl PopupsWorker {
             return refused;
         }
         let code = action_code(event.action);
-        let spent = &self.shared.spent;
-        match spent.spend(&event.user, event.popup, shown_at, code, now) {
-            Spend::Fresh => {}
-            Spend::Replay => {
+        let frequency = popup.frequency;
+        // A show yields one click and one close: the user's state says when they last clicked
+        // and closed the popup, and it is journaled and stored with each answer, so a replay
+        // is known whenever it comes (after a restart too), with no table of spent tokens.
+        let found = self
+            .shared
+            .users
+            .with(&event.user, self.index as u16, ctx.now, |state| {
+                let seen = state.entry(event.popup);
+                if seen.answered(event.action, shown_at) {
+                    return (None, false);
+                }
+                decide::acted(seen, &frequency, event.action, now);
+                decide::answered(seen, event.action, shown_at);
+                (Some(*seen), true)
+            });
+        let seen = match found {
+            Found::Ready(Some(seen)) => seen,
+            Found::Ready(None) => {
                 c.replays.add(1);
                 let msg = match event.action {
                     Action::Click => "token: this show was already clicked",
@@ -235,32 +253,7 @@ impl PopupsWorker {
                 };
                 return refuse(resp, 409, K, msg);
             }
-            Spend::Full => {
-                c.spent_full.add(1);
-                resp.extra_headers.extend_from_slice(b"Retry-After: 60\r\n");
-                return refuse(
-                    resp,
-                    503,
-                    K,
-                    "too many answered shows to remember (popups.max_spent_tokens); try later",
-                );
-            }
-        }
-        let frequency = popup.frequency;
-        let found = self
-            .shared
-            .users
-            .with(&event.user, self.index as u16, ctx.now, |state| {
-                let seen = state.entry(event.popup);
-                decide::acted(seen, &frequency, event.action, now);
-                (*seen, true)
-            });
-        let seen = match found {
-            Found::Ready(seen) => seen,
-            other => {
-                spent.unspend(&event.user, event.popup, shown_at, code);
-                return self.not_loaded(other, &event.user, K, resp);
-            }
+            other => return self.not_loaded(other, &event.user, K, resp),
         };
         match event.action {
             Action::Click => c.clicks.add(1),
@@ -273,6 +266,7 @@ impl PopupsWorker {
             next_eligible: seen.next_eligible,
             shows: seen.shows,
             at: now as u32,
+            answers: u32::try_from(shown_at).unwrap_or(u32::MAX),
         });
         resp.status = 202;
         resp.content_type = "application/json";
