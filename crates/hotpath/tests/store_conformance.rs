@@ -706,8 +706,8 @@ fn popup_state_events_and_daily_counts_are_written_and_read_back(d: Dialect) {
                 shows: 2,
                 last_action: SHOWN,
                 updated_at: at,
-                // Alice's click above, kept under the newer show.
-                clicked_show: at,
+                // The show Alice's click above answered, kept under the newer show.
+                clicked_show: at - 1,
                 closed_show: 0,
             }
         )]
