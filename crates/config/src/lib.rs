@@ -424,6 +424,14 @@ section! {
         /// past it get a failure reason. Enough for a NAT of ordinary size, too few for one
         /// host to fill a swarm with made-up ports.
         pub max_peers_per_ip: usize = 64,
+        /// Torrents one client address (IPv6: one /64) may hold alone, as the only client
+        /// in them: a new torrent from an address at it gets a failure reason, so a flood of
+        /// made-up info hashes from one place stops at its own share and never makes the
+        /// tracker full for others. A torrent another client joins is no longer counted.
+        /// One sixteenth of max_torrents: far past a seedbox's lone torrents.
+        pub max_torrents_per_address: usize = 125_000,
+        /// The same for all the /64s of one IPv6 /48 (one customer) together.
+        pub max_torrents_per_48: usize = 500_000,
         /// Completed-download counts kept for torrents whose last peer left (their swarms
         /// are freed), so scrapes still report them; past it, arbitrary ones are dropped from
         /// memory (the database keeps every count).

@@ -70,11 +70,13 @@ fn check_counts(v: &Value) {
     assert_eq!(classes, n("errors"), "{v}");
 }
 
-/// The test config, with no cap on peers per address: the load generator sends every peer
-/// from 127.0.0.1.
+/// The test config, with no cap on peers or torrents per address: the load generator sends
+/// every peer from 127.0.0.1.
 fn load_config() -> hotpath_config::Config {
     let mut c = common::test_config();
     c.tracker.max_peers_per_ip = 1 << 20;
+    c.tracker.max_torrents_per_address = 1 << 30;
+    c.tracker.max_torrents_per_48 = 1 << 30;
     c
 }
 

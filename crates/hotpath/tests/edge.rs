@@ -449,3 +449,54 @@ fn a_served_port_is_refused_and_port_zero_draws_another() {
     }
     first.shutdown().unwrap();
 }
+
+/// Regression: made-up info hashes from 127.0.0.1 filled `tracker.max_torrents` and every
+/// other address got `tracker is full` for a new torrent. One address now stops at its own
+/// share of torrents it is alone in; another address is served, over HTTP and UDP.
+#[test]
+fn one_address_filling_the_table_leaves_others_served() {
+    let _alone = alone();
+    let mut c = test_config();
+    c.tracker.max_torrents = 100;
+    c.tracker.max_torrents_per_address = 20;
+    let server = start(&c);
+    let addr = server.http_addr().unwrap();
+    let attacker: IpAddr = "127.0.0.1".parse().unwrap();
+    let mut flood = Client::from_stream(connect_from(attacker, addr).unwrap());
+    let mut refused = 0;
+    for h in 0..100u8 {
+        let a = announce([h; 20], 1, 6881, 100, Event::Started);
+        let r = flood.get(&announce_target(&a));
+        match failure(&r.body) {
+            None => {}
+            Some(f) if f.starts_with("too many torrents from your address") => refused += 1,
+            Some(f) => panic!("{f}"),
+        }
+    }
+    assert_eq!(refused, 80, "20 torrents of its own");
+    let other: IpAddr = "127.0.0.2".parse().unwrap();
+    let mut other = Client::from_stream(connect_from(other, addr).unwrap());
+    let a = announce([200; 20], 2, 6881, 100, Event::Started);
+    assert_eq!(failure(&other.get(&announce_target(&a)).body), None);
+    // Over UDP too, from another address.
+    let socket = std::net::UdpSocket::bind("127.0.0.3:0").unwrap();
+    let mut udp = Udp {
+        socket,
+        server: server.udp_addr().unwrap(),
+        connection_id: 0,
+    };
+    udp.connect();
+    let answer = udp.announce([201; 20], 3, 6881, 100, Event::Started);
+    assert!(
+        matches!(udp::parse_response(&answer), Ok(Response::Announce { .. })),
+        "{:?}",
+        udp::parse_response(&answer)
+    );
+    let admin = server.admin_addr().unwrap();
+    let text = String::from_utf8(Client::connect(admin).get("/metrics").body).unwrap();
+    assert!(
+        text.contains("hotpath_tracker_cap_hits_total{cap=\"max_torrents_per_address\"} 80"),
+        "{text}"
+    );
+    server.shutdown().unwrap();
+}

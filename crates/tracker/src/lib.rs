@@ -14,6 +14,7 @@ pub mod connid;
 mod dense;
 mod error;
 pub mod handler;
+pub mod owners;
 pub mod persist;
 pub mod private;
 pub mod stored;
@@ -160,6 +161,8 @@ impl Tracker {
             max_peers_per_torrent: cfg.max_peers_per_torrent,
             max_peers_per_ip: cfg.max_peers_per_ip,
             max_idle_torrents: cfg.max_idle_torrents,
+            max_torrents_per_address: cfg.max_torrents_per_address,
+            max_torrents_per_48: cfg.max_torrents_per_48,
         };
         let swarms: Box<dyn SwarmTable> = if cfg.keep_peer_ids {
             Box::new(Table::<20>::new(cfg.shards, caps))
@@ -435,6 +438,7 @@ impl Service for Tracker {
             ("max_peers_per_ip", &h.address),
             ("max_idle_torrents", &h.idle_evicted),
             ("recent_snatches", &h.snatch_evicted),
+            ("max_torrents_per_address", &h.owned),
         ] {
             out.labeled(&m::CAP_HITS, &[cap], get(v));
         }

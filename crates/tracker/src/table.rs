@@ -8,6 +8,7 @@ use hashbrown::hash_map::Entry;
 
 use hotpath_wire::query::{Event, Id20};
 
+use crate::owners::{self, Owners};
 use crate::swarm::{Change, PeerSet, Record, Room, Shard, Swarms, Torrent};
 
 /// The counts a tracker reports for a torrent.
@@ -84,6 +85,10 @@ pub struct Caps {
     pub max_peers_per_ip: usize,
     /// Most completed counts kept for torrents without peers.
     pub max_idle_torrents: usize,
+    /// Most torrents one address (IPv6: one /64) holds alone (see [`crate::owners`]).
+    pub max_torrents_per_address: usize,
+    /// Most torrents the /64s of one IPv6 /48 hold alone together.
+    pub max_torrents_per_48: usize,
 }
 
 impl Caps {
@@ -94,6 +99,8 @@ impl Caps {
         max_peers_per_torrent: 1 << 30,
         max_peers_per_ip: 1 << 30,
         max_idle_torrents: 1 << 30,
+        max_torrents_per_address: 1 << 30,
+        max_torrents_per_48: 1 << 30,
     };
 }
 
@@ -115,6 +122,9 @@ pub struct CapHits {
     pub snatch_repeats: Counter,
     /// Recent snatches forgotten early to keep the shard's share of `max_peers`.
     pub snatch_evicted: Counter,
+    /// New torrents refused because their address held `max_torrents_per_address` (or its
+    /// /48 `max_torrents_per_48`) torrents alone.
+    pub owned: Counter,
 }
 
 /// Totals over all shards.
@@ -265,6 +275,18 @@ fn read_peer<const A: usize>(
     })
 }
 
+/// The address of a torrent's only peer, if it has exactly one (see [`crate::owners`]).
+fn sole<const I: usize>(t: &Torrent<I>) -> Option<owners::Key> {
+    if t.peers() != 1 {
+        return None;
+    }
+    match (t.records_v4().0.first(), t.records_v6().0.first()) {
+        (Some(r), _) => Some(owners::key(r.addr())),
+        (None, Some(r)) => Some(owners::key(r.addr())),
+        (None, None) => None,
+    }
+}
+
 /// [`Swarms`] with the global torrent and peer counts the caps use.
 pub struct Table<const I: usize> {
     swarms: Swarms<I>,
@@ -279,6 +301,8 @@ pub struct Table<const I: usize> {
     /// The SipHash key of recent snatches' (torrent, address) (random: no client can line
     /// up its keys with another's).
     snatch_key: [u64; 2],
+    /// Torrents each address holds alone.
+    owners: Owners,
 }
 
 impl<const I: usize> Table<I> {
@@ -296,6 +320,7 @@ impl<const I: usize> Table<I> {
                 let k = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
                 [k(0), k(8)]
             },
+            owners: Owners::new(caps.max_torrents_per_address, caps.max_torrents_per_48),
             caps,
             hits: CapHits::default(),
         }
@@ -421,6 +446,15 @@ impl<const I: usize> SwarmTable for Table<I> {
                     self.hits.torrents.add(1);
                     return Err("tracker is full: it tracks as many torrents as it may");
                 }
+                let own = match (&a.v4, &a.v6) {
+                    (Some(addr), _) => owners::key(addr),
+                    (None, Some(addr)) => owners::key(addr),
+                    (None, None) => 0,
+                };
+                if !self.owners.may_create(own) {
+                    self.hits.owned.add(1);
+                    return Err("too many torrents from your address that no one else is in");
+                }
                 self.torrents.fetch_add(1, Ordering::Relaxed);
                 shard.idle.remove(&a.info_hash);
                 let t = v.insert(Torrent::default());
@@ -429,6 +463,7 @@ impl<const I: usize> SwarmTable for Table<I> {
             }
         };
         let (s0, p0) = (t.seeders(), t.peers());
+        let sole0 = sole(t);
         // A snatch is counted once per download, as XBT does: when a peer this swarm knows as
         // a leecher reports left=0 (whatever its event: some clients go straight to
         // `stopped`). A peer the swarm does not know counts nothing, whatever it says, so
@@ -500,6 +535,7 @@ impl<const I: usize> SwarmTable for Table<I> {
         }
         let c = counts(t);
         let p1 = t.peers();
+        self.owners.moved(sole0, sole(t));
         shard.seeders = shard.seeders + c.seeders as usize - s0 as usize;
         shard.peers = shard.peers + p1 as usize - p0 as usize;
         self.count_peers(p0 as usize, p1 as usize);
@@ -566,7 +602,9 @@ impl<const I: usize> SwarmTable for Table<I> {
         let before = shard.torrents.len();
         let mut emptied = Vec::new();
         shard.torrents.retain(|hash, t| {
+            let sole0 = sole(t);
             dropped += t.expire(now, timeout);
+            self.owners.moved(sole0, sole(t));
             seeders += t.seeders() as usize;
             peers += t.peers() as usize;
             if t.is_empty() && t.completed > 0 {
@@ -664,6 +702,7 @@ impl<const I: usize> SwarmTable for Table<I> {
             }
             let t = shard.torrents.entry(hash).or_default();
             let (s0, p0) = (t.seeders(), t.peers());
+            let sole0 = sole(t);
             // The table's peers before this torrent; its own new peers count against
             // `max_peers` as they come.
             let base = self.peers.load(Ordering::Relaxed);
@@ -691,6 +730,7 @@ impl<const I: usize> SwarmTable for Table<I> {
             };
             let read = read();
             t.tidy();
+            self.owners.moved(sole0, sole(t));
             let (s1, p1) = (t.seeders(), t.peers());
             shard.seeders = shard.seeders + s1 as usize - s0 as usize;
             shard.peers = shard.peers + p1 as usize - p0 as usize;
@@ -903,6 +943,47 @@ mod tests {
         assert_eq!(f.table.scrape(&[1; 20]).completed, 1);
     }
 
+    /// Regression: 2M made-up torrents from 127.0.0.1 filled `max_torrents`, and every other
+    /// address got `tracker is full` for a new torrent. An address now holds at most its share
+    /// of torrents alone: past it only its own new torrents are refused; a torrent another
+    /// client joins, or one it leaves, is no longer its; and the sweep gives back what expired.
+    #[test]
+    fn one_address_cannot_fill_the_table_for_others() {
+        let caps = Caps {
+            max_torrents: 100,
+            max_torrents_per_address: 10,
+            max_torrents_per_48: 20,
+            ..Caps::LARGE
+        };
+        let mut f = Fixture::new(Table::<0>::new(4, caps), false);
+        let new = |f: &mut Fixture<0>, hash: u8, ip: [u8; 4], port: u8, now: u16| {
+            let mut a = announce(port, false, Event::Started);
+            a.info_hash = [hash; 20];
+            a.v4 = Some([ip[0], ip[1], ip[2], ip[3], 0, port]);
+            f.table
+                .announce(&a, now, &mut f.rng, &mut f.sel)
+                .map(|_| ())
+        };
+        let flood = [127, 0, 0, 1];
+        for h in 0..10 {
+            assert_eq!(new(&mut f, h, flood, 1, 0), Ok(()));
+        }
+        let e = new(&mut f, 10, flood, 2, 0).unwrap_err();
+        assert!(e.starts_with("too many torrents from your address"), "{e}");
+        assert_eq!(f.table.cap_hits().owned.get(), 1);
+        // Another address is served, and may join the flood's torrents.
+        assert_eq!(new(&mut f, 50, [192, 0, 2, 7], 1, 0), Ok(()));
+        assert_eq!(new(&mut f, 0, [192, 0, 2, 7], 1, 0), Ok(()));
+        // That torrent is no longer the flood's alone: it may make one more.
+        assert_eq!(new(&mut f, 11, flood, 1, 0), Ok(()));
+        assert!(new(&mut f, 12, flood, 1, 0).is_err());
+        // Its peers expire: the sweep gives its share back.
+        for i in 0..f.table.shards() {
+            f.table.sweep(i, 500, 100);
+        }
+        assert_eq!(new(&mut f, 12, flood, 1, 500), Ok(()));
+    }
+
     /// Regression: one peer flipping `left` between 1 and 0 added a completion per pair
     /// (6-7k a second per connection), and so did changing its peer id between flips. Now
     /// the client counts once while it keeps completing within the peer timeout; another
@@ -943,6 +1024,7 @@ mod tests {
             max_peers_per_torrent: 6,
             max_peers_per_ip: 4,
             max_idle_torrents: 2,
+            ..Caps::LARGE
         };
         let mut f = Fixture::new(Table::<0>::new(1, caps), false);
         let from = |f: &mut Fixture<0>, hash: u8, ip: u8, port: u8| {

@@ -1,0 +1,142 @@
+//! Who holds the torrents that only one client is in: each such torrent is its one peer's
+//! address's (IPv6: its /64, and its /48 with the other /64s of that /48), and an address may
+//! hold `tracker.max_torrents_per_address` of them (a /48, `max_torrents_per_48`). A flood of
+//! made-up info hashes from one place then stops at its own budget, and never makes the
+//! tracker full for everyone else; a torrent that a second client joins is no longer anyone's.
+//!
+//! Counts change only when a torrent's sole peer changes (created, joined, left to one, freed):
+//! re-announces into a swarm never touch them.
+//!
+//! Owns: [`Owners`]. Must not: know swarms (the table tells it what changed).
+
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+
+const SHARDS: usize = 16;
+
+/// An address as counted: IPv4, or IPv6 by /64.
+pub type Key = u128;
+
+/// The key of a compact address (4 or 16 bytes of IP, then the port).
+pub fn key(addr: &[u8]) -> Key {
+    match addr.len() {
+        6 => u128::from(u32::from_be_bytes(addr[..4].try_into().expect("4 bytes"))),
+        18 => {
+            let ip = u128::from_be_bytes(addr[..16].try_into().expect("16 bytes"));
+            (ip >> 64) | (1 << 127)
+        }
+        _ => 0,
+    }
+}
+
+/// The key of the /48 an IPv6 key's /64 is in.
+fn key48(k: Key) -> Option<Key> {
+    (k >> 127 == 1).then(|| ((k & !(1 << 127)) >> 16) | (3 << 126))
+}
+
+/// Single-peer torrents per address.
+#[derive(Debug)]
+pub struct Owners {
+    shards: Box<[Mutex<HashMap<Key, u32>>]>,
+    max: u32,
+    max48: u32,
+}
+
+impl Owners {
+    /// Budgets of `max` single-peer torrents per address and `max48` per IPv6 /48.
+    pub fn new(max: usize, max48: usize) -> Owners {
+        let cap = |n: usize| u32::try_from(n).unwrap_or(u32::MAX).max(1);
+        Owners {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            max: cap(max),
+            max48: cap(max48),
+        }
+    }
+
+    fn shard(&self, k: Key) -> &Mutex<HashMap<Key, u32>> {
+        let h = (k ^ (k >> 64)) as u64;
+        &self.shards[(h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % SHARDS]
+    }
+
+    fn get(&self, k: Key) -> u32 {
+        self.shard(k).lock().get(&k).copied().unwrap_or(0)
+    }
+
+    /// Whether the address `k` may make one more torrent.
+    pub fn may_create(&self, k: Key) -> bool {
+        self.get(k) < self.max && key48(k).is_none_or(|k48| self.get(k48) < self.max48)
+    }
+
+    fn bump(&self, k: Key, up: bool) {
+        let mut map = self.shard(k).lock();
+        if up {
+            *map.entry(k).or_insert(0) += 1;
+        } else if let hashbrown::hash_map::Entry::Occupied(mut o) = map.entry(k) {
+            *o.get_mut() -= 1;
+            if *o.get() == 0 {
+                o.remove();
+            }
+        }
+    }
+
+    /// A torrent's sole peer went from `before` to `after` (`None`: it has none, or several).
+    pub fn moved(&self, before: Option<Key>, after: Option<Key>) {
+        if before == after {
+            return;
+        }
+        for (k, up) in [(before, false), (after, true)] {
+            if let Some(k) = k {
+                self.bump(k, up);
+                if let Some(k48) = key48(k) {
+                    self.bump(k48, up);
+                }
+            }
+        }
+    }
+
+    /// Torrents the address `k` holds alone (tests, figures).
+    pub fn held(&self, k: Key) -> u32 {
+        self.get(k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v6(s: &str) -> Key {
+        let ip: std::net::Ipv6Addr = s.parse().unwrap();
+        let mut a = ip.octets().to_vec();
+        a.extend_from_slice(&[0, 80]);
+        key(&a)
+    }
+
+    #[test]
+    fn budgets_hold_per_address_and_per_48() {
+        let o = Owners::new(2, 3);
+        let a = key(&[192, 0, 2, 1, 0, 80]);
+        assert_eq!(a, key(&[192, 0, 2, 1, 1, 1]), "the port is not the address");
+        o.moved(None, Some(a));
+        o.moved(None, Some(a));
+        assert!(!o.may_create(a));
+        assert!(o.may_create(key(&[192, 0, 2, 2, 0, 80])));
+        // Joined by a second client: no longer the address's.
+        o.moved(Some(a), None);
+        assert!(o.may_create(a));
+        assert_eq!(o.held(a), 1);
+        // Three /64s of one /48 share its budget of 3.
+        let (x, y, z) = (
+            v6("2001:db8:5:1::1"),
+            v6("2001:db8:5:2::1"),
+            v6("2001:db8:5:3::1"),
+        );
+        o.moved(None, Some(x));
+        o.moved(None, Some(y));
+        o.moved(None, Some(z));
+        assert!(!o.may_create(v6("2001:db8:5:4::1")));
+        assert!(o.may_create(v6("2001:db8:6:1::1")), "another /48");
+        o.moved(Some(z), Some(x));
+        assert_eq!((o.held(x), o.held(z)), (2, 0));
+        assert!(!o.may_create(x));
+    }
+}
