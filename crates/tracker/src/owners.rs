@@ -31,7 +31,7 @@ pub fn key(addr: &[u8]) -> Key {
 
 /// The key of the /48 an IPv6 key's /64 is in.
 fn key48(k: Key) -> Option<Key> {
-    (k >> 127 == 1).then(|| ((k & !(1 << 127)) >> 16) | (3 << 126))
+    (k >> 127 == 1).then_some(((k & !(1 << 127)) >> 16) | (3 << 126))
 }
 
 /// Single-peer torrents per address.
