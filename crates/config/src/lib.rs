@@ -460,6 +460,11 @@ section! {
         /// Seconds between writes of every swarm's seeders and leechers to the store
         /// (completed downloads are written within `store.flush_interval_ms`).
         pub snapshot_interval_secs: u32 = 60,
+        /// Days after which hp_torrents forgets a torrent with no completed download and no
+        /// activity (deleted once an hour). A torrent only ever seen with one peer and no
+        /// completed download is not written at all: it has nothing worth keeping, and
+        /// made-up info hashes would only fill the table.
+        pub forget_torrents_after_days: u32 = 30,
         /// On a graceful shutdown, save every swarm to `store.data_dir` and load it at the
         /// next start with the peers' remaining lifetimes, so a restart empties no swarm.
         pub persist_swarms: bool = true,
@@ -914,6 +919,14 @@ section! {
         /// Users whose state is kept in memory; beyond it, those idle longest are dropped
         /// (their state is in the database and is loaded again on their next request).
         pub max_users: usize = 2_000_000,
+        /// Days after which a user's state for a popup they were only shown (never clicked
+        /// or closed), whose cooldown is over, is deleted from hp_popup_users (once an
+        /// hour): made-up user ids leave no rows for good. Their shows count toward a
+        /// popup's max_shows until then.
+        pub forget_idle_users_after_days: u32 = 90,
+        /// Days of the event log (hp_popup_events) kept; older events are deleted once an
+        /// hour.
+        pub keep_events_days: u32 = 90,
         /// Users whose state may be waiting to be loaded at once; beyond it, new users get
         /// 503 until the database catches up.
         pub max_loading: usize = 65_536,

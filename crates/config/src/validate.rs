@@ -162,6 +162,9 @@ fn tracker(t: &TrackerConfig, p: &mut Problems) {
             );
         }
     }
+    if !(1..=36_500).contains(&t.forget_torrents_after_days) {
+        p.bad("tracker.forget_torrents_after_days", "must be 1 to 36500");
+    }
     if t.snapshot_interval_secs == 0 {
         p.bad("tracker.snapshot_interval_secs", "must be at least 1");
     }
@@ -394,6 +397,17 @@ fn popups(c: &Config, p: &mut Problems) {
     }
     if !(100..=600_000).contains(&po.reload_ms) {
         p.bad("popups.reload_ms", "must be between 100 and 600000");
+    }
+    for (key, days) in [
+        (
+            "popups.forget_idle_users_after_days",
+            po.forget_idle_users_after_days,
+        ),
+        ("popups.keep_events_days", po.keep_events_days),
+    ] {
+        if !(1..=36_500).contains(&days) {
+            p.bad(key, "must be 1 to 36500");
+        }
     }
     if po.max_users < 1000 {
         p.bad("popups.max_users", "must be at least 1000");

@@ -468,6 +468,39 @@ fn graceful_shutdown_drains_and_swarms_survive_a_restart() {
     assert_eq!(common::peers(&r.body, "peers").len(), 6 * 6);
 }
 
+/// Regression: 2 s of announces for random info hashes left 79k rows in hp_torrents, kept
+/// after every peer left. A torrent only ever seen with one peer and no completed download
+/// is not written; one with two peers is.
+#[test]
+fn random_announces_leave_no_rows_behind() {
+    let db = test_db(Dialect::Sqlite, "random");
+    let config = write_config(&db, &db.url, "[tracker]\nsnapshot_interval_secs = 1\n");
+    let server = Proc::spawn(&config, &db.dir);
+    let mut c = Client::connect(server.http);
+    for n in 0..500u32 {
+        let mut hash = [0u8; 20];
+        hash[..4].copy_from_slice(&n.to_le_bytes());
+        hash[19] = 0xaa;
+        let a = common::announce(hash, 1, 7000, 50, Event::Started);
+        assert_eq!(failure(&c.get(&announce_target(&a)).body), None);
+    }
+    for n in 1..=2u8 {
+        let a = common::announce([9; 20], n, 7000 + u16::from(n), 50, Event::Started);
+        assert_eq!(failure(&c.get(&announce_target(&a)).body), None);
+    }
+    let rows = || {
+        let mut b = backend::connect(&db.url, &db.dir).unwrap();
+        let mut keys = Vec::new();
+        b.torrents(&mut |k, _| keys.push(k)).unwrap();
+        keys
+    };
+    // The snapshot that wrote the two-peer torrent saw every single-peer one too.
+    wait_until("the snapshot", Duration::from_secs(20), || {
+        !rows().is_empty()
+    });
+    assert_eq!(rows(), vec![[9; 20]]);
+}
+
 macro_rules! per_backend {
     ($($name:ident),* $(,)?) => {
         mod sqlite { $( #[test] fn $name() { super::$name(super::Dialect::Sqlite) } )* }

@@ -13,6 +13,7 @@ use hotpath::STORED as SERVICES;
 use hotpath_config::StoreConfig;
 use hotpath_lua::stored::{LuaChange, LuaDb};
 use hotpath_popups::stored::{PopupChange, PopupDb, PopupStore, PopupUserRow, CLICK, CLOSE, SHOWN};
+use hotpath_popups::user_id::UserId;
 use hotpath_store::backend::{self, Backend, Dialect, Written};
 use hotpath_store::migrations;
 use hotpath_store::table::{Rows, Value};
@@ -182,6 +183,71 @@ fn big_batches_split_under_the_parameter_limit(d: Dialect) {
     let rows = stored(&mut *b);
     assert_eq!(rows.len(), n);
     assert!(rows.iter().all(|(_, t)| t.completed == 1));
+}
+
+/// `tracker.forget_torrents_after_days`: the torrents idle since before the cut with no
+/// completed download go; a completed download or recent activity keeps a row.
+fn idle_torrents_without_downloads_are_forgotten(d: Dialect) {
+    let db = test_db(d, "forget");
+    let mut b = backend::connect(&db.url, &db.dir).unwrap();
+    migrations::migrate(&mut *b, &SERVICES).unwrap();
+    let batch = torrents(
+        vec![
+            (key(1), row(0, 2, 0, 100, 100)),
+            (key(2), row(3, 2, 0, 100, 100)),
+            (key(3), row(0, 2, 0, 100, 900)),
+        ],
+        vec![(0, 1)],
+        3,
+    );
+    b.write(&batch).unwrap();
+    b.forget_idle_torrents(500).unwrap();
+    let left: Vec<Key> = stored(&mut *b).into_iter().map(|r| r.0).collect();
+    assert_eq!(left, vec![key(2), key(3)]);
+}
+
+/// `popups.forget_idle_users_after_days` and `keep_events_days`: a user only shown a popup,
+/// whose cooldown and last show are before the cut, goes; an answered one, one still cooling
+/// down and one shown since stay; events before the cut go.
+fn idle_popup_users_and_old_events_are_forgotten(d: Dialect) {
+    let db = test_db(d, "forget_users");
+    let cfg = db.store_config();
+    let (store, _) = Store::open(&cfg, &SERVICES).unwrap();
+    let change = |user: &str, action, next_eligible, at| PopupChange {
+        user: UserId::new(user),
+        popup: 1,
+        action,
+        next_eligible,
+        shows: 1,
+        at,
+        answers: if action == SHOWN { 0 } else { at - 1 },
+    };
+    let mut w = store.writer(0);
+    for c in [
+        change("invented", SHOWN, 200, 100),
+        change("clicked", SHOWN, 200, 100),
+        change("clicked", CLICK, 200, 101),
+        change("cooling", SHOWN, 5_000, 100),
+        change("recent", SHOWN, 200, 900),
+    ] {
+        w.append(&c).unwrap();
+    }
+    w.commit().unwrap();
+    store.flush().unwrap();
+    let mut b = backend::connect(&db.url, &db.dir).unwrap();
+    b.forget_idle_users(500).unwrap();
+    b.forget_events(500).unwrap();
+    let users = ["invented", "clicked", "cooling", "recent"];
+    let mut left: Vec<String> = b
+        .popup_users(&users)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    left.sort();
+    assert_eq!(left, ["clicked", "cooling", "recent"]);
+    let events: u64 = b.popup_event_counts().unwrap().iter().map(|e| e.2).sum();
+    assert_eq!(events, 1, "the recent show's");
 }
 
 /// A batch of a wide table (hp_user_torrents, 14 columns): rows enough for statements as
@@ -1163,6 +1229,8 @@ macro_rules! suite {
 suite!(
     migrations_apply_once_and_report_status,
     upserts_add_counts_replace_snapshots_and_keep_first_seen,
+    idle_torrents_without_downloads_are_forgotten,
+    idle_popup_users_and_old_events_are_forgotten,
     big_batches_split_under_the_parameter_limit,
     wide_batches_split_under_the_parameter_limit,
     errors_say_whether_a_retry_can_help,

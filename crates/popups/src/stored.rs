@@ -535,6 +535,25 @@ pub trait PopupDb: Backend {
         self.query(POPUP_USER_IDS, &[], &mut |r| each(r[0].text()))
     }
 
+    /// Deletes the states of users who were only shown a popup, never answered it, and whose
+    /// cooldown ended and last show came before unix second `before`
+    /// (`popups.forget_idle_users_after_days`).
+    fn forget_idle_users(&mut self, before: i64) -> Result<(), StoreError> {
+        self.execute_with(
+            "DELETE FROM hp_popup_users WHERE last_action = 1 AND clicked_show_at = 0 \
+             AND closed_show_at = 0 AND next_eligible < ? AND updated_at < ?",
+            &[Value::Int(before), Value::Int(before)],
+        )
+    }
+
+    /// Deletes the events before unix second `before` (`popups.keep_events_days`).
+    fn forget_events(&mut self, before: i64) -> Result<(), StoreError> {
+        self.execute_with(
+            "DELETE FROM hp_popup_events WHERE at < ?",
+            &[Value::Int(before)],
+        )
+    }
+
     /// Creates or replaces popup `id`'s definition (JSON text), stamped `updated_at`.
     fn save_popup(&mut self, id: u32, definition: &str, updated_at: i64) -> Result<(), StoreError> {
         let sql = self.dialect().insert(&DEFINITIONS, 1);

@@ -41,9 +41,14 @@ pub fn snapshotter(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
         every
     };
     let mut due = Instant::now() + first;
+    let mut forget_due = Instant::now() + FORGET_EVERY;
     // The registered torrents written with peers last time.
     let mut had_peers: HashSet<u32> = HashSet::new();
     while !stop.load(Ordering::Acquire) {
+        if Instant::now() >= forget_due {
+            forget_due += FORGET_EVERY;
+            forget_idle_torrents(&shared, &db);
+        }
         if Instant::now() < due {
             std::thread::sleep(Duration::from_millis(100));
             continue;
@@ -57,16 +62,21 @@ pub fn snapshotter(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
             if c.seeders + c.leechers == 0 {
                 return;
             }
-            changes.push(TorrentChange {
-                info_hash: *hash,
-                completed: 0,
-                seeders: c.seeders,
-                leechers: c.leechers,
-                at,
-            });
-            if changes.len() == CHUNK {
-                db.submit(&changes);
-                changes.clear();
+            // One peer and no completed download: nothing worth a row (made-up info hashes
+            // would only fill the table); a torrent that had a row keeps its last snapshot.
+            let worth_a_row = c.seeders + c.leechers > 1 || c.completed > 0;
+            if worth_a_row {
+                changes.push(TorrentChange {
+                    info_hash: *hash,
+                    completed: 0,
+                    seeders: c.seeders,
+                    leechers: c.leechers,
+                    at,
+                });
+                if changes.len() == CHUNK {
+                    db.submit(&changes);
+                    changes.clear();
+                }
             }
             if let Some(t) = counts.as_ref().and_then(|p| p.torrents.get(hash)) {
                 has_peers.insert(t.id);
@@ -93,6 +103,23 @@ pub fn snapshotter(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
         }
         db.submit(&private);
         had_peers = has_peers;
+    }
+}
+
+/// How often idle torrents are forgotten (`tracker.forget_torrents_after_days`).
+const FORGET_EVERY: Duration = Duration::from_secs(3600);
+
+/// Deletes hp_torrents' rows of torrents idle for `tracker.forget_torrents_after_days`, with no
+/// completed download, on a connection of its own (a long delete holds up no flush); a failure
+/// is logged and tried again in an hour.
+fn forget_idle_torrents(shared: &Shared, db: &hotpath_store::Store) {
+    let days = i64::from(shared.cfg.forget_torrents_after_days);
+    let before = hotpath_store::unix_now() - days * 86_400;
+    let done = db
+        .connect()
+        .and_then(|mut b| b.forget_idle_torrents(before));
+    if let Err(e) = done {
+        log::warn!("tracker: idle torrents not forgotten this hour: {e}");
     }
 }
 

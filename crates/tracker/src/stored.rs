@@ -219,6 +219,15 @@ pub trait TrackerDb: Backend {
         )
     }
 
+    /// Deletes the torrents with no completed download whose last activity was before unix
+    /// second `before` (see `tracker.forget_torrents_after_days`).
+    fn forget_idle_torrents(&mut self, before: i64) -> Result<(), StoreError> {
+        self.execute_with(
+            "DELETE FROM hp_torrents WHERE completed = 0 AND last_active < ?",
+            &[Value::Int(before)],
+        )
+    }
+
     /// The info hashes in `hp_access_list` (rows whose key is not 20 bytes are skipped).
     fn access_list(&mut self) -> Result<Vec<Key>, StoreError> {
         let mut out = Vec::new();

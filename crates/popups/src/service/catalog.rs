@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// How often idle users and old events are forgotten.
+const FORGET_EVERY: Duration = Duration::from_secs(3600);
+
 /// Parses stored definitions; a bad one is logged (once per text) and left out.
 pub(super) fn parse_all(
     rows: &[(u32, String)],
@@ -40,7 +43,12 @@ impl Shared {
         let mut read = None;
         let mut last_error = None::<Instant>;
         let mut next = Instant::now() + every;
+        let mut forget_due = Instant::now() + FORGET_EVERY;
         while !stop.load(Ordering::Acquire) {
+            if Instant::now() >= forget_due {
+                forget_due += FORGET_EVERY;
+                self.forget();
+            }
             std::thread::sleep(Duration::from_millis(50).min(every));
             if Instant::now() < next {
                 continue;
@@ -70,6 +78,21 @@ impl Shared {
             self.admin_done
                 .lock()
                 .retain(|_, (at, _)| at.elapsed() < ADMIN_ANSWER_TTL);
+        }
+    }
+
+    /// Deletes idle users' states and old events (`popups.forget_idle_users_after_days`,
+    /// `popups.keep_events_days`) on a connection of its own, so a long delete holds up no
+    /// flush; a failure is logged and tried again in an hour.
+    fn forget(&self) {
+        let now = hotpath_store::unix_now();
+        let days = |d: u32| now - i64::from(d) * 86_400;
+        let done = self.store.connect().and_then(|mut b| {
+            b.forget_idle_users(days(self.cfg.forget_idle_users_after_days))?;
+            b.forget_events(days(self.cfg.keep_events_days))
+        });
+        if let Err(e) = done {
+            log::warn!("popups: idle users and old events not forgotten this hour: {e}");
         }
     }
 
