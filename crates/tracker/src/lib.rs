@@ -439,6 +439,7 @@ impl Service for Tracker {
             ("max_idle_torrents", &h.idle_evicted),
             ("recent_snatches", &h.snatch_evicted),
             ("max_torrents_per_address", &h.owned),
+            ("max_torrents_evicted", &h.evicted),
         ] {
             out.labeled(&m::CAP_HITS, &[cap], get(v));
         }

@@ -94,6 +94,23 @@ impl Owners {
         }
     }
 
+    /// The address holding the most torrents alone, and how many (a scan of every address
+    /// counted: the table calls it only when it is full).
+    pub fn heaviest(&self) -> Option<(Key, u32)> {
+        let mut best: Option<(Key, u32)> = None;
+        for s in self.shards.iter() {
+            for (&k, &n) in s.lock().iter() {
+                // A /48's total (its key's top two bits set) is not an address of its own.
+                if k >> 126 != 3 {
+                    if best.is_none_or(|(_, b)| n > b) {
+                        best = Some((k, n));
+                    }
+                }
+            }
+        }
+        best
+    }
+
     /// Torrents the address `k` holds alone (tests, figures).
     pub fn held(&self, k: Key) -> u32 {
         self.get(k)

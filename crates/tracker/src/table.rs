@@ -125,6 +125,9 @@ pub struct CapHits {
     /// New torrents refused because their address held `max_torrents_per_address` (or its
     /// /48 `max_torrents_per_48`) torrents alone.
     pub owned: Counter,
+    /// Torrents of the address holding the most alone, dropped to make room for another
+    /// address's new torrent when the table held `max_torrents`.
+    pub evicted: Counter,
 }
 
 /// Totals over all shards.
@@ -303,7 +306,14 @@ pub struct Table<const I: usize> {
     snatch_key: [u64; 2],
     /// Torrents each address holds alone.
     owners: Owners,
+    /// Where the next eviction starts looking (see `make_room`).
+    evict_from: AtomicUsize,
+    /// The process second of the latest sweep (an eviction's idea of now).
+    last_now: AtomicUsize,
 }
+
+/// Torrents an eviction looks at, at most, for one of the heaviest address's.
+const EVICT_LOOK: usize = 4096;
 
 impl<const I: usize> Table<I> {
     /// An empty table.
@@ -321,6 +331,8 @@ impl<const I: usize> Table<I> {
                 [k(0), k(8)]
             },
             owners: Owners::new(caps.max_torrents_per_address, caps.max_torrents_per_48),
+            evict_from: AtomicUsize::new(0),
+            last_now: AtomicUsize::new(0),
             caps,
             hits: CapHits::default(),
         }
@@ -383,6 +395,83 @@ impl<const I: usize> Table<I> {
         true
     }
 
+    /// The table is full and `a` may be for a new torrent: when it is, and its address holds
+    /// fewer torrents alone than the address holding the most, one of that address's
+    /// torrents goes (the one whose peer was seen longest ago among the first few found), so
+    /// that a flood from a few places cannot keep everyone else out. Locks one shard at a
+    /// time, never two; a torrent made meanwhile by another announce may still fill the room
+    /// (then this announce is refused as before).
+    fn make_room(&self, a: &PeerAnnounce) {
+        if self
+            .swarms
+            .shard(&a.info_hash)
+            .lock()
+            .torrents
+            .contains_key(&a.info_hash)
+        {
+            return;
+        }
+        let own = match (&a.v4, &a.v6) {
+            (Some(addr), _) => owners::key(addr),
+            (None, Some(addr)) => owners::key(addr),
+            (None, None) => return,
+        };
+        let Some((heaviest, held)) = self.owners.heaviest() else {
+            return;
+        };
+        if heaviest == own || self.owners.held(own) + 1 >= held {
+            return;
+        }
+        // Shards from a place that moves on, so evictions spread over the table.
+        let shards = self.swarms.shard_count();
+        let start = self.evict_from.fetch_add(1, Ordering::Relaxed);
+        let mut looked = 0;
+        for i in 0..shards {
+            let mut guard = self.swarms.shard_at((start + i) % shards).lock();
+            let shard = &mut *guard;
+            // The stalest of the first few of its torrents in this shard.
+            let mut pick: Option<(Id20, u16)> = None;
+            let now_ish = self.last_now.load(Ordering::Relaxed) as u16;
+            for (hash, t) in shard.torrents.iter() {
+                looked += 1;
+                if sole(t) != Some(heaviest) {
+                    continue;
+                }
+                let seen = t
+                    .records_v4()
+                    .0
+                    .first()
+                    .map(|r| r.seen())
+                    .or_else(|| t.records_v6().0.first().map(|r| r.seen()))
+                    .unwrap_or(0);
+                let age = now_ish.wrapping_sub(seen);
+                if pick.is_none_or(|(_, best)| age > best) {
+                    pick = Some((*hash, age));
+                }
+                if looked >= EVICT_LOOK || pick.is_some() && looked % 8 == 0 {
+                    break;
+                }
+            }
+            if let Some((hash, _)) = pick {
+                if let Some(t) = shard.torrents.remove(&hash) {
+                    let (p, s) = (t.peers() as usize, t.seeders() as usize);
+                    shard.peers -= p;
+                    shard.seeders -= s;
+                    self.count_peers(p, 0);
+                    self.torrents.fetch_sub(1, Ordering::Relaxed);
+                    self.owners.moved(Some(heaviest), None);
+                    let completed = t.completed;
+                    self.keep_idle(shard, hash, completed);
+                    self.hits.evicted.add(1);
+                }
+                return;
+            }
+            if looked >= EVICT_LOOK {
+                return;
+            }
+        }
+    }
+
     /// Keeps the completed count of a torrent whose swarm was freed, within the shard's share
     /// of `max_idle_torrents` (past it, an arbitrary one is dropped: its count stays in the
     /// database, scrapes report 0 until a peer returns).
@@ -426,6 +515,9 @@ impl<const I: usize> SwarmTable for Table<I> {
         sel: &mut Selection,
     ) -> Result<(Counts, bool), &'static str> {
         let stopped = a.event == Event::Stopped;
+        if !stopped && self.torrents.load(Ordering::Relaxed) >= self.caps.max_torrents {
+            self.make_room(a);
+        }
         let mut guard = self.swarms.shard(&a.info_hash).lock();
         let shard = &mut *guard;
         // One hash lookup whether the torrent is known or new.
@@ -596,6 +688,7 @@ impl<const I: usize> SwarmTable for Table<I> {
     }
 
     fn sweep(&self, i: usize, now: u16, timeout: u16) -> (usize, usize) {
+        self.last_now.store(usize::from(now), Ordering::Relaxed);
         let mut guard = self.swarms.shard_at(i).lock();
         let shard = &mut *guard;
         let (mut dropped, mut seeders, mut peers) = (0, 0, 0);
@@ -982,6 +1075,43 @@ mod tests {
             f.table.sweep(i, 500, 100);
         }
         assert_eq!(new(&mut f, 12, flood, 1, 500), Ok(()));
+    }
+
+    /// A full table makes room for another address's new torrent by dropping one of the
+    /// torrents held alone by the address holding the most; that address itself is refused.
+    #[test]
+    fn a_full_table_drops_the_heaviest_addresss_lone_torrents_first() {
+        let caps = Caps {
+            max_torrents: 20,
+            max_torrents_per_address: 15,
+            ..Caps::LARGE
+        };
+        let mut f = Fixture::new(Table::<0>::new(4, caps), false);
+        let new = |f: &mut Fixture<0>, hash: u8, ip: [u8; 4]| {
+            let mut a = announce(1, false, Event::Started);
+            a.info_hash = [hash; 20];
+            a.v4 = Some([ip[0], ip[1], ip[2], ip[3], 0, 1]);
+            f.table.announce(&a, 0, &mut f.rng, &mut f.sel).map(|_| ())
+        };
+        let (heavy, light, late) = ([10, 0, 0, 1], [10, 0, 0, 2], [10, 0, 0, 3]);
+        for h in 0..15 {
+            new(&mut f, h, heavy).unwrap();
+        }
+        for h in 100..105 {
+            new(&mut f, h, light).unwrap();
+        }
+        assert_eq!(f.table.totals().torrents, 20);
+        // Another address gets in: one of the heavy address's torrents made room.
+        assert_eq!(new(&mut f, 200, late), Ok(()));
+        assert_eq!(f.table.totals().torrents, 20);
+        assert_eq!(f.table.cap_hits().evicted.get(), 1);
+        assert_eq!(f.table.owners.held(owners::key(&[10, 0, 0, 1, 0, 1])), 14);
+        // The heavy address itself is refused: the table is full.
+        let e = new(&mut f, 16, heavy).unwrap_err();
+        assert!(e.starts_with("tracker is full"), "{e}");
+        // The light one's new torrent evicts again (it holds fewer than the heaviest).
+        assert_eq!(new(&mut f, 106, light), Ok(()));
+        assert_eq!(f.table.cap_hits().evicted.get(), 2);
     }
 
     /// Regression: one peer flipping `left` between 1 and 0 added a completion per pair
