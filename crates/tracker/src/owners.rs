@@ -101,10 +101,8 @@ impl Owners {
         for s in self.shards.iter() {
             for (&k, &n) in s.lock().iter() {
                 // A /48's total (its key's top two bits set) is not an address of its own.
-                if k >> 126 != 3 {
-                    if best.is_none_or(|(_, b)| n > b) {
-                        best = Some((k, n));
-                    }
+                if k >> 126 != 3 && best.is_none_or(|(_, b)| n > b) {
+                    best = Some((k, n));
                 }
             }
         }
