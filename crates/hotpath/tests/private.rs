@@ -299,6 +299,17 @@ fn a_schema_the_database_lacks_stops_the_start_with_the_key_to_fix() {
     assert!(e.contains("private.names"), "{e}");
 }
 
+/// Sends `a` with passkey `key` in the path; it must be accepted.
+fn accepted(http: &mut Client, key: &str, a: &Announce) {
+    let mut q = Vec::new();
+    write_announce(&mut q, a);
+    let r = http.get(&format!(
+        "/{key}/announce?{}",
+        String::from_utf8(q).unwrap()
+    ));
+    assert_eq!(failure(&r.body), None);
+}
+
 /// Reads `sql` from the server's SQLite file: every row's integers.
 fn rows(config: &Config, sql: &str) -> Vec<Vec<i64>> {
     let dir = std::path::Path::new(&config.store.data_dir);
@@ -333,13 +344,7 @@ fn traffic_is_accounted_per_user_and_torrent_and_written_behind() {
         let mut a = announce(hash, n, 40000 + u16::from(n), left, event);
         a.uploaded = up;
         a.downloaded = down;
-        let mut q = Vec::new();
-        write_announce(&mut q, &a);
-        let r = http.get(&format!(
-            "/{key}/announce?{}",
-            String::from_utf8(q).unwrap()
-        ));
-        assert_eq!(failure(&r.body), None);
+        accepted(http, key, &a);
     };
     // User 1 seeds NORMAL (double upload); user 2 leeches it and completes; user 2 also
     // leeches FREE (nothing downloaded counts). First announces credit nothing, whatever
@@ -425,13 +430,7 @@ fn a_client_flipping_its_counters_is_credited_no_more_than_the_rate() {
     let go = |http: &mut Client, key: &str, n, up: u64, event| {
         let mut a = announce(NORMAL, n, 40000 + u16::from(n), 0, event);
         a.uploaded = up;
-        let mut q = Vec::new();
-        write_announce(&mut q, &a);
-        let r = http.get(&format!(
-            "/{key}/announce?{}",
-            String::from_utf8(q).unwrap()
-        ));
-        assert_eq!(failure(&r.body), None);
+        accepted(http, key, &a);
     };
     go(&mut http, SEED_ONLY, 2, 0, Event::Started);
     let start = std::time::Instant::now();
