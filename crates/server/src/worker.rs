@@ -443,6 +443,9 @@ pub struct Worker {
     ring_more: bool,
     h: Handler,
     last_sweep: u32,
+    /// Failed journal writes not logged yet, and the process second of the last line about
+    /// one: a full disk fails every turn's write, and one line a second says it all.
+    failed_commits: (u64, usize, Option<u32>),
     /// Connections whose answers wait for the journal commit at the end of this turn.
     deferred: Vec<usize>,
     /// Connections whose service parked a request, to ask again when woken.
@@ -547,6 +550,7 @@ impl Worker {
             ring,
             ring_more: false,
             last_sweep: process_secs(),
+            failed_commits: (0, 0, None),
             h,
             deferred: Vec::new(),
             parked: Vec::new(),
@@ -962,11 +966,19 @@ impl Worker {
     fn commit_and_send(&mut self) {
         let durable = self.h.service.commit();
         if !durable {
-            log::error!(
-                "worker {}: the journal write failed; closing {} connections without their answers",
-                self.h.index,
-                self.deferred.len()
-            );
+            let (failed, closing, logged) = &mut self.failed_commits;
+            *failed += 1;
+            *closing += self.deferred.len();
+            if *logged != Some(self.h.now) {
+                log::error!(
+                    "worker {}: the journal write failed; closing {} connections without their \
+                     answers ({} failed writes since the last such line; at most one a second)",
+                    self.h.index,
+                    closing,
+                    failed
+                );
+                self.failed_commits = (0, 0, Some(self.h.now));
+            }
         }
         for slot in std::mem::take(&mut self.deferred) {
             let Some(conn) = self.conns[slot].as_mut() else {
