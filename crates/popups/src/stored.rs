@@ -51,7 +51,8 @@ pub struct PopupChange<U = UserId> {
     /// Unix seconds of the event.
     pub at: u32,
     /// For a click or close, the unix second of the show it answers (its token's); 0 for a
-    /// show (and for an answer an older build journaled: its own second stands for it).
+    /// show, and for an answer an older build journaled (its own second then stands for the
+    /// show's, see [`PopupChange::answered_show`]).
     pub answers: u32,
 }
 
@@ -71,11 +72,11 @@ impl PopupChange {
         let user = std::str::from_utf8(b.get(fixed..len)?).ok()?;
         let action = b[5];
         let at = u32_at(18);
+        // Tag 8 is a click or close with the show it answers (never 0); tag 2 has none.
         let answers = match (fixed == FIXED, action) {
-            (false, CLICK | CLOSE) => u32_at(22),
-            (false, _) => return None,
-            (true, CLICK | CLOSE) => at,
             (true, _) => 0,
+            (false, CLICK | CLOSE) if u32_at(22) != 0 => u32_at(22),
+            (false, _) => return None,
         };
         let change = PopupChange {
             popup: u32_at(1),
@@ -90,15 +91,33 @@ impl PopupChange {
     }
 }
 
+impl<U> PopupChange<U> {
+    /// Whether it is written as tag 8: a click or close that names the show it answers.
+    fn tagged_answer(&self) -> bool {
+        matches!(self.action, CLICK | CLOSE) && self.answers != 0
+    }
+
+    /// The second of the show a click or close answered: the one it names, or for one an
+    /// older build journaled, its own (an answer comes after its show, so no later show is
+    /// taken for answered).
+    pub fn answered_show(&self) -> u32 {
+        if self.answers != 0 {
+            self.answers
+        } else {
+            self.at
+        }
+    }
+}
+
 impl<U: AsRef<str>> Encode for PopupChange<U> {
     fn encoded_len(&self) -> usize {
-        let answer = if self.action == SHOWN { 0 } else { 4 };
+        let answer = if self.tagged_answer() { 4 } else { 0 };
         FIXED + answer + self.user.as_ref().len().min(MAX_USER_LEN)
     }
 
     /// A user id is cut at [`MAX_USER_LEN`] bytes (callers refuse longer ones before).
     fn encode(&self, out: &mut Vec<u8>) {
-        let answer = self.action != SHOWN;
+        let answer = self.tagged_answer();
         out.push(if answer { TAG_ANSWER } else { TAG });
         out.extend_from_slice(&self.popup.to_le_bytes());
         out.push(self.action);
@@ -246,25 +265,24 @@ impl PopupQueue {
 
 impl Queue for PopupQueue {
     fn apply(&mut self, bytes: &[u8]) -> Option<usize> {
-        let (
-            PopupChange {
-                user,
-                popup,
-                action,
-                next_eligible,
-                shows,
-                at,
-                answers,
-            },
-            len,
-        ) = PopupChange::decode(bytes)?;
+        let (change, len) = PopupChange::decode(bytes)?;
+        let answered = change.answered_show();
+        let PopupChange {
+            user,
+            popup,
+            action,
+            next_eligible,
+            shows,
+            at,
+            ..
+        } = change;
         let row = PopupUserRow {
             next_eligible,
             shows,
             last_action: action,
             updated_at: at,
-            clicked_show: if action == CLICK { answers } else { 0 },
-            closed_show: if action == CLOSE { answers } else { 0 },
+            clicked_show: if action == CLICK { answered } else { 0 },
+            closed_show: if action == CLOSE { answered } else { 0 },
         };
         self.put_user(&user, popup, row);
         self.events.push(PopupEvent {
@@ -734,19 +752,25 @@ mod tests {
     /// decodes with its own second standing for its show's: a replay of it is refused too.
     #[test]
     fn an_answer_of_an_older_build_decodes_with_its_own_second() {
-        let mut c = pop("alice", 7, CLICK, 9, 1, 500);
+        let c = pop("alice", 7, CLICK, 9, 1, 500);
         let mut b = Vec::new();
         c.encode(&mut b);
         assert_eq!(b[0], TAG_ANSWER);
         assert_eq!(PopupChange::decode(&b).unwrap().0.answers, 495);
-        // The older layout: tag 2, no answered second.
+        // The older layout: tag 2, no answered second; its own second stands for it, and it
+        // encodes back as it was.
         let old: Vec<u8> = [&[TAG][..], &b[1..22], &b[26..]].concat();
         let (d, len) = PopupChange::decode(&old).unwrap();
-        assert_eq!((d.answers, len), (500, old.len()));
-        // A show in the answer's layout is not one.
-        c.action = SHOWN;
+        assert_eq!((d.answers, d.answered_show(), len), (0, 500, old.len()));
+        let mut again = Vec::new();
+        d.encode(&mut again);
+        assert_eq!(again, old);
+        // A show, or an answer of no show, in the answer's layout is not one.
         let mut bad = b.clone();
         bad[5] = SHOWN;
+        assert!(PopupChange::decode(&bad).is_none());
+        let mut bad = b.clone();
+        bad[22..26].copy_from_slice(&[0; 4]);
         assert!(PopupChange::decode(&bad).is_none());
     }
 
