@@ -244,6 +244,9 @@ fn a_flood_from_one_address_neither_grows_memory_nor_delays_others() {
     .unwrap();
     let server = Proc::spawn(&config, &dir);
     let addr = server.http;
+    // The control: the same probes with no flood, for what this shared machine's load alone
+    // costs them now.
+    let control = probe_while(addr, || std::thread::sleep(Duration::from_secs(1)));
     let attacker: IpAddr = "127.0.0.2".parse().unwrap();
     // Scrapes of 40 hashes: ~2.8 KB answers, so 95 of them fill a connection's output cap.
     let mut pipeline = Vec::new();
@@ -294,7 +297,7 @@ fn a_flood_from_one_address_neither_grows_memory_nor_delays_others() {
     let open = server.metric("hotpath_connections");
     let buffers = server.metric("hotpath_connection_buffer_bytes");
     eprintln!(
-        "flood: peak RSS {} MB, {refused} refused, {open} open, {buffers} bytes buffered, slowest probe {worst:?}",
+        "flood: peak RSS {} MB, {refused} refused, {open} open, {buffers} bytes buffered, slowest probe {worst:?} (control {control:?})",
         rss >> 20
     );
     assert!(refused >= 700.0, "{refused} refused");
@@ -303,11 +306,12 @@ fn a_flood_from_one_address_neither_grows_memory_nor_delays_others() {
     // The goal is 100 ms for the server as shipped (a release build). A debug build does the
     // same work many times slower, and this machine's two cores also run the attacker and
     // the prober, so a debug run gets more room: it still fails by far on a server without
-    // fair turns (0.5-1.2 s here).
-    let bound = if cfg!(debug_assertions) { 250 } else { 100 };
+    // fair turns (0.5-1.2 s here). What the machine's load alone costs the probes (the
+    // control, twice over) is added, so other work beside the test does not fail it.
+    let bound = Duration::from_millis(if cfg!(debug_assertions) { 250 } else { 100 });
     assert!(
-        worst < Duration::from_millis(bound),
-        "slowest probe {worst:?}"
+        worst < bound + 2 * control,
+        "slowest probe {worst:?} (control {control:?})"
     );
     drop(held);
 }

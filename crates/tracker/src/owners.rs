@@ -40,6 +40,8 @@ pub struct Owners {
     shards: Box<[Mutex<HashMap<Key, u32>>]>,
     max: u32,
     max48: u32,
+    /// The heaviest address found at a process second (see [`Owners::heaviest_at`]).
+    heaviest: Mutex<Option<(u16, Option<(Key, u32)>)>>,
 }
 
 impl Owners {
@@ -50,6 +52,7 @@ impl Owners {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             max: cap(max),
             max48: cap(max48),
+            heaviest: Mutex::new(None),
         }
     }
 
@@ -107,6 +110,21 @@ impl Owners {
             }
         }
         best
+    }
+
+    /// [`Owners::heaviest`] as found at most once in process second `now`: a full table asks
+    /// for every new torrent, and a scan of every address per request would be the flood's
+    /// lever. Between scans, evictions may have lowered its count: the caller checks it.
+    pub fn heaviest_at(&self, now: u16) -> Option<(Key, u32)> {
+        let mut cached = self.heaviest.lock();
+        match *cached {
+            Some((at, found)) if at == now => found.map(|(k, _)| (k, self.held(k))),
+            _ => {
+                let found = self.heaviest();
+                *cached = Some((now, found));
+                found
+            }
+        }
     }
 
     /// Torrents the address `k` holds alone (tests, figures).

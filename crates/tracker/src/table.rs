@@ -401,7 +401,7 @@ impl<const I: usize> Table<I> {
     /// that a flood from a few places cannot keep everyone else out. Locks one shard at a
     /// time, never two; a torrent made meanwhile by another announce may still fill the room
     /// (then this announce is refused as before).
-    fn make_room(&self, a: &PeerAnnounce) {
+    fn make_room(&self, a: &PeerAnnounce, now: u16) {
         if self
             .swarms
             .shard(&a.info_hash)
@@ -416,7 +416,7 @@ impl<const I: usize> Table<I> {
             (None, Some(addr)) => owners::key(addr),
             (None, None) => return,
         };
-        let Some((heaviest, held)) = self.owners.heaviest() else {
+        let Some((heaviest, held)) = self.owners.heaviest_at(now) else {
             return;
         };
         if heaviest == own || self.owners.held(own) + 1 >= held {
@@ -516,7 +516,7 @@ impl<const I: usize> SwarmTable for Table<I> {
     ) -> Result<(Counts, bool), &'static str> {
         let stopped = a.event == Event::Stopped;
         if !stopped && self.torrents.load(Ordering::Relaxed) >= self.caps.max_torrents {
-            self.make_room(a);
+            self.make_room(a, now);
         }
         let mut guard = self.swarms.shard(&a.info_hash).lock();
         let shard = &mut *guard;
