@@ -17,6 +17,9 @@ const SHARDS: usize = 16;
 /// An address as counted: IPv4, or IPv6 by /64.
 pub type Key = u128;
 
+/// An address and the torrents it holds alone.
+pub type Held = (Key, u32);
+
 /// The key of a compact address (4 or 16 bytes of IP, then the port).
 pub fn key(addr: &[u8]) -> Key {
     match addr.len() {
@@ -41,7 +44,7 @@ pub struct Owners {
     max: u32,
     max48: u32,
     /// The heaviest address found at a process second (see [`Owners::heaviest_at`]).
-    heaviest: Mutex<Option<(u16, Option<(Key, u32)>)>>,
+    heaviest: Mutex<Option<(u16, Option<Held>)>>,
 }
 
 impl Owners {
