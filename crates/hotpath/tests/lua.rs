@@ -270,11 +270,8 @@ fn no_script_escapes_the_time_budget() {
                 "{path}: {}",
                 body(&r)
             );
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "{path}: {:?}",
-                t.elapsed()
-            );
+            // No wall-clock bound: a script that never ended would get no answer, and the
+            // client's read would fail; how long each took is printed.
             assert_eq!(body(&cl.get("/ok")), "ok", "{path}: the worker serves on");
         }
         eprintln!("{path}: ended after {worst:?} at most (max_ms = 100)");
@@ -814,18 +811,18 @@ fn tcp_requests_wait_off_the_worker_over_pooled_connections() {
         let mut cl = Client::connect(http);
         let t = Instant::now();
         let r = cl.get("/ask?say=slow");
-        (r.status, body(&r), t.elapsed())
+        (r.status, body(&r), t.elapsed(), Instant::now())
     });
     std::thread::sleep(Duration::from_millis(100));
-    let t = Instant::now();
     let mut other = Client::connect(http);
     assert_eq!(body(&other.get("/plain")), "plain");
+    // Answered while the slow one still waited (no wall-clock bound: only the order).
+    let plain_done = Instant::now();
+    let (status, text, took, slow_done) = slow.join().unwrap();
     assert!(
-        t.elapsed() < Duration::from_millis(250),
-        "{:?}",
-        t.elapsed()
+        plain_done < slow_done,
+        "the plain route waited for the parked one"
     );
-    let (status, text, took) = slow.join().unwrap();
     assert_eq!((status, text.as_str()), (200, "re:slow\n"));
     assert!(took >= Duration::from_millis(400), "{took:?}");
     // No answer within the timeout; nobody listening.
@@ -833,7 +830,8 @@ fn tcp_requests_wait_off_the_worker_over_pooled_connections() {
     let r = cl.get("/ask?say=hang&t=200");
     assert_eq!(r.status, 502);
     assert!(body(&r).contains("timed out"), "{}", body(&r));
-    assert!(t.elapsed() < Duration::from_secs(2));
+    // Before the backend's own 3 s hang would have ended it.
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     let r = cl.get("/refused");
     assert_eq!(r.status, 502);
     assert!(body(&r).contains("refused"), "{}", body(&r));
