@@ -278,6 +278,16 @@ fn read_peer<const A: usize>(
     })
 }
 
+/// The compact address (IP and port) the announcing peer is counted under: its IPv4 one, else
+/// its IPv6 one; empty for neither.
+fn announcer(a: &PeerAnnounce) -> &[u8] {
+    match (&a.v4, &a.v6) {
+        (Some(addr), _) => addr,
+        (None, Some(addr)) => addr,
+        (None, None) => &[],
+    }
+}
+
 /// The address of a torrent's only peer, if it has exactly one (see [`crate::owners`]).
 fn sole<const I: usize>(t: &Torrent<I>) -> Option<owners::Key> {
     if t.peers() != 1 {
@@ -411,11 +421,11 @@ impl<const I: usize> Table<I> {
         {
             return;
         }
-        let own = match (&a.v4, &a.v6) {
-            (Some(addr), _) => owners::key(addr),
-            (None, Some(addr)) => owners::key(addr),
-            (None, None) => return,
-        };
+        let addr = announcer(a);
+        if addr.is_empty() {
+            return;
+        }
+        let own = owners::key(addr);
         let Some((heaviest, held)) = self.owners.heaviest_at(now) else {
             return;
         };
@@ -538,12 +548,7 @@ impl<const I: usize> SwarmTable for Table<I> {
                     self.hits.torrents.add(1);
                     return Err("tracker is full: it tracks as many torrents as it may");
                 }
-                let own = match (&a.v4, &a.v6) {
-                    (Some(addr), _) => owners::key(addr),
-                    (None, Some(addr)) => owners::key(addr),
-                    (None, None) => 0,
-                };
-                if !self.owners.may_create(own) {
+                if !self.owners.may_create(owners::key(announcer(a))) {
                     self.hits.owned.add(1);
                     return Err("too many torrents from your address that no one else is in");
                 }
@@ -592,14 +597,8 @@ impl<const I: usize> SwarmTable for Table<I> {
                 .announce(addr, &a.peer_id, a.seeder, stopped, now, room);
         }
         t.tidy();
-        let snatched = snatch(change, was) && {
-            let addr: &[u8] = match (&a.v4, &a.v6) {
-                (Some(addr), _) => addr,
-                (None, Some(addr)) => addr,
-                (None, None) => &[],
-            };
-            self.first_snatch(&mut shard.snatched, &a.info_hash, addr, now)
-        };
+        let snatched = snatch(change, was)
+            && self.first_snatch(&mut shard.snatched, &a.info_hash, announcer(a), now);
         if snatched {
             t.completed = t.completed.saturating_add(1);
         }
