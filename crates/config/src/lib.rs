@@ -432,6 +432,14 @@ section! {
         pub max_torrents_per_address: usize = 125_000,
         /// The same for all the /64s of one IPv6 /48 (one customer) together.
         pub max_torrents_per_48: usize = 500_000,
+        /// Peers one client address (IPv6: one /64) may have in all torrents together: a
+        /// new peer from an address at it gets a failure reason, so joining every torrent
+        /// with made-up ports from one place stops at its own share and never fills
+        /// max_peers for others. One sixty-fourth of max_peers: a seedbox seeding 100,000
+        /// torrents from one address is well within it.
+        pub max_peers_per_address: usize = 250_000,
+        /// The same for all the /64s of one IPv6 /48 (one customer) together.
+        pub max_peers_per_48: usize = 1_000_000,
         /// Completed-download counts kept for torrents whose last peer left (their swarms
         /// are freed), so scrapes still report them; past it, arbitrary ones are dropped from
         /// memory (the database keeps every count).

@@ -113,6 +113,8 @@ fn tracker(t: &TrackerConfig, p: &mut Problems) {
             t.max_torrents_per_address,
         ),
         ("tracker.max_torrents_per_48", t.max_torrents_per_48),
+        ("tracker.max_peers_per_address", t.max_peers_per_address),
+        ("tracker.max_peers_per_48", t.max_peers_per_48),
         ("tracker.max_idle_torrents", t.max_idle_torrents),
     ] {
         if v == 0 {

@@ -77,6 +77,8 @@ fn load_config() -> hotpath_config::Config {
     c.tracker.max_peers_per_ip = 1 << 20;
     c.tracker.max_torrents_per_address = 1 << 30;
     c.tracker.max_torrents_per_48 = 1 << 30;
+    c.tracker.max_peers_per_address = 1 << 30;
+    c.tracker.max_peers_per_48 = 1 << 30;
     c
 }
 

@@ -506,3 +506,56 @@ fn one_address_filling_the_table_leaves_others_served() {
     );
     server.shutdown().unwrap();
 }
+
+/// Regression: one address joining torrents with made-up ports (64 per torrent) could fill
+/// `tracker.max_peers`, after which no other address's new peer was added anywhere. One
+/// address now stops at its own share of peers in all torrents; another address is added
+/// and served, over HTTP and UDP.
+#[test]
+fn one_address_filling_max_peers_leaves_others_served() {
+    let _alone = alone();
+    let mut c = test_config();
+    c.tracker.max_peers = 100;
+    c.tracker.max_peers_per_address = 30;
+    let server = start(&c);
+    let addr = server.http_addr().unwrap();
+    let attacker: IpAddr = "127.0.0.1".parse().unwrap();
+    let mut flood = Client::from_stream(connect_from(attacker, addr).unwrap());
+    let mut refused = 0;
+    for h in 0..10u8 {
+        for port in 6881..6886 {
+            let a = announce([h; 20], port as u8, port, 100, Event::Started);
+            match failure(&flood.get(&announce_target(&a)).body) {
+                None => {}
+                Some(f) if f == "too many peers from your address in all torrents" => refused += 1,
+                Some(f) => panic!("{f}"),
+            }
+        }
+    }
+    assert_eq!(refused, 20, "30 peers of its own");
+    let other: IpAddr = "127.0.0.2".parse().unwrap();
+    let mut other = Client::from_stream(connect_from(other, addr).unwrap());
+    let a = announce([0; 20], 2, 6881, 100, Event::Started);
+    let r = other.get(&announce_target(&a));
+    assert_eq!(failure(&r.body), None);
+    let socket = std::net::UdpSocket::bind("127.0.0.3:0").unwrap();
+    let mut udp = Udp {
+        socket,
+        server: server.udp_addr().unwrap(),
+        connection_id: 0,
+    };
+    udp.connect();
+    let answer = udp.announce([0; 20], 3, 6881, 100, Event::Started);
+    match udp::parse_response(&answer) {
+        // The flood's 5 peers in torrent 0, the HTTP client and the UDP client itself.
+        Ok(Response::Announce { leechers, .. }) => assert_eq!(leechers, 7),
+        other => panic!("{other:?}"),
+    }
+    let admin = server.admin_addr().unwrap();
+    let text = String::from_utf8(Client::connect(admin).get("/metrics").body).unwrap();
+    assert!(
+        text.contains("hotpath_tracker_cap_hits_total{cap=\"max_peers_per_address\"} 20"),
+        "{text}"
+    );
+    server.shutdown().unwrap();
+}

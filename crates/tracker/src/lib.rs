@@ -163,6 +163,8 @@ impl Tracker {
             max_idle_torrents: cfg.max_idle_torrents,
             max_torrents_per_address: cfg.max_torrents_per_address,
             max_torrents_per_48: cfg.max_torrents_per_48,
+            max_peers_per_address: cfg.max_peers_per_address,
+            max_peers_per_48: cfg.max_peers_per_48,
         };
         let swarms: Box<dyn SwarmTable> = if cfg.keep_peer_ids {
             Box::new(Table::<20>::new(cfg.shards, caps))
@@ -440,6 +442,7 @@ impl Service for Tracker {
             ("recent_snatches", &h.snatch_evicted),
             ("max_torrents_per_address", &h.owned),
             ("max_torrents_evicted", &h.evicted),
+            ("max_peers_per_address", &h.spread),
         ] {
             out.labeled(&m::CAP_HITS, &[cap], get(v));
         }

@@ -7,7 +7,14 @@
 //! Counts change only when a torrent's sole peer changes (created, joined, left to one, freed):
 //! re-announces into a swarm never touch them.
 //!
-//! Owns: [`Owners`]. Must not: know swarms (the table tells it what changed).
+//! Peers are budgeted the same way across all torrents ([`Spread`]): an address may have
+//! `tracker.max_peers_per_address` of them in the whole table, its /48 `max_peers_per_48`, so
+//! joining every torrent with made-up ports from one place cannot fill `max_peers` either.
+//!
+//! Owns: [`Owners`], [`Spread`]. Must not: know swarms (the table tells it what changed).
+
+use std::hash::Hasher as _;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use hashbrown::HashMap;
 use parking_lot::Mutex;
@@ -136,6 +143,92 @@ impl Owners {
     }
 }
 
+/// Counters per row of [`Spread`]'s sketch.
+const WIDTH: usize = 1 << 16;
+
+/// Peers per address (IPv6: per /64, and per /48) across the whole table, counted in a sketch
+/// of fixed size (two rows of 65,536 counters, 512 KiB) rather than a map: it costs no memory
+/// per address, takes no lock, and cannot be grown by a flood. An address's count is the
+/// smaller of its two counters; each row is indexed by a keyed SipHash (random key), so no
+/// client can choose whose counters it shares. A counter is the exact sum of the addresses
+/// sharing it: an address is never under-counted (its budget holds), and another address
+/// is over-counted only when both its counters are shared with heavy ones (with a handful of
+/// addresses at their budget, about one address in a billion).
+#[derive(Debug)]
+pub struct Spread {
+    rows: Box<[AtomicI32]>,
+    hash_key: [u64; 2],
+    max: i32,
+    max48: i32,
+}
+
+impl Spread {
+    /// Budgets of `max` peers per address and `max48` per IPv6 /48, in all torrents together.
+    pub fn new(max: usize, max48: usize) -> Spread {
+        let mut b = [0u8; 16];
+        getrandom::fill(&mut b).expect("the OS's random numbers");
+        let k = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        let cap = |n: usize| i32::try_from(n).unwrap_or(i32::MAX).max(1);
+        Spread {
+            rows: (0..2 * WIDTH).map(|_| AtomicI32::new(0)).collect(),
+            hash_key: [k(0), k(8)],
+            max: cap(max),
+            max48: cap(max48),
+        }
+    }
+
+    /// The two counters of key `k`.
+    fn slots(&self, k: Key) -> [usize; 2] {
+        let mut h = siphasher::sip::SipHasher13::new_with_keys(self.hash_key[0], self.hash_key[1]);
+        h.write_u128(k);
+        let h = h.finish();
+        [(h as usize) % WIDTH, WIDTH + ((h >> 32) as usize) % WIDTH]
+    }
+
+    fn count(&self, k: Key) -> i32 {
+        let [a, b] = self.slots(k);
+        self.rows[a]
+            .load(Ordering::Relaxed)
+            .min(self.rows[b].load(Ordering::Relaxed))
+    }
+
+    /// Whether the address `k` may add one more peer to the table.
+    pub fn may_add(&self, k: Key) -> bool {
+        self.count(k) < self.max && key48(k).is_none_or(|k48| self.count(k48) < self.max48)
+    }
+
+    fn bump(&self, k: Key, by: i32) {
+        for s in self.slots(k) {
+            self.rows[s].fetch_add(by, Ordering::Relaxed);
+        }
+    }
+
+    /// A peer of the address of compact `addr` was added (`true`) or dropped.
+    pub fn moved(&self, addr: &[u8], added: bool) {
+        let k = key(addr);
+        let by = if added { 1 } else { -1 };
+        self.bump(k, by);
+        if let Some(k48) = key48(k) {
+            self.bump(k48, by);
+        }
+    }
+
+    /// Peers counted for the address `k` (tests, figures: over-counted when it shares both
+    /// its counters).
+    pub fn peers(&self, k: Key) -> i32 {
+        self.count(k)
+    }
+
+    /// The sum of one row: every peer once, IPv6 ones twice (/64 and /48) (tests: whatever
+    /// came and went, it matches the table's count).
+    pub fn total(&self) -> i64 {
+        self.rows[..WIDTH]
+            .iter()
+            .map(|c| i64::from(c.load(Ordering::Relaxed)))
+            .sum()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,5 +267,40 @@ mod tests {
         o.moved(Some(z), Some(x));
         assert_eq!((o.held(x), o.held(z)), (2, 0));
         assert!(!o.may_create(x));
+    }
+
+    #[test]
+    fn peer_budgets_hold_across_torrents_per_address_and_per_48() {
+        let s = Spread::new(3, 5);
+        let a = [192, 0, 2, 1, 0, 80];
+        for port in 0..3u8 {
+            assert!(s.may_add(key(&a)));
+            s.moved(&[192, 0, 2, 1, 1, port], true);
+        }
+        assert!(!s.may_add(key(&a)), "a fourth port of the same address");
+        assert!(s.may_add(key(&[192, 0, 2, 2, 0, 80])), "another address");
+        s.moved(&a, false);
+        assert!(s.may_add(key(&a)));
+        assert_eq!(s.peers(key(&a)), 2);
+        // Five peers from three /64s of one /48 spend the /48's budget.
+        let v6 = |net: u8, host: u8| {
+            let mut b = [
+                0x20, 0x01, 0x0d, 0xb8, 0, 7, 0, net, 0, 0, 0, 0, 0, 0, 0, host, 0, 1,
+            ];
+            b[17] = host;
+            b
+        };
+        for (net, host) in [(1, 1), (1, 2), (2, 1), (3, 1), (3, 2)] {
+            s.moved(&v6(net, host), true);
+        }
+        assert!(!s.may_add(key(&v6(4, 1))), "a fresh /64 of a spent /48");
+        let mut other = v6(1, 1);
+        other[5] = 8;
+        assert!(s.may_add(key(&other)), "another /48");
+        assert_eq!(s.total(), 2 + 2 * 5);
+        for (net, host) in [(1, 1), (1, 2), (2, 1), (3, 1), (3, 2)] {
+            s.moved(&v6(net, host), false);
+        }
+        assert_eq!(s.total(), 2);
     }
 }

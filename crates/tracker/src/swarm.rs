@@ -74,6 +74,8 @@ pub struct Room {
     pub swarm: bool,
     /// Peers one address (IPv6: one /64) may have in this set.
     pub per_ip: usize,
+    /// The peer's address may add one more peer to the table (its budget across torrents).
+    pub address: bool,
 }
 
 impl Room {
@@ -81,6 +83,7 @@ impl Room {
     pub const ANY: Room = Room {
         swarm: true,
         per_ip: usize::MAX,
+        address: true,
     };
 }
 
@@ -108,6 +111,8 @@ pub enum Change {
     SwarmFull,
     /// Not added: the peer's address holds as many peers in this swarm as it may.
     AddressFull,
+    /// Not added: the peer's address holds as many peers in all torrents as it may.
+    AddressSpent,
 }
 
 impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
@@ -209,6 +214,7 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
             }
             None if !room.swarm => Change::SwarmFull,
             None if self.at_ip(&addr) >= room.per_ip => Change::AddressFull,
+            None if !room.address => Change::AddressSpent,
             None => {
                 let mut record = Record {
                     addr,
@@ -235,12 +241,14 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
         (change, was_seeder)
     }
 
-    /// Drops peers not seen for more than `timeout` seconds; returns how many were dropped.
-    pub fn expire(&mut self, now: u16, timeout: u16) -> usize {
+    /// Drops peers not seen for more than `timeout` seconds, telling `gone` each one's
+    /// address; returns how many were dropped.
+    pub fn expire(&mut self, now: u16, timeout: u16, gone: &mut impl FnMut(&[u8])) -> usize {
         let mut dropped = 0;
         let mut i = 0;
         while i < self.peers.len() {
             if now.wrapping_sub(self.peers[i].seen()) > timeout {
+                gone(&self.peers[i].addr);
                 self.remove_at(i);
                 dropped += 1;
             } else {
@@ -442,13 +450,14 @@ impl<const I: usize> Torrent<I> {
         }
     }
 
-    /// Drops peers older than `timeout`; returns how many.
-    pub fn expire(&mut self, now: u16, timeout: u16) -> usize {
-        let mut dropped = self.v4().expire(now, timeout);
+    /// Drops peers older than `timeout`, telling `gone` each one's address (IPv4 and IPv6
+    /// peers; not the IPv6 addresses IPv4 peers gave); returns how many.
+    pub fn expire(&mut self, now: u16, timeout: u16, gone: &mut impl FnMut(&[u8])) -> usize {
+        let mut dropped = self.v4().expire(now, timeout, gone);
         if self.extra.is_some() {
-            dropped += self.v6().expire(now, timeout);
+            dropped += self.v6().expire(now, timeout, gone);
             // Not counted: they are peers counted in the IPv4 set.
-            self.alias6().expire(now, timeout);
+            self.alias6().expire(now, timeout, &mut |_| {});
         }
         self.tidy();
         dropped
@@ -591,6 +600,7 @@ mod tests {
         let room = Room {
             swarm: max == 0 || (t.peers() as usize) < max,
             per_ip: usize::MAX,
+            address: true,
         };
         let r = t
             .v4()
@@ -683,9 +693,11 @@ mod tests {
         }
         check_invariants(&t);
         let before = t.v4.len();
-        let dropped = t.expire(20_000u32 as u16, 100);
+        let mut told = 0;
+        let dropped = t.expire(20_000u32 as u16, 100, &mut |_| told += 1);
         check_invariants(&t);
         assert_eq!(before - dropped, t.v4.len());
+        assert_eq!(told, dropped);
         assert!(t
             .v4
             .iter()
@@ -720,6 +732,7 @@ mod tests {
         let room = Room {
             swarm: true,
             per_ip: 3,
+            address: true,
         };
         let one_ip = |t: &mut Torrent<0>, port: u16| {
             let mut a = addr(7);
@@ -747,6 +760,22 @@ mod tests {
         t.v4().announce(a, &[0; 20], false, true, 0, room);
         assert_eq!(one_ip(&mut t, 5), Change::Added);
         check_invariants(&t);
+        // An address out of budget across torrents adds nothing, and is still updated.
+        let spent = Room {
+            address: false,
+            ..Room::ANY
+        };
+        let mut a = addr(9);
+        assert_eq!(
+            t.v4().announce(a, &[0; 20], false, false, 0, spent).0,
+            Change::AddressSpent
+        );
+        a = addr(7);
+        a[4..].copy_from_slice(&5u16.to_be_bytes());
+        assert_eq!(
+            t.v4().announce(a, &[0; 20], true, false, 0, spent).0,
+            Change::Updated
+        );
     }
 
     #[test]
@@ -755,7 +784,7 @@ mod tests {
         announce(&mut t, 1, false, false, 65_530, 0);
         announce(&mut t, 2, false, false, 100, 0);
         // At 200 (wrapped), peer 1 is 206 s old and peer 2 is 100 s old.
-        assert_eq!(t.expire(200, 150), 1);
+        assert_eq!(t.expire(200, 150, &mut |_| {}), 1);
         assert_eq!(t.v4.len(), 1);
     }
 }

@@ -8,7 +8,7 @@ use hashbrown::hash_map::Entry;
 
 use hotpath_wire::query::{Event, Id20};
 
-use crate::owners::{self, Owners};
+use crate::owners::{self, Owners, Spread};
 use crate::swarm::{Change, PeerSet, Record, Room, Shard, Swarms, Torrent};
 
 /// The counts a tracker reports for a torrent.
@@ -89,6 +89,10 @@ pub struct Caps {
     pub max_torrents_per_address: usize,
     /// Most torrents the /64s of one IPv6 /48 hold alone together.
     pub max_torrents_per_48: usize,
+    /// Most peers one address (IPv6: one /64) has in all torrents together.
+    pub max_peers_per_address: usize,
+    /// Most peers the /64s of one IPv6 /48 have in all torrents together.
+    pub max_peers_per_48: usize,
 }
 
 impl Caps {
@@ -101,6 +105,8 @@ impl Caps {
         max_idle_torrents: 1 << 30,
         max_torrents_per_address: 1 << 30,
         max_torrents_per_48: 1 << 30,
+        max_peers_per_address: 1 << 30,
+        max_peers_per_48: 1 << 30,
     };
 }
 
@@ -128,6 +134,9 @@ pub struct CapHits {
     /// Torrents of the address holding the most alone, dropped to make room for another
     /// address's new torrent when the table held `max_torrents`.
     pub evicted: Counter,
+    /// New peers refused because their address held `max_peers_per_address` (or its /48
+    /// `max_peers_per_48`) peers in all torrents.
+    pub spread: Counter,
 }
 
 /// Totals over all shards.
@@ -246,17 +255,23 @@ struct SavedPeer<const A: usize> {
 }
 
 impl<const A: usize> SavedPeer<A> {
-    /// Puts the peer back into the set `set` picks, unless `when` (given its age) says it
-    /// has expired; else `when` gives its last-seen time and the room the table has.
+    /// Puts the peer back into the set `set` picks, unless `when` (given its age and
+    /// address) says it has expired; else `when` gives its last-seen time and the room the
+    /// table has. Returns whether it was added.
     fn restore<const I: usize>(
         &self,
         t: &mut Torrent<I>,
         set: fn(&mut Torrent<I>) -> PeerSet<'_, A, I>,
-        when: &mut impl FnMut(&mut Torrent<I>, u16) -> Option<(u16, Room)>,
-    ) {
-        if let Some((seen, room)) = when(t, self.age) {
-            set(t).announce(self.addr, &self.id, self.seeder, false, seen, room);
-            t.tidy();
+        when: &mut impl FnMut(&mut Torrent<I>, u16, &[u8]) -> Option<(u16, Room)>,
+    ) -> bool {
+        match when(t, self.age, &self.addr) {
+            Some((seen, room)) => {
+                let (change, _) =
+                    set(t).announce(self.addr, &self.id, self.seeder, false, seen, room);
+                t.tidy();
+                change == Change::Added
+            }
+            None => false,
         }
     }
 }
@@ -316,6 +331,8 @@ pub struct Table<const I: usize> {
     snatch_key: [u64; 2],
     /// Torrents each address holds alone.
     owners: Owners,
+    /// Peers each address has in all torrents.
+    spread: Spread,
     /// Where the next eviction starts looking (see `make_room`).
     evict_from: AtomicUsize,
     /// The process second of the latest sweep (an eviction's idea of now).
@@ -341,6 +358,7 @@ impl<const I: usize> Table<I> {
                 [k(0), k(8)]
             },
             owners: Owners::new(caps.max_torrents_per_address, caps.max_torrents_per_48),
+            spread: Spread::new(caps.max_peers_per_address, caps.max_peers_per_48),
             evict_from: AtomicUsize::new(0),
             last_now: AtomicUsize::new(0),
             caps,
@@ -348,18 +366,19 @@ impl<const I: usize> Table<I> {
         }
     }
 
-    /// What a new peer may take in `t` now.
-    fn room(&self, t: &Torrent<I>) -> Room {
-        self.room_at(t, self.peers.load(Ordering::Relaxed))
+    /// What a new peer at `addr` (compact) may take in `t` now.
+    fn room(&self, t: &Torrent<I>, addr: &[u8]) -> Room {
+        self.room_at(t, self.peers.load(Ordering::Relaxed), addr)
     }
 
-    /// What a new peer may take in `t` when the table holds `table_peers`.
-    fn room_at(&self, t: &Torrent<I>, table_peers: usize) -> Room {
+    /// What a new peer at `addr` may take in `t` when the table holds `table_peers`.
+    fn room_at(&self, t: &Torrent<I>, table_peers: usize, addr: &[u8]) -> Room {
         let swarm = (t.peers() as usize) < self.caps.max_peers_per_torrent;
         let table = table_peers < self.caps.max_peers;
         Room {
             swarm: swarm && table,
             per_ip: self.caps.max_peers_per_ip,
+            address: self.spread.may_add(owners::key(addr)),
         }
     }
 
@@ -464,6 +483,7 @@ impl<const I: usize> Table<I> {
             }
             if let Some((hash, _)) = pick {
                 if let Some(t) = shard.torrents.remove(&hash) {
+                    self.forget_peers(&t);
                     let (p, s) = (t.peers() as usize, t.seeders() as usize);
                     shard.peers -= p;
                     shard.seeders -= s;
@@ -496,6 +516,16 @@ impl<const I: usize> Table<I> {
             }
         }
         shard.idle.insert(hash, completed);
+    }
+
+    /// Takes the peers of a torrent dropped whole off their addresses' counts.
+    fn forget_peers(&self, t: &Torrent<I>) {
+        for r in t.records_v4().0 {
+            self.spread.moved(r.addr(), false);
+        }
+        for r in t.records_v6().0 {
+            self.spread.moved(r.addr(), false);
+        }
     }
 
     /// Moves the peer count by a change from `before` to `after` peers.
@@ -568,7 +598,7 @@ impl<const I: usize> SwarmTable for Table<I> {
         let snatch = |change: Change, was_seeder: bool| {
             matches!(change, Change::Updated | Change::Removed) && a.complete && !was_seeder
         };
-        let room = self.room(t);
+        let room = self.room(t, announcer(a));
         let (change, was) = match (a.v4, a.v6) {
             (Some(addr), _) => t
                 .v4()
@@ -585,13 +615,20 @@ impl<const I: usize> SwarmTable for Table<I> {
                 self.hits.address.add(1);
                 refused = Some("too many peers from your address in this torrent");
             }
-            _ => {}
+            Change::AddressSpent => {
+                self.hits.spread.add(1);
+                refused = Some("too many peers from your address in all torrents");
+            }
+            Change::Added => self.spread.moved(announcer(a), true),
+            Change::Removed => self.spread.moved(announcer(a), false),
+            Change::Updated | Change::None => {}
         }
         if let (Some(addr), None) = (a.alias6, refused) {
             // Goes and comes with its IPv4 record; never counted.
             let room = Room {
                 swarm: room.swarm || change == Change::Updated,
                 per_ip: self.caps.max_peers_per_ip,
+                address: true,
             };
             t.alias6()
                 .announce(addr, &a.peer_id, a.seeder, stopped, now, room);
@@ -695,7 +732,7 @@ impl<const I: usize> SwarmTable for Table<I> {
         let mut emptied = Vec::new();
         shard.torrents.retain(|hash, t| {
             let sole0 = sole(t);
-            dropped += t.expire(now, timeout);
+            dropped += t.expire(now, timeout, &mut |addr| self.spread.moved(addr, false));
             self.owners.moved(sole0, sole(t));
             seeders += t.seeders() as usize;
             peers += t.peers() as usize;
@@ -803,16 +840,21 @@ impl<const I: usize> SwarmTable for Table<I> {
             // quadratic: 400k peers in one torrent took 52 s). A body cut short inside the
             // torrent still counts the peers read before the cut (below), then fails.
             let mut read = || -> Result<(), &'static str> {
-                let mut restore = |t: &mut Torrent<I>, age: u16| {
-                    seen(age).map(|seen| (seen, self.room_at(t, base + (t.peers() - p0) as usize)))
+                let mut restore = |t: &mut Torrent<I>, age: u16, addr: &[u8]| {
+                    let peers = base + (t.peers() - p0) as usize;
+                    seen(age).map(|seen| (seen, self.room_at(t, peers, addr)))
                 };
                 for _ in 0..n4 {
                     let p = read_peer::<6>(&mut r, id_len)?;
-                    p.restore(t, Torrent::v4, &mut restore);
+                    if p.restore(t, Torrent::v4, &mut restore) {
+                        self.spread.moved(&p.addr, true);
+                    }
                 }
                 for _ in 0..n6 {
                     let p = read_peer::<18>(&mut r, id_len)?;
-                    p.restore(t, Torrent::v6, &mut restore);
+                    if p.restore(t, Torrent::v6, &mut restore) {
+                        self.spread.moved(&p.addr, true);
+                    }
                 }
                 for _ in 0..na {
                     let p = read_peer::<18>(&mut r, id_len)?;
@@ -1076,6 +1118,91 @@ mod tests {
         assert_eq!(new(&mut f, 12, flood, 1, 500), Ok(()));
     }
 
+    /// One address joining every torrent with made-up ports (64 per torrent, each a new
+    /// peer) filled `max_peers`, after which no one else's new peer was added anywhere. An
+    /// address now has at most its share of peers in all torrents together (an IPv6 /48 its
+    /// own): past it, only its own new peers are refused; another address is served; and its
+    /// count follows every way a peer leaves (stopped, expired, evicted with its torrent) and
+    /// comes back (a snapshot).
+    #[test]
+    fn one_address_cannot_fill_max_peers_for_others() {
+        let caps = Caps {
+            max_peers: 100,
+            max_peers_per_address: 30,
+            max_peers_per_48: 40,
+            ..Caps::LARGE
+        };
+        let mut f = Fixture::new(Table::<0>::new(4, caps), false);
+        let join = |f: &mut Fixture<0>, hash: u8, addr: &[u8], port: u8, now: u16| {
+            let mut a = announce(port, false, Event::Started);
+            a.info_hash = [hash; 20];
+            match addr.len() {
+                4 => a.v4 = Some([addr[0], addr[1], addr[2], addr[3], 0, port]),
+                _ => {
+                    let mut v6 = [0u8; 18];
+                    v6[..16].copy_from_slice(addr);
+                    v6[17] = port;
+                    a.v4 = None;
+                    a.v6 = Some(v6);
+                }
+            }
+            f.table
+                .announce(&a, now, &mut f.rng, &mut f.sel)
+                .map(|_| ())
+        };
+        let flood = [127, 0, 0, 1];
+        // Three ports in each of ten torrents.
+        for hash in 0..10 {
+            for port in 1..=3 {
+                assert_eq!(join(&mut f, hash, &flood, port, 0), Ok(()));
+            }
+        }
+        let e = join(&mut f, 11, &flood, 1, 0).unwrap_err();
+        assert_eq!(e, "too many peers from your address in all torrents");
+        assert_eq!(f.table.cap_hits().spread.get(), 1);
+        // Its known peers still re-announce; another address is served.
+        assert_eq!(join(&mut f, 0, &flood, 1, 5), Ok(()));
+        assert_eq!(join(&mut f, 11, &[192, 0, 2, 7], 1, 0), Ok(()));
+        // Leaving gives back its share.
+        let mut a = announce(1, false, Event::Stopped);
+        a.info_hash = [3; 20];
+        f.table.announce(&a, 0, &mut f.rng, &mut f.sel).unwrap();
+        assert_eq!(join(&mut f, 12, &flood, 1, 0), Ok(()));
+        assert!(join(&mut f, 13, &flood, 1, 0).is_err());
+        // Forty peers from many /64s of one /48 spend the /48's budget.
+        let mut net = [0x20, 1, 0x0d, 0xb8, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        for i in 0..40u8 {
+            net[7] = i;
+            assert_eq!(join(&mut f, 20 + i % 5, &net, 1, 0), Ok(()));
+        }
+        net[7] = 200;
+        let e = join(&mut f, 20, &net, 1, 0).unwrap_err();
+        assert!(e.starts_with("too many peers from your address"), "{e}");
+        net[5] = 10;
+        assert_eq!(join(&mut f, 20, &net, 1, 0), Ok(()), "another /48");
+        // Every peer is counted once (IPv6 twice: its /64 and its /48), whatever happened.
+        let v6_peers = 41;
+        let counted = |f: &Fixture<0>| f.table.spread.total() - v6_peers;
+        assert_eq!(counted(&f), f.table.totals().peers as i64);
+        // A snapshot restores the counts with the peers.
+        let mut body = Vec::new();
+        f.table.save(10, &mut body);
+        let copy = Table::<0>::new(4, caps);
+        copy.load(&body, 0, true, 10, 0, 100).unwrap();
+        assert_eq!(copy.spread.total(), f.table.spread.total());
+        assert_eq!(copy.spread.peers(owners::key(&[127, 0, 0, 1, 0, 0])), 30);
+        // The flood's peers expire (the one it re-announced at 5 stays until later).
+        for i in 0..f.table.shards() {
+            f.table.sweep(i, 104, 100);
+        }
+        assert_eq!(f.table.spread.peers(owners::key(&[127, 0, 0, 1, 0, 0])), 1);
+        for i in 0..f.table.shards() {
+            f.table.sweep(i, 500, 100);
+        }
+        assert_eq!(f.table.spread.total(), 0);
+        assert_eq!(f.table.totals().peers, 0);
+    }
+
     /// A full table makes room for another address's new torrent by dropping one of the
     /// torrents held alone by the address holding the most; that address itself is refused.
     #[test]
@@ -1111,6 +1238,9 @@ mod tests {
         // The light one's new torrent evicts again (it holds fewer than the heaviest).
         assert_eq!(new(&mut f, 106, light), Ok(()));
         assert_eq!(f.table.cap_hits().evicted.get(), 2);
+        // Evicted peers left their address's count.
+        assert_eq!(f.table.spread.peers(owners::key(&[10, 0, 0, 1, 0, 1])), 13);
+        assert_eq!(f.table.spread.total(), 20);
     }
 
     /// Regression: one peer flipping `left` between 1 and 0 added a completion per pair
