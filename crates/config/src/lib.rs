@@ -424,6 +424,9 @@ section! {
         /// past it get a failure reason. Enough for a NAT of ordinary size, too few for one
         /// host to fill a swarm with made-up ports.
         pub max_peers_per_ip: usize = 64,
+        /// The same for all the /64s of one IPv6 /48 (one customer) together: a network
+        /// cannot fill a swarm from its 65,536 /64s either.
+        pub max_peers_per_ip_48: usize = 256,
         /// Torrents one client address (IPv6: one /64) may hold alone, as the only client
         /// in them: a new torrent from an address at it gets a failure reason, so a flood of
         /// made-up info hashes from one place stops at its own share and never makes the

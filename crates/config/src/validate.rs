@@ -108,6 +108,7 @@ fn tracker(t: &TrackerConfig, p: &mut Problems) {
         ("tracker.max_peers", t.max_peers),
         ("tracker.max_peers_per_torrent", t.max_peers_per_torrent),
         ("tracker.max_peers_per_ip", t.max_peers_per_ip),
+        ("tracker.max_peers_per_ip_48", t.max_peers_per_ip_48),
         (
             "tracker.max_torrents_per_address",
             t.max_torrents_per_address,

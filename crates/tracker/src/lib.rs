@@ -160,6 +160,7 @@ impl Tracker {
             max_peers: cfg.max_peers,
             max_peers_per_torrent: cfg.max_peers_per_torrent,
             max_peers_per_ip: cfg.max_peers_per_ip,
+            max_peers_per_ip_48: cfg.max_peers_per_ip_48,
             max_idle_torrents: cfg.max_idle_torrents,
             max_torrents_per_address: cfg.max_torrents_per_address,
             max_torrents_per_48: cfg.max_torrents_per_48,

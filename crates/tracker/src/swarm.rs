@@ -51,11 +51,33 @@ impl<const A: usize, const I: usize> Record<A, I> {
 }
 
 /// The index of a large peer set: address -> position in the records, and how many peers
-/// each client address has in the set (IPv6 by /64), for the per-address cap.
+/// each client address has in the set (IPv6 by /64, and by /48), for the per-address caps.
 #[derive(Debug, Default)]
 pub struct Index<const A: usize> {
     pos: HashMap<[u8; A], u32>,
     per_ip: HashMap<u64, u32>,
+    /// IPv6 sets only (empty, allocating nothing, in IPv4 ones).
+    per_48: HashMap<u64, u32>,
+}
+
+impl<const A: usize> Index<A> {
+    /// Counts a peer at `addr` in (`true`) or out.
+    fn count(&mut self, addr: &[u8; A], into: bool) {
+        fn bump(map: &mut HashMap<u64, u32>, k: u64, into: bool) {
+            if into {
+                *map.entry(k).or_insert(0) += 1;
+            } else if let Some(n) = map.get_mut(&k) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(&k);
+                }
+            }
+        }
+        bump(&mut self.per_ip, ip_key(addr), into);
+        if let Some(k) = net48_key(addr) {
+            bump(&mut self.per_48, k, into);
+        }
+    }
 }
 
 /// The key a peer's client address is counted under: its IPv4 address, or its IPv6 /64.
@@ -66,6 +88,15 @@ pub(crate) fn ip_key<const A: usize>(addr: &[u8; A]) -> u64 {
     u64::from_ne_bytes(k)
 }
 
+/// The key of an IPv6 peer's /48 (none for IPv4).
+fn net48_key<const A: usize>(addr: &[u8; A]) -> Option<u64> {
+    (A == 18).then(|| {
+        let mut k = [0u8; 8];
+        k[..6].copy_from_slice(&addr[..6]);
+        u64::from_ne_bytes(k)
+    })
+}
+
 /// What a new peer may take: whether the swarm (and the whole table) has room for one more
 /// peer, and how many peers one client address may have in this set.
 #[derive(Debug, Clone, Copy)]
@@ -74,6 +105,8 @@ pub struct Room {
     pub swarm: bool,
     /// Peers one address (IPv6: one /64) may have in this set.
     pub per_ip: usize,
+    /// Peers the /64s of one IPv6 /48 may have in this set together.
+    pub per_48: usize,
     /// The peer's address may add one more peer to the table (its budget across torrents).
     pub address: bool,
 }
@@ -83,6 +116,7 @@ impl Room {
     pub const ANY: Room = Room {
         swarm: true,
         per_ip: usize::MAX,
+        per_48: usize::MAX,
         address: true,
     };
 }
@@ -132,6 +166,26 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
         }
     }
 
+    /// Peers in this set from the IPv6 /48 of `addr` (0 for IPv4).
+    fn at_48(&self, addr: &[u8; A]) -> usize {
+        let Some(k) = net48_key(addr) else {
+            return 0;
+        };
+        match &self.index {
+            Some(index) => index.per_48.get(&k).map_or(0, |&n| n as usize),
+            None => self
+                .peers
+                .iter()
+                .filter(|p| net48_key(&p.addr) == Some(k))
+                .count(),
+        }
+    }
+
+    /// Whether the client address of `addr` (or its /48) holds all `room` allows it here.
+    fn address_full(&self, addr: &[u8; A], room: Room) -> bool {
+        self.at_ip(addr) >= room.per_ip || A == 18 && self.at_48(addr) >= room.per_48
+    }
+
     fn swap(&mut self, i: usize, j: usize) {
         if i == j {
             return;
@@ -156,13 +210,7 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
         let gone = self.peers.pop().expect("set is not empty");
         if let Some(index) = &mut self.index {
             index.pos.remove(&gone.addr);
-            let k = ip_key(&gone.addr);
-            if let Some(n) = index.per_ip.get_mut(&k) {
-                *n -= 1;
-                if *n == 0 {
-                    index.per_ip.remove(&k);
-                }
-            }
+            index.count(&gone.addr, false);
         }
         if self.peers.capacity() > 2 * self.peers.len() + 4 {
             self.peers.shrink_to_fit();
@@ -213,7 +261,7 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
                 Change::Updated
             }
             None if !room.swarm => Change::SwarmFull,
-            None if self.at_ip(&addr) >= room.per_ip => Change::AddressFull,
+            None if self.address_full(&addr, room) => Change::AddressFull,
             None if !room.address => Change::AddressSpent,
             None => {
                 let mut record = Record {
@@ -230,7 +278,7 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
                 let i = self.peers.len() - 1;
                 if let Some(index) = &mut self.index {
                     index.pos.insert(addr, i as u32);
-                    *index.per_ip.entry(ip_key(&addr)).or_insert(0) += 1;
+                    index.count(&addr, true);
                 }
                 if seeder {
                     self.set_seeder(i, true);
@@ -299,11 +347,11 @@ fn fit_index<const A: usize, const I: usize>(peers: &[Record<A, I>], index: &mut
     if peers.len() >= INDEX_AT && index.is_none() {
         let mut built = Index::<A> {
             pos: HashMap::with_capacity(peers.len()),
-            per_ip: HashMap::new(),
+            ..Index::default()
         };
         for (i, p) in peers.iter().enumerate() {
             built.pos.insert(p.addr, i as u32);
-            *built.per_ip.entry(ip_key(&p.addr)).or_insert(0) += 1;
+            built.count(&p.addr, true);
         }
         *index = Some(built);
     } else if peers.len() < INDEX_AT / 2 && index.is_some() {
@@ -600,6 +648,7 @@ mod tests {
         let room = Room {
             swarm: max == 0 || (t.peers() as usize) < max,
             per_ip: usize::MAX,
+            per_48: usize::MAX,
             address: true,
         };
         let r = t
@@ -732,6 +781,7 @@ mod tests {
         let room = Room {
             swarm: true,
             per_ip: 3,
+            per_48: usize::MAX,
             address: true,
         };
         let one_ip = |t: &mut Torrent<0>, port: u16| {
@@ -775,6 +825,63 @@ mod tests {
         assert_eq!(
             t.v4().announce(a, &[0; 20], true, false, 0, spent).0,
             Change::Updated
+        );
+    }
+
+    /// One IPv6 /48 spread over many /64s is held to its own share of a swarm, whether the
+    /// set is small or indexed; another /48 is not; leaving gives the share back.
+    #[test]
+    fn one_48_has_at_most_its_share_of_a_swarm_whatever_its_64s() {
+        let mut t = Torrent::<0>::default();
+        let room = Room {
+            per_ip: 2,
+            per_48: 40,
+            ..Room::ANY
+        };
+        let peer = |net48: u8, net64: u16, port: u8| {
+            let mut a = [0u8; 18];
+            a[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+            a[5] = net48;
+            a[6..8].copy_from_slice(&net64.to_be_bytes());
+            a[15] = 1;
+            a[17] = port;
+            a
+        };
+        let join = |t: &mut Torrent<0>, a: [u8; 18], stopped: bool| {
+            let r = t.v6().announce(a, &[0; 20], false, stopped, 0, room).0;
+            t.tidy();
+            r
+        };
+        // Two per /64, up to forty per /48: through the index's threshold.
+        for n in 0..20 {
+            assert_eq!(join(&mut t, peer(1, n, 1), false), Change::Added);
+            assert_eq!(join(&mut t, peer(1, n, 2), false), Change::Added);
+        }
+        assert!(t.extra.as_ref().unwrap().index6.is_some());
+        assert_eq!(join(&mut t, peer(1, 20, 3), false), Change::AddressFull);
+        assert_eq!(
+            join(&mut t, peer(2, 20, 3), false),
+            Change::Added,
+            "another /48"
+        );
+        assert_eq!(join(&mut t, peer(1, 3, 1), true), Change::Removed);
+        assert_eq!(join(&mut t, peer(1, 20, 3), false), Change::Added);
+        let index = t.extra.as_ref().unwrap().index6.as_ref().unwrap();
+        assert_eq!(index.per_48.values().sum::<u32>(), 41);
+        // A small set counts by scanning.
+        let mut small = Torrent::<0>::default();
+        let room = Room { per_48: 3, ..room };
+        for n in 0..3 {
+            let a = peer(7, n, 1);
+            assert_eq!(
+                small.v6().announce(a, &[0; 20], false, false, 0, room).0,
+                Change::Added
+            );
+        }
+        let a = peer(7, 9, 1);
+        assert_eq!(
+            small.v6().announce(a, &[0; 20], false, false, 0, room).0,
+            Change::AddressFull
         );
     }
 

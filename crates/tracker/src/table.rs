@@ -83,6 +83,8 @@ pub struct Caps {
     pub max_peers_per_torrent: usize,
     /// Most peers one client address (IPv6: one /64) may have in one torrent.
     pub max_peers_per_ip: usize,
+    /// Most peers the /64s of one IPv6 /48 may have in one torrent together.
+    pub max_peers_per_ip_48: usize,
     /// Most completed counts kept for torrents without peers.
     pub max_idle_torrents: usize,
     /// Most torrents one address (IPv6: one /64) holds alone (see [`crate::owners`]).
@@ -102,6 +104,7 @@ impl Caps {
         max_peers: 1 << 30,
         max_peers_per_torrent: 1 << 30,
         max_peers_per_ip: 1 << 30,
+        max_peers_per_ip_48: 1 << 30,
         max_idle_torrents: 1 << 30,
         max_torrents_per_address: 1 << 30,
         max_torrents_per_48: 1 << 30,
@@ -378,6 +381,7 @@ impl<const I: usize> Table<I> {
         Room {
             swarm: swarm && table,
             per_ip: self.caps.max_peers_per_ip,
+            per_48: self.caps.max_peers_per_ip_48,
             address: self.spread.may_add(owners::key(addr)),
         }
     }
@@ -628,6 +632,7 @@ impl<const I: usize> SwarmTable for Table<I> {
             let room = Room {
                 swarm: room.swarm || change == Change::Updated,
                 per_ip: self.caps.max_peers_per_ip,
+                per_48: self.caps.max_peers_per_ip_48,
                 address: true,
             };
             t.alias6()
