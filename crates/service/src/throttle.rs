@@ -48,6 +48,9 @@ pub struct Throttle {
     pub refused: Counter,
     /// Failures counted.
     pub failures: Counter,
+    /// Addresses forgotten before their window ended, to hold at most `max_addresses`
+    /// (a guesser spread over more addresses than that).
+    pub forgotten: Counter,
 }
 
 impl Throttle {
@@ -62,6 +65,7 @@ impl Throttle {
             over: AtomicUsize::new(0),
             refused: Counter::default(),
             failures: Counter::default(),
+            forgotten: Counter::default(),
         }
     }
 
@@ -145,6 +149,7 @@ impl Throttle {
         if map.len() == before {
             if let Some((&k, &t)) = map.iter().min_by_key(|(_, t)| t.since) {
                 map.remove(&k);
+                self.forgotten.add(1);
                 if t.fails >= limit {
                     gone_over += 1;
                 }
@@ -216,5 +221,7 @@ mod tests {
         }
         assert!(t.len() <= 32, "{}", t.len());
         assert!(t.over.load(Ordering::Relaxed) <= t.len());
+        // All but the 32 held were forgotten early (their window had not ended): counted.
+        assert_eq!(t.forgotten.get(), 10_000 + 1 - 32);
     }
 }

@@ -64,6 +64,11 @@ static ADMIN_THROTTLED: Desc = Desc::counter(
     "Admin requests refused with 429: their address sent more wrong tokens than \
      popups.max_auth_failures_per_min.",
 );
+static GUESSERS_FORGOTTEN: Desc = Desc::counter(
+    "hotpath_popups_guessers_forgotten_total",
+    "Addresses counted for wrong admin tokens, forgotten before their minute ended to hold \
+     at most 65,536 (guessing spread over more addresses).",
+);
 static ADMIN_WRITES: Desc = Desc::counter(
     "hotpath_popups_admin_writes_total",
     "Popups saved through the admin API.",
@@ -102,5 +107,6 @@ pub(super) fn collect(popups: &Popups, out: &mut Samples) {
         .add(&CATALOG_RELOADS, c.reloads.get())
         .add(&CATALOG_POLL_FAILURES, c.reload_failures.get())
         .add(&ADMIN_WRITES, c.admin_writes.get())
-        .add(&ADMIN_THROTTLED, s.token_guesses.refused.get());
+        .add(&ADMIN_THROTTLED, s.token_guesses.refused.get())
+        .add(&GUESSERS_FORGOTTEN, s.token_guesses.forgotten.get());
 }

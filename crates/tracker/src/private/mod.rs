@@ -190,6 +190,11 @@ mod m {
         "Push API requests refused with 429: their address sent more wrong tokens than \
          private.max_auth_failures_per_min.",
     );
+    pub static GUESSERS_FORGOTTEN: Desc = Desc::counter(
+        "hotpath_private_guessers_forgotten_total",
+        "Addresses counted for wrong passkeys or push tokens, forgotten before their minute \
+         ended to hold at most 65,536 of each (guessing spread over more addresses).",
+    );
     pub static PUSHES: Desc = Desc::counter(
         "hotpath_private_pushes_total",
         "Changes applied through the push API.",
@@ -779,6 +784,10 @@ impl Private {
             .add(&m::CREDIT_CUT, get(&self.credit_cut))
             .add(&m::CREDIT_CUT_BYTES, get(&self.credit_cut_bytes))
             .add(&m::ADMIN_THROTTLED, get(&self.token_guesses.refused))
+            .add(
+                &m::GUESSERS_FORGOTTEN,
+                get(&self.token_guesses.forgotten) + get(&self.passkey_guesses.forgotten),
+            )
             .add(&m::PUSHES, get(&self.pushes))
             .add(&m::PUSH_ERRORS, get(&self.push_errors))
             .add(&m::RESTORE_SKIPPED, get(&self.restore_skipped))
