@@ -238,6 +238,26 @@ fn no_script_escapes_the_time_budget() {
             "recursion_in_coroutine",
             "local function f(n) return 1 + f(n + 1) end function handle() if false then hp.tcp.request('x', 'y') end return 200, nil, tostring(f(1)) end",
         ),
+        // Huge values: each operation is one instruction or one library call on tens of
+        // megabytes (the VM holds 64 MiB), so the budget is checked between them. (The
+        // 10 MB strings are made of 1,000-byte pieces: `string.rep('x', 2e7)` is 2e7
+        // repetitions, charged as such, past the default instruction budget.)
+        (
+            "huge_concat",
+            "function handle() local s = string.rep(string.rep('x', 1000), 1e4) while true do local t = s .. 'y' end end",
+        ),
+        (
+            "huge_compare",
+            "function handle() local k = string.rep('x', 1000) local s, t = string.rep(k, 1e4), string.rep(k, 1e4) while true do local e = s == t end end",
+        ),
+        (
+            "huge_tostring",
+            "function handle() local s = string.rep(string.rep('x', 1000), 1e4) while true do local t = tostring(s):upper() end end",
+        ),
+        (
+            "huge_format",
+            "function handle() local s = string.rep(string.rep('x', 1000), 5e3) while true do local t = string.format('%s%s', s, s) end end",
+        ),
         ("ok", "function handle() return 200, nil, 'ok' end"),
     ]);
     c.server.workers = 1;
@@ -258,6 +278,10 @@ fn no_script_escapes_the_time_budget() {
             "/recursion_in_coroutine",
             &["time budget exceeded", "stack overflow"],
         ),
+        ("/huge_concat", budget),
+        ("/huge_compare", budget),
+        ("/huge_tostring", budget),
+        ("/huge_format", budget),
     ] {
         let mut worst = Duration::ZERO;
         for _ in 0..3 {

@@ -151,8 +151,22 @@ unsafe extern "C-unwind" fn budget_hook(state: *mut ffi::lua_State, _: *mut ffi:
     if budget.is_null() {
         return;
     }
+    TICKED.with(|t| t.store(true, Ordering::Relaxed));
     // SAFETY: as above: non-null, so the VM's budget, alive.
-    let Err(message) = (unsafe { &*budget }).tick() else {
+    let budget = unsafe { &*budget };
+    let checked = if CLOCK_DUE.with(|d| d.swap(false, Ordering::Relaxed)) {
+        // The timer found no check in a whole period (see `on_signal`): a look at the clock,
+        // counting nothing, then the usual count again unless the budget is spent.
+        let checked = budget.check_time();
+        if checked.is_ok() {
+            // SAFETY: the running thread, from its hook: setting its hook is allowed here.
+            unsafe { hook_count(state) };
+        }
+        checked
+    } else {
+        budget.tick()
+    };
+    let Err(message) = checked else {
         return;
     };
     // SAFETY: the running thread, from its hook (see `trip`).
@@ -231,6 +245,10 @@ thread_local! {
     /// The hook was set on `RUNNING` during this run (by the handler, a coroutine's making,
     /// or a spent budget): take it off at the end.
     static ARMED: AtomicBool = const { AtomicBool::new(false) };
+    /// The hook ran since the timer's last tick.
+    static TICKED: AtomicBool = const { AtomicBool::new(false) };
+    /// The timer asked the hook to look at the clock at the main thread's next instruction.
+    static CLOCK_DUE: AtomicBool = const { AtomicBool::new(false) };
     /// Odd while a script runs; bumped at each start and end. The handler hooks a script
     /// still running under the number it saw at its last tick.
     static SEQ: AtomicU64 = const { AtomicU64::new(0) };
@@ -322,11 +340,19 @@ fn on_signal() {
     }
     // SAFETY: `RUNNING` is set only while a script of that VM runs on this thread (the VM
     // is alive), and the signal interrupts that run. Lua documents `lua_sethook` as callable
-    // from a signal handler; an already hooked thread (a spent budget fires at every
-    // instruction) keeps its count.
+    // from a signal handler. A hooked thread whose hook did not run for a whole period of
+    // CPU time runs instructions that each take long (a comparison of two 10 MB strings: a
+    // thousand of them between checks took 210-290 ms under a 100 ms budget, now 100-107):
+    // its hook runs at its next instruction, to look at the clock. Each such change walks
+    // the thread's calls (a millisecond for a recursion a million slots deep), so it is made
+    // only then, never while the hook runs as it should, and not again before that hook
+    // ran: a handler that took longer than the period must not make work for the next one.
     unsafe {
+        let ticked = TICKED.with(|t| t.swap(false, Ordering::Relaxed));
         if ffi::lua_gethookmask(main) == 0 {
             hook_count(main);
+        } else if !ticked && !CLOCK_DUE.with(|d| d.swap(true, Ordering::Relaxed)) {
+            ffi::lua_sethook(main, Some(budget_hook), ffi::LUA_MASKCOUNT, 1);
         }
     }
     ARMED.with(|a| a.store(true, Ordering::Relaxed));

@@ -123,6 +123,24 @@ impl Budget {
         self.tripped.get()
     }
 
+    /// Reads the clock (starting it, `head_start` early, if no check did yet) and fails once
+    /// the time budget is spent, counting nothing: the timer's look between the hook's counts.
+    pub(crate) fn check_time(&self) -> Result<(), &str> {
+        match self.started.get() {
+            Some(started) if started.elapsed() > self.limits.time => {
+                self.tripped.set(true);
+                Err(&self.over_time)
+            }
+            Some(_) => Ok(()),
+            None => {
+                let now = Instant::now();
+                self.started
+                    .set(Some(now.checked_sub(self.head_start).unwrap_or(now)));
+                Ok(())
+            }
+        }
+    }
+
     /// [`spend`](Self::spend) as a Lua error, for the library functions that charge work.
     fn charge(&self, n: u64) -> mlua::Result<()> {
         self.spend(n).map_err(mlua::Error::runtime)
@@ -1239,6 +1257,20 @@ mod tests {
         b.start();
         assert!(!b.tripped.get() && b.started.get().is_none());
         assert!(b.tick().is_ok());
+    }
+
+    /// The timer's look at the clock counts nothing, starts the clock when no check did,
+    /// and trips the budget once its time is spent.
+    #[test]
+    fn a_look_at_the_clock_counts_nothing() {
+        let b = budget(u64::MAX, Duration::from_millis(20));
+        b.start();
+        assert!(b.check_time().is_ok());
+        assert!(b.started.get().is_some());
+        assert_eq!(b.used.get(), 0);
+        std::thread::sleep(Duration::from_millis(40));
+        let e = b.check_time().unwrap_err().to_string();
+        assert!(e.contains("time budget exceeded") && b.tripped(), "{e}");
     }
 
     #[test]
