@@ -152,8 +152,8 @@ const WIDTH: usize = 1 << 16;
 /// smaller of its two counters; each row is indexed by a keyed SipHash (random key), so no
 /// client can choose whose counters it shares. A counter is the exact sum of the addresses
 /// sharing it: an address is never under-counted (its budget holds), and another address
-/// is over-counted only when both its counters are shared with heavy ones (with a handful of
-/// addresses at their budget, about one address in a billion).
+/// is over-counted only when both its counters are shared with heavy ones (with 64 addresses
+/// at their budget, about one address in a million: (64 / 65,536)²).
 #[derive(Debug)]
 pub struct Spread {
     rows: Box<[AtomicI32]>,
