@@ -15,9 +15,12 @@ const CAPS: Caps = Caps {
     max_peers: 512,
     max_peers_per_torrent: 128,
     max_peers_per_ip: 4,
+    max_peers_per_ip_48: 8,
     max_idle_torrents: 64,
     max_torrents_per_address: 16,
     max_torrents_per_48: 32,
+    max_peers_per_address: 128,
+    max_peers_per_48: 256,
 };
 const NOW: u16 = 40_000;
 const TIMEOUT: u16 = 1_800;
