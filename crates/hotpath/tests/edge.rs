@@ -485,12 +485,7 @@ fn one_address_filling_the_table_leaves_others_served() {
     let a = announce([200; 20], 2, 6881, 100, Event::Started);
     assert_eq!(failure(&other.get(&announce_target(&a)).body), None);
     // Over UDP too, from another address.
-    let socket = std::net::UdpSocket::bind("127.0.0.3:0").unwrap();
-    let mut udp = Udp {
-        socket,
-        server: server.udp_addr().unwrap(),
-        connection_id: 0,
-    };
+    let mut udp = Udp::from("127.0.0.3:0", server.udp_addr().unwrap());
     udp.connect();
     let answer = udp.announce([201; 20], 3, 6881, 100, Event::Started);
     assert!(
@@ -538,12 +533,7 @@ fn one_address_filling_max_peers_leaves_others_served() {
     let a = announce([0; 20], 2, 6881, 100, Event::Started);
     let r = other.get(&announce_target(&a));
     assert_eq!(failure(&r.body), None);
-    let socket = std::net::UdpSocket::bind("127.0.0.3:0").unwrap();
-    let mut udp = Udp {
-        socket,
-        server: server.udp_addr().unwrap(),
-        connection_id: 0,
-    };
+    let mut udp = Udp::from("127.0.0.3:0", server.udp_addr().unwrap());
     udp.connect();
     let answer = udp.announce([0; 20], 3, 6881, 100, Event::Started);
     match udp::parse_response(&answer) {

@@ -78,17 +78,33 @@ fn up(addrs: &[Ipv6Addr]) {
     ip(&["-6", "-batch", "-"], Some(batch));
 }
 
-/// A connection from `from` to `to` that sent a health request: `Some` when it was answered
-/// (the server holds it), `None` when the server closed it at once.
-fn held(from: IpAddr, to: SocketAddr) -> Option<TcpStream> {
+/// The server's HTTP listeners inside the namespace (nothing else listens there).
+const V4: &str = "127.0.0.1:6969";
+const V6: &str = "[::1]:6969";
+
+/// The test config with HTTP on [`V4`] and [`V6`].
+fn dual_stack_config() -> hotpath_config::Config {
+    let mut c = test_config();
+    c.listen.http = vec![V4.parse().unwrap(), V6.parse().unwrap()];
+    c
+}
+
+/// A TCP connection from the address `from` to `to`.
+fn connect_from(from: IpAddr, to: &str) -> std::io::Result<TcpStream> {
     let domain = match from {
         IpAddr::V4(_) => socket2::Domain::IPV4,
         IpAddr::V6(_) => socket2::Domain::IPV6,
     };
-    let s = socket2::Socket::new(domain, socket2::Type::STREAM, None).unwrap();
-    s.bind(&SocketAddr::new(from, 0).into()).unwrap();
-    s.connect(&to.into()).ok()?;
-    let mut s: TcpStream = s.into();
+    let s = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
+    s.bind(&SocketAddr::new(from, 0).into())?;
+    s.connect(&to.parse::<SocketAddr>().unwrap().into())?;
+    Ok(s.into())
+}
+
+/// A connection from `from` to `to` that sent a health request: `Some` when it was answered
+/// (the server holds it), `None` when the server closed it at once.
+fn held(from: IpAddr, to: &str) -> Option<TcpStream> {
+    let mut s = connect_from(from, to).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
         .ok()?;
@@ -109,6 +125,16 @@ fn nets(net48: u16, n: u16) -> Vec<Ipv6Addr> {
         .collect()
 }
 
+/// The attack's addresses, twenty /64s of 2001:db8:7::/48, and one of another /48, when the
+/// test `name` runs inside its namespace; `None` outside, once the run inside passed.
+fn inside(name: &str) -> Option<(Vec<Ipv6Addr>, Ipv6Addr)> {
+    let attack = nets(7, 20);
+    let fresh = Ipv6Addr::new(0x2001, 0xdb8, 8, 0, 0, 0, 0, 1);
+    let mut all = attack.clone();
+    all.push(fresh);
+    (!outside(name, &all)).then_some((attack, fresh))
+}
+
 /// Regression: 70 IPv6 /64s of 256 idle connections each took all 16,384 connection slots,
 /// and IPv4 and fresh IPv6 clients were reset. The /64s of one /48 now share
 /// `server.max_connections_per_48`: the same attack, scaled to this test's slots (2 workers
@@ -117,32 +143,20 @@ fn nets(net48: u16, n: u16) -> Vec<Ipv6Addr> {
 /// does take every slot here.
 #[test]
 fn many_64s_of_one_48_leave_others_a_connection() {
-    let attack = nets(7, 20);
-    let fresh = Ipv6Addr::new(0x2001, 0xdb8, 8, 0, 0, 0, 0, 1);
-    let mut all = attack.clone();
-    all.push(fresh);
-    if outside("many_64s_of_one_48_leave_others_a_connection", &all) {
+    let Some((attack, fresh)) = inside("many_64s_of_one_48_leave_others_a_connection") else {
         return;
-    }
+    };
     // (cap per /48, connections the attack holds, whether others are served)
     for (per_48, holds, others_served) in [(64, 64, true), (1 << 20, 128, false)] {
-        let mut c = test_config();
-        c.listen.http = vec![
-            "127.0.0.1:6969".parse().unwrap(),
-            "[::1]:6969".parse().unwrap(),
-        ];
+        let mut c = dual_stack_config();
         c.server.max_connections_per_worker = 64;
         c.server.max_connections_per_ip = 16;
         c.server.max_connections_per_48 = per_48;
         let server = start(&c);
-        let (v4, v6): (SocketAddr, SocketAddr) = (
-            "127.0.0.1:6969".parse().unwrap(),
-            "[::1]:6969".parse().unwrap(),
-        );
         let mut flood = Vec::new();
         for net in &attack {
             for _ in 0..16 {
-                flood.extend(held(IpAddr::V6(*net), v6));
+                flood.extend(held(IpAddr::V6(*net), V6));
             }
         }
         assert_eq!(
@@ -150,8 +164,8 @@ fn many_64s_of_one_48_leave_others_a_connection() {
             holds,
             "held for the attack (cap per /48 {per_48})"
         );
-        let ipv4 = held("127.0.0.1".parse().unwrap(), v4).is_some();
-        let ipv6 = held(IpAddr::V6(fresh), v6).is_some();
+        let ipv4 = held("127.0.0.1".parse().unwrap(), V4).is_some();
+        let ipv6 = held(IpAddr::V6(fresh), V6).is_some();
         assert_eq!(
             (ipv4, ipv6),
             (others_served, others_served),
@@ -168,47 +182,24 @@ fn many_64s_of_one_48_leave_others_a_connection() {
 /// client still make torrents and join the swarm, over HTTP.
 #[test]
 fn many_64s_of_one_48_hold_one_48s_share_of_torrents_and_swarms() {
-    let attack = nets(7, 20);
-    let fresh = Ipv6Addr::new(0x2001, 0xdb8, 8, 0, 0, 0, 0, 1);
-    let mut all = attack.clone();
-    all.push(fresh);
-    if outside(
-        "many_64s_of_one_48_hold_one_48s_share_of_torrents_and_swarms",
-        &all,
-    ) {
+    let Some((attack, fresh)) =
+        inside("many_64s_of_one_48_hold_one_48s_share_of_torrents_and_swarms")
+    else {
         return;
-    }
-    let mut c = test_config();
-    c.listen.http = vec![
-        "127.0.0.1:6969".parse().unwrap(),
-        "[::1]:6969".parse().unwrap(),
-    ];
+    };
+    let mut c = dual_stack_config();
     c.tracker.max_torrents_per_address = 10;
     c.tracker.max_torrents_per_48 = 30;
     c.tracker.max_peers_per_ip = 16;
     c.tracker.max_peers_per_ip_48 = 40;
     let server = start(&c);
-    let (v4, v6): (SocketAddr, SocketAddr) = (
-        "127.0.0.1:6969".parse().unwrap(),
-        "[::1]:6969".parse().unwrap(),
-    );
-    let client = |from: IpAddr, to: SocketAddr| {
-        let domain = match from {
-            IpAddr::V4(_) => socket2::Domain::IPV4,
-            IpAddr::V6(_) => socket2::Domain::IPV6,
-        };
-        let s = socket2::Socket::new(domain, socket2::Type::STREAM, None).unwrap();
-        s.bind(&SocketAddr::new(from, 0).into()).unwrap();
-        s.connect(&to.into()).unwrap();
-        Client::from_stream(s.into())
-    };
     // The shared torrent, made by someone else.
-    let mut seed = client("127.0.0.2".parse().unwrap(), v4);
+    let mut seed = Client::from_stream(connect_from("127.0.0.2".parse().unwrap(), V4).unwrap());
     let a = announce([1; 20], 99, 6881, 0, Event::Started);
     assert_eq!(failure(&seed.get(&announce_target(&a)).body), None);
     let (mut torrents, mut peers) = (0, 0);
     for (i, net) in attack.iter().enumerate() {
-        let mut c = client(IpAddr::V6(*net), v6);
+        let mut c = Client::from_stream(connect_from(IpAddr::V6(*net), V6).unwrap());
         for t in 0..10u8 {
             let mut hash = [0x80; 20];
             hash[..2].copy_from_slice(&[i as u8, t]);
@@ -230,8 +221,8 @@ fn many_64s_of_one_48_hold_one_48s_share_of_torrents_and_swarms() {
         }
     }
     assert_eq!((torrents, peers), (30, 40), "the /48's shares");
-    for (from, to) in [(IpAddr::V6(fresh), v6), ("127.0.0.1".parse().unwrap(), v4)] {
-        let mut c = client(from, to);
+    for (from, to) in [(IpAddr::V6(fresh), V6), ("127.0.0.1".parse().unwrap(), V4)] {
+        let mut c = Client::from_stream(connect_from(from, to).unwrap());
         for hash in [[1; 20], [2; 20]] {
             let a = announce(hash, 9, 6881, 100, Event::Started);
             assert_eq!(failure(&c.get(&announce_target(&a)).body), None, "{from}");

@@ -265,6 +265,11 @@ impl Udp {
         } else {
             "127.0.0.1:0"
         };
+        Udp::from(local, server)
+    }
+
+    /// A client bound to `local` (an address and port, port 0 for any).
+    pub fn from(local: &str, server: SocketAddr) -> Udp {
         let socket = UdpSocket::bind(local).unwrap();
         socket
             .set_read_timeout(Some(Duration::from_millis(2000)))
