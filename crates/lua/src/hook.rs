@@ -154,7 +154,11 @@ unsafe extern "C-unwind" fn budget_hook(state: *mut ffi::lua_State, _: *mut ffi:
     TICKED.with(|t| t.store(true, Ordering::Relaxed));
     // SAFETY: as above: non-null, so the VM's budget, alive.
     let budget = unsafe { &*budget };
-    let checked = if CLOCK_DUE.with(|d| d.swap(false, Ordering::Relaxed)) {
+    // Only the main thread's hook answers the timer's call: it is the thread the timer set
+    // to a count of 1 (a coroutine's hook taking the call would leave main at that count,
+    // and every later instruction of main would count as a thousand).
+    let main = RUNNING.with(|r| r.load(Ordering::Relaxed)) == state;
+    let checked = if main && CLOCK_DUE.with(|d| d.swap(false, Ordering::Relaxed)) {
         // The timer found no check in a whole period (see `on_signal`): a look at the clock,
         // counting nothing, then the usual count again unless the budget is spent.
         let checked = budget.check_time();
@@ -388,6 +392,8 @@ impl Running {
             }
             t.get()
         });
+        CLOCK_DUE.with(|d| d.store(false, Ordering::Relaxed));
+        TICKED.with(|t| t.store(false, Ordering::Relaxed));
         RUNNING.with(|r| r.store(main.0, Ordering::Relaxed));
         compiler_fence(Ordering::SeqCst);
         SEQ.with(|s| s.fetch_add(1, Ordering::Relaxed));
