@@ -164,17 +164,7 @@ impl Budget {
         if used / u64::from(CHECK_EVERY) == before / u64::from(CHECK_EVERY) {
             return Ok(());
         }
-        let Some(started) = self.started.get() else {
-            let now = Instant::now();
-            self.started
-                .set(Some(now.checked_sub(self.head_start).unwrap_or(now)));
-            return Ok(());
-        };
-        if started.elapsed() > self.limits.time {
-            self.tripped.set(true);
-            return Err(&self.over_time);
-        }
-        Ok(())
+        self.check_time()
     }
 }
 
