@@ -47,8 +47,12 @@ pub enum VarSpec {
     /// `{ popup_token = "SECRET", user = "u", popup = "p" }`: a popup show token for the
     /// values drawn for variables `u` and `p` in the same request, signed with the server's
     /// `popups.token_secret` (a click or close the server accepts). As a front end's tokens
-    /// (one per show), no two tokens of one user name the same show: a user's first is
-    /// signed at the current second, each next one a second before that user's last.
+    /// (one per show, shows coming one after another), each token of one user and popup
+    /// names a later show than the one before it: the pair's first is signed a day before
+    /// the current second ([`SHOWS_FROM_SECS`]), each next one a second after the pair's
+    /// last. The server answers a click or close of a show no later than the last one
+    /// answered with a 409, and a token signed over a minute ahead of its clock with a 403,
+    /// so one pair can be drawn about once a second on average for a day.
     PopupToken {
         /// The server's token secret.
         popup_token: String,
@@ -147,59 +151,61 @@ enum Var {
     Clock(std::time::Instant),
 }
 
-/// The show second each user's next token is signed at, so that no two tokens of a user sign
-/// the same show (the server answers a second click or close of one show with a 409, which
-/// a front end that gets one token per show never meets). Users are told apart by a hash of
-/// their id: two that share one share a countdown, which keeps both apart as well.
+/// The show second each user and popup's next token is signed at, so that every token of a
+/// pair names a later show than the pair's token before it (see [`VarSpec::PopupToken`]).
+/// Pairs are told apart by a hash of user id and popup: two that share one share a
+/// sequence, which keeps both rising as well.
 #[derive(Debug)]
 struct ShowTimes {
     next: HashMap<u64, u64>,
-    /// Users followed at most ([`MAX_SHOW_USERS`]).
+    /// Pairs followed at most ([`MAX_SHOW_PAIRS`]).
     cap: usize,
-    /// The earliest second handed out so far.
-    floor: u64,
-    /// Once the map was emptied: first tokens start below this (the floor then).
-    below: Option<u64>,
+    /// The latest second handed out so far.
+    ceiling: u64,
+    /// Once the map was emptied: first tokens start above this (the ceiling then).
+    above: Option<u64>,
 }
 
-/// Users [`ShowTimes`] follows at most (about 100 MB); past it the map is emptied, and a
-/// user seen after that starts below every second handed out before.
-const MAX_SHOW_USERS: usize = 4 << 20;
+/// Pairs [`ShowTimes`] follows at most (about 100 MB); past it the map is emptied, and a
+/// pair seen after that starts above every second handed out before.
+const MAX_SHOW_PAIRS: usize = 4 << 20;
+
+/// How long before the current second a pair's first token is signed: a day, well inside
+/// the server's default token lifetime (`popups.token_ttl_secs`, 7 days), as room for a pair
+/// drawn more often than once a second to rise ahead.
+pub const SHOWS_FROM_SECS: u64 = 86_400;
 
 impl ShowTimes {
     fn new(cap: usize) -> ShowTimes {
         ShowTimes {
             next: HashMap::new(),
             cap,
-            floor: 0,
-            below: None,
+            ceiling: 0,
+            above: None,
         }
     }
 
-    /// The second to sign `user`'s next token at, `now` being the current one.
-    fn take(&mut self, user: &[u8], now: u64) -> u64 {
-        let key = BuildHasherDefault::<DefaultHasher>::default().hash_one(user);
+    /// The second to sign the next token of `user` and `popup` at, `now` being the current one.
+    fn take(&mut self, user: &[u8], popup: u32, now: u64) -> u64 {
+        let key = BuildHasherDefault::<DefaultHasher>::default().hash_one((user, popup));
         let this = match self.next.get_mut(&key) {
             Some(at) => {
                 let this = *at;
-                *at = this.saturating_sub(1);
+                *at = this.saturating_add(1);
                 this
             }
             None => {
                 if self.next.len() >= self.cap {
                     self.next.clear();
-                    self.below = Some(self.floor);
+                    self.above = Some(self.ceiling);
                 }
-                let this = self.below.map_or(now, |b| now.min(b.saturating_sub(1)));
-                self.next.insert(key, this.saturating_sub(1));
+                let from = now.saturating_sub(SHOWS_FROM_SECS);
+                let this = self.above.map_or(from, |a| from.max(a.saturating_add(1)));
+                self.next.insert(key, this.saturating_add(1));
                 this
             }
         };
-        self.floor = if self.floor == 0 {
-            this
-        } else {
-            self.floor.min(this)
-        };
+        self.ceiling = self.ceiling.max(this);
         this
     }
 }
@@ -229,7 +235,7 @@ fn compile(name: &str, spec: &VarSpec, seed: u64, names: &[String]) -> Result<Va
                 Signer::new(popup_token.as_bytes()),
                 index(user, "user")?,
                 index(popup, "popup")?,
-                Arc::new(Mutex::new(ShowTimes::new(MAX_SHOW_USERS))),
+                Arc::new(Mutex::new(ShowTimes::new(MAX_SHOW_PAIRS))),
             )
         }
         VarSpec::Derived {
@@ -423,10 +429,11 @@ impl Vars {
                         String::from_utf8_lossy(&draw.bytes[s..e]).into_owned()
                     };
                     let (user, popup) = (text(*u), text(*p).parse().unwrap_or(0));
-                    let at = times
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .take(user.as_bytes(), now);
+                    let at = times.lock().unwrap_or_else(|e| e.into_inner()).take(
+                        user.as_bytes(),
+                        popup,
+                        now,
+                    );
                     let start = draw.bytes.len();
                     signer.sign(&mut draw.bytes, &user, popup, at);
                     draw.spans[i] = (start, draw.bytes.len());
@@ -642,18 +649,14 @@ mod tests {
                     popup: "p".into(),
                 },
             ),
-            ("p", VarSpec::Range { range: [1, 50] }),
-            (
-                "u",
-                VarSpec::Range {
-                    range: [1, 1_000_000],
-                },
-            ),
+            ("p", VarSpec::Range { range: [1, 2] }),
+            ("u", VarSpec::Range { range: [1, 3] }),
         ]);
         let t = Template::parse("{u} {p} {t}", &v, "body").unwrap();
         let signer = Signer::new(b"bench-secret-0123456789");
-        // A hot user's tokens never name one show twice (the server would refuse the second).
-        let mut shows = std::collections::HashSet::new();
+        // Each token of a user and popup names a later show than the one before (the server
+        // refuses an answer to a show no later than the last one answered).
+        let mut last = std::collections::HashMap::new();
         let mut rng = fastrand::Rng::with_seed(4);
         let mut draw = Draw::default();
         let now = std::time::SystemTime::now()
@@ -666,12 +669,22 @@ mod tests {
             t.fill(&draw, &mut out);
             let s = String::from_utf8(out).unwrap();
             let f: Vec<&str> = s.split(' ').collect();
-            let at = signer.verify(f[2], f[0], f[1].parse().unwrap(), now + 1, 60);
-            assert!(at.is_ok(), "{s}: {at:?}");
-            assert!(
-                shows.insert((f[0].to_string(), at.unwrap())),
-                "{s}: a show signed twice"
+            let at = signer.verify(
+                f[2],
+                f[0],
+                f[1].parse().unwrap(),
+                now + 1,
+                2 * SHOWS_FROM_SECS,
             );
+            assert!(at.is_ok(), "{s}: {at:?}");
+            let at = at.unwrap();
+            assert!(at + SHOWS_FROM_SECS + 60 >= now, "{s}: signed too long ago");
+            if let Some(before) = last.insert((f[0].to_string(), f[1].to_string()), at) {
+                assert!(
+                    at > before,
+                    "{s}: not after the pair's token before ({before})"
+                );
+            }
         }
         let bad: BTreeMap<String, VarSpec> = [(
             "t".to_string(),
@@ -685,19 +698,22 @@ mod tests {
         assert!(Vars::new(&bad, 0).unwrap_err().contains("vars.t.user"));
     }
 
-    /// Three users drawn again and again: each token of a user is a second before its last;
-    /// past the bound the users start below every second handed out.
+    /// Three pairs drawn again and again: each token of a pair is a second after its last;
+    /// past the bound the pairs start above every second handed out.
     #[test]
-    fn show_times_never_repeat_for_a_user() {
+    fn show_times_rise_for_a_user_and_popup() {
+        let day = SHOWS_FROM_SECS;
         let mut t = ShowTimes::new(2);
-        assert_eq!(t.take(b"a", 1_000), 1_000);
-        assert_eq!(t.take(b"a", 1_000), 999);
-        assert_eq!(t.take(b"b", 1_001), 1_001);
-        assert_eq!(t.take(b"a", 1_001), 998);
-        // Full: emptied, and "c" and "a" start below 998.
-        assert_eq!(t.take(b"c", 1_002), 997);
-        assert_eq!(t.take(b"a", 1_002), 997);
-        assert_eq!(t.take(b"a", 1_002), 996);
+        assert_eq!(t.take(b"a", 1, day + 1_000), 1_000);
+        assert_eq!(t.take(b"a", 1, day + 1_000), 1_001);
+        assert_eq!(t.take(b"a", 2, day + 1_001), 1_001);
+        assert_eq!(t.take(b"a", 1, day + 1_001), 1_002);
+        // Full: emptied, and ("b", 1) and ("a", 1) start above 1,002.
+        assert_eq!(t.take(b"b", 1, day + 1_002), 1_003);
+        assert_eq!(t.take(b"a", 1, day + 1_002), 1_003);
+        assert_eq!(t.take(b"a", 1, day + 1_002), 1_004);
+        // Once the clock has passed the ceiling by a day, a new pair starts a day back.
+        assert_eq!(t.take(b"c", 1, day + 5_000), 5_000);
     }
 
     #[test]
