@@ -549,6 +549,10 @@ impl PrivateSchema {
                 ("users", "xbt_users"),
                 ("users.id", "uid"),
                 ("users.passkey", "torrent_pass"),
+                // XBT's derived passkeys: the user's version of them, and the site's secret
+                // in the settings table. A column or table the site lacks is read as absent.
+                ("users.passkey_version", "torrent_pass_version"),
+                ("config", "xbt_config"),
                 // Commented out in XBT's own schema: a site that has it names it.
                 ("users.can_leech", ""),
                 ("torrents", "xbt_torrents"),
@@ -571,6 +575,10 @@ impl PrivateSchema {
                 ("users", "xbt_users"),
                 ("users.id", "uid"),
                 ("users.passkey", "torrent_pass"),
+                // XBT's derived passkeys: the user's version of them, and the site's secret
+                // in the settings table. A column or table the site lacks is read as absent.
+                ("users.passkey_version", "torrent_pass_version"),
+                ("config", "xbt_config"),
                 // Commented out in XBT's own schema: a site that has it names it.
                 ("users.can_leech", ""),
                 ("torrents", "xbt_files"),
@@ -611,22 +619,25 @@ impl PrivateSchema {
     }
 
     /// Whether a site's tables may lack logical name `key`'s column (named "" then: a user
-    /// may leech, a torrent counts as normal, every poll reads every row).
-    pub fn optional(key: &str) -> bool {
-        matches!(
-            key,
-            "users.can_leech"
-                | "users.updated_at"
-                | "torrents.updated_at"
-                | "torrents.flags"
-                | "torrents.tor_type"
-                | "torrents.poster_id"
-                | "torrents.download_pct"
-                | "torrents.upload_pct"
-                | "totals.updated_at"
-                | "totals.uploaded_release"
-                | "totals.uploaded_bonus"
-        )
+    /// may leech, a torrent counts as normal, every poll reads every row; in the XBT presets,
+    /// users have derived passkeys only, at version 0, or none).
+    pub fn optional(self, key: &str) -> bool {
+        let xbt = matches!(self, PrivateSchema::Xbt | PrivateSchema::XbtFiles);
+        (xbt && matches!(key, "users.passkey" | "users.passkey_version" | "config"))
+            || matches!(
+                key,
+                "users.can_leech"
+                    | "users.updated_at"
+                    | "torrents.updated_at"
+                    | "torrents.flags"
+                    | "torrents.tor_type"
+                    | "torrents.poster_id"
+                    | "torrents.download_pct"
+                    | "torrents.upload_pct"
+                    | "totals.updated_at"
+                    | "totals.uploaded_release"
+                    | "totals.uploaded_bonus"
+            )
     }
 
     /// The query parameter that carries the passkey when `private.passkey_param` is empty.

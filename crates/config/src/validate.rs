@@ -2,8 +2,8 @@
 //! every problem it finds (the key's full name and what is allowed).
 
 use crate::{
-    AccessListMode, Config, ConfigError, PrivateSchema, ServerConfig, StatsdConfig, StoreConfig,
-    TrackerConfig, TrackerMode,
+    AccessListMode, Config, ConfigError, ServerConfig, StatsdConfig, StoreConfig, TrackerConfig,
+    TrackerMode,
 };
 
 /// The problems found so far.
@@ -230,7 +230,7 @@ fn private(c: &Config, p: &mut Problems) {
                     list.join(", ")
                 ),
             );
-        } else if name.is_empty() && !PrivateSchema::optional(key) {
+        } else if name.is_empty() && !pr.schema.optional(key) {
             p.bad(
                 "private.names",
                 format!("{key} may not be empty: the tracker cannot work without it"),

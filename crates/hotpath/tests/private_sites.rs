@@ -99,9 +99,17 @@ fn xbt_tables_get_what_xbt_writes() {
         ],
     )
     .unwrap();
+    // Today's schema file has torrent_pass and no torrent_pass_version: a user's stored
+    // passkey holds, and so does the one XBT derives for them at version 0.
+    site.execute(XBT_CONFIG).unwrap();
+    site.execute("INSERT INTO xbt_config (name, value) VALUES ('torrent_pass_private_key', 'k')")
+        .unwrap();
     let c = site_config(&db, PrivateSchema::Xbt);
     let server = start(&c);
     let mut http = Client::connect(server.http_addr().unwrap());
+    let derived = hotpath_tracker::private::xbt::passkey(b"k", 0, 1, &A);
+    let r = http.get(&format!("/{derived}{}", scrape_target(&[A])));
+    assert_eq!(failure(&r.body), None);
     // XBT sets every torrent's counts to 0 at start; so does hotpath, the swarms' snapshots
     // write them again.
     assert_eq!(
@@ -166,6 +174,127 @@ fn xbt_tables_get_what_xbt_writes() {
     )
     .unwrap();
     assert_eq!(pass, [K1, K2], "the site's columns are the site's");
+}
+
+/// XBT's settings table as its schema file has it.
+const XBT_CONFIG: &str = "CREATE TABLE xbt_config (id INT NOT NULL AUTO_INCREMENT, name \
+                          VARCHAR(255) NOT NULL, value VARCHAR(255) NOT NULL, PRIMARY KEY (id))";
+
+/// XBT's schema file of 2016-2020: no `torrent_pass` (commented out), `torrent_pass_version`
+/// in. Users announce with the passkeys XBT derives from `xbt_config`'s secret, each for one
+/// user and torrent; a raised version revokes the user's old ones at the next poll; a forged
+/// one is an unknown passkey, in announces and scrapes.
+#[test]
+fn xbt_derived_passkeys_hold_and_a_raised_version_revokes_them() {
+    use hotpath_tracker::private::xbt::passkey;
+    let db = test_db(Dialect::Mysql, "xbtd");
+    let mut site = connect(&db);
+    site.execute(XBT_CONFIG).unwrap();
+    site.execute(
+        "CREATE TABLE xbt_users (uid INT NOT NULL AUTO_INCREMENT, torrent_pass_version INT NOT \
+         NULL DEFAULT 0, downloaded BIGINT UNSIGNED NOT NULL DEFAULT 0, uploaded BIGINT \
+         UNSIGNED NOT NULL DEFAULT 0, PRIMARY KEY (uid))",
+    )
+    .unwrap();
+    for ddl in &XBT_SCHEMA[1..] {
+        site.execute(ddl).unwrap();
+    }
+    site.execute(
+        "INSERT INTO xbt_config (name, value) VALUES ('torrent_pass_private_key', \
+         'Xk2pQ7vR9sT4wY6zA8bC1dE3fG5hJ')",
+    )
+    .unwrap();
+    site.execute("INSERT INTO xbt_users (uid, torrent_pass_version) VALUES (1, 0), (2, 5)")
+        .unwrap();
+    site.execute_with(
+        "INSERT INTO xbt_torrents (tid, info_hash, mtime, ctime) VALUES (10, ?, 1, 1), \
+         (11, ?, 1, 1)",
+        &[Value::Blob(A.into()), Value::Blob(B.into())],
+    )
+    .unwrap();
+    let secret = b"Xk2pQ7vR9sT4wY6zA8bC1dE3fG5hJ";
+    let server = start(&site_config(&db, PrivateSchema::Xbt));
+    let mut http = Client::connect(server.http_addr().unwrap());
+    let k1 = passkey(secret, 0, 1, &A);
+    let k2 = passkey(secret, 5, 2, &A);
+    assert_eq!(
+        go(&mut http, &k1, None, A, 1, 0, 0, 0, Event::Started),
+        None
+    );
+    assert_eq!(go(&mut http, &k1, None, A, 1, 700, 0, 0, Event::None), None);
+    assert_eq!(
+        go(
+            &mut http,
+            &k2,
+            Some("passkey"),
+            A,
+            2,
+            0,
+            0,
+            10,
+            Event::Started
+        ),
+        None
+    );
+    // User 1's passkey of torrent A is not theirs on B; user 2's at another version, or with
+    // user 1's id in front, is no one's.
+    let unknown = |r: Option<String>| r.is_some_and(|r| r.contains("unknown passkey"));
+    assert!(unknown(go(
+        &mut http,
+        &k1,
+        None,
+        B,
+        1,
+        0,
+        0,
+        0,
+        Event::Started
+    )));
+    let old = passkey(secret, 4, 2, &A);
+    assert!(unknown(go(
+        &mut http,
+        &old,
+        None,
+        A,
+        2,
+        0,
+        0,
+        10,
+        Event::None
+    )));
+    let forged = format!("00000001{}", &k2[8..]);
+    assert!(unknown(go(
+        &mut http,
+        &forged,
+        None,
+        A,
+        1,
+        0,
+        0,
+        0,
+        Event::None
+    )));
+    // A scrape with the passkey of the torrent it asks for.
+    let scrape = http.get(&format!("/{k1}{}", scrape_target(&[A])));
+    assert_eq!(failure(&scrape.body), None);
+    assert!(scrape.body.windows(20).any(|w| w == A), "{:?}", scrape.body);
+    let scrape = http.get(&format!("/{k1}{}", scrape_target(&[B])));
+    assert!(unknown(failure(&scrape.body)));
+    // The site raises user 2's version: the old passkey stops at the next poll, the new one
+    // holds.
+    site.execute("UPDATE xbt_users SET torrent_pass_version = 6 WHERE uid = 2")
+        .unwrap();
+    wait_until("the poll", Duration::from_secs(10), || {
+        unknown(go(&mut http, &k2, None, A, 2, 0, 0, 10, Event::None))
+    });
+    let k2 = passkey(secret, 6, 2, &A);
+    assert_eq!(go(&mut http, &k2, None, A, 2, 0, 0, 10, Event::None), None);
+    // User 1's upload is credited to their row, as with a stored passkey.
+    let users = "SELECT uid, uploaded FROM xbt_users ORDER BY uid";
+    wait_until("the flush", Duration::from_secs(10), || {
+        ints(&mut *site, users) == [[1, 700], [2, 0]]
+    });
+    server.shutdown().unwrap();
 }
 
 const T1: &str = "tp1tp1tp1tp1tp1tp1tp";

@@ -387,17 +387,26 @@ impl TrackerWorker {
         key: Result<&[u8], &'static str>,
     ) -> Result<(), &'static str> {
         let private = self.shared.private.clone();
+        let max = self.shared.cfg.max_scrape_hashes;
         if let Some(p) = &private {
             let known = key.map(|k| p.users.get(k).is_some());
             match known {
                 Err(reason) => return Err(p.refuse_with(Refusal::Passkey, reason)),
-                Ok(false) => return Err(p.refuse(Refusal::UnknownPasskey)),
                 Ok(true) => {}
+                Ok(false) => {
+                    // An XBT derived passkey holds for one torrent: the first asked, as XBT
+                    // takes it.
+                    query::parse_scrape(req.query, max, &mut self.hashes)?;
+                    let derived = p.derived.as_ref().zip(self.hashes.first());
+                    let k = key.unwrap_or_default();
+                    if derived.is_none_or(|(d, hash)| d.user(k, hash).is_none()) {
+                        return Err(p.refuse(Refusal::UnknownPasskey));
+                    }
+                }
             }
         }
         // In private mode only registered torrents are shown.
         let hidden = |hash: &Id20| private.as_ref().is_some_and(|p| !p.scrapable(hash));
-        let max = self.shared.cfg.max_scrape_hashes;
         query::parse_scrape(req.query, max, &mut self.hashes)?;
         let out = &mut resp.body;
         out.extend_from_slice(b"d5:filesd");

@@ -13,6 +13,7 @@ pub mod registry;
 pub mod slots;
 pub mod source;
 pub mod stored;
+pub mod xbt;
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -32,6 +33,7 @@ use registry::{Entry, Passkey, Registry};
 use slots::LeechSlots;
 pub use source::Source;
 use stored::{AccountChange, Client};
+use xbt::Derived;
 
 /// A random 128-bit SipHash key, from the OS.
 fn random_key() -> [u64; 2] {
@@ -318,6 +320,8 @@ pub struct Accounted<'a> {
 pub struct Private {
     /// Users by passkey.
     pub users: Registry<Passkey, User>,
+    /// The XBT presets: users by id, for XBT's derived passkeys.
+    pub derived: Option<Derived>,
     /// Torrents by info hash.
     pub torrents: Registry<Id20, Torrent>,
     /// Client and port rules, site-wide factors, freeleech (what the push API sets).
@@ -373,6 +377,8 @@ impl Private {
     pub fn new(c: &PrivateConfig, max_peers: usize, peer_timeout: u32) -> Private {
         Private {
             users: Registry::new(c.max_users),
+            derived: matches!(c.schema, PrivateSchema::Xbt | PrivateSchema::XbtFiles)
+                .then(|| Derived::new(c.max_users)),
             torrents: Registry::new(c.max_torrents),
             policy: RwLock::new(Policy::new(
                 Rules::of(c),
@@ -442,10 +448,14 @@ impl Private {
         if !self.passkey_guesses.allows(a.from, a.at) {
             return Err(self.refuse(Refusal::Guessing));
         }
-        let user = self.users.get(key).ok_or_else(|| {
-            self.passkey_guesses.failed(a.from, a.at);
-            self.refuse(Refusal::UnknownPasskey)
-        })?;
+        let user = self
+            .users
+            .get(key)
+            .or_else(|| self.derived.as_ref()?.user(key, a.info_hash))
+            .ok_or_else(|| {
+                self.passkey_guesses.failed(a.from, a.at);
+                self.refuse(Refusal::UnknownPasskey)
+            })?;
         let mut torrent = self
             .torrents
             .get(a.info_hash)
@@ -768,7 +778,14 @@ impl Private {
         self.polls.add(1);
         let skipped = self
             .source
-            .read(db, full, &self.users, &self.torrents, &self.slots)
+            .read(
+                db,
+                full,
+                &self.users,
+                &self.torrents,
+                &self.slots,
+                self.derived.as_ref(),
+            )
             .inspect_err(|_| self.poll_errors.add(1))?;
         self.rows_skipped.add(skipped as u64);
         Ok((self.users.len(), self.torrents.len()))

@@ -38,10 +38,10 @@ pub trait Key: Copy + Eq + Hash + Send + Sync + Sized {
     fn of(bytes: &[u8]) -> Self;
 }
 
-impl Key for [u8; 20] {
+impl<const N: usize> Key for [u8; N] {
     fn of(bytes: &[u8]) -> Self {
-        let mut k = [0; 20];
-        let n = bytes.len().min(20);
+        let mut k = [0; N];
+        let n = bytes.len().min(N);
         k[..n].copy_from_slice(&bytes[..n]);
         k
     }

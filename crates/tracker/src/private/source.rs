@@ -6,24 +6,43 @@
 //! a row with an id out of range, a malformed passkey or an info hash that is not 20 bytes
 //! is left out and counted, and never stops the rest.
 //!
+//! XBT's own tracker looks at its users table at start to see which of `torrent_pass`,
+//! `torrent_pass_version` and `can_leech` it has (its schema file has had each commented out
+//! at one time or another); the XBT presets do the same at the first read and every full one
+//! (a missing column is read as absent, and said once in the log), and read the site's
+//! secret for derived passkeys from `xbt_config`.
+//!
 //! Owns: [`Source`]. Must not: hold a connection (the caller lends one).
 
 use hotpath_config::{PrivateConfig, PrivateSchema};
 use hotpath_store::table::Value;
-use hotpath_store::{Backend, Dialect, StoreError};
+use hotpath_store::{Backend, Dialect, Fault, StoreError};
 use parking_lot::Mutex;
 
 use super::registry::{Entry, Key, Passkey, Registry};
 use super::slots::LeechSlots;
+use super::xbt::{Derived, Versioned};
 use super::{Torrent, User};
+
+/// The users' columns: id, passkey, can_leech, passkey version.
+const USER_COLS: usize = 4;
+/// Of the users' columns, those an XBT site may lack: passkey, can_leech, passkey version.
+const PROBED: [usize; 3] = [1, 2, 3];
+/// What a column an XBT site lacks is read as (by position in the users' columns).
+const ABSENT: [&str; USER_COLS] = ["", "#''", "#1", "#0"];
+/// The setting of `xbt_config` that holds the site's secret for derived passkeys.
+const SECRET_SETTING: &str = "torrent_pass_private_key";
 
 /// The reads of one schema preset.
 #[derive(Debug)]
 pub struct Source {
     schema: PrivateSchema,
     users: String,
-    user_cols: [String; 3],
+    user_cols: [String; USER_COLS],
     users_updated: Option<String>,
+    /// The XBT presets: the users' columns the table has (as last looked at; `None` before
+    /// the first read), and the settings table that holds the site's secret.
+    xbt: Option<Xbt>,
     torrents: String,
     torrent_cols: [String; 4],
     torrents_updated: Option<String>,
@@ -63,10 +82,15 @@ impl Source {
             users: must("users"),
             user_cols: [
                 must("users.id"),
-                must("users.passkey"),
+                or("users.passkey", "''"),
                 or("users.can_leech", "1"),
+                or("users.passkey_version", "0"),
             ],
             users_updated: name("users.updated_at"),
+            xbt: matches!(c.schema, PrivateSchema::Xbt | PrivateSchema::XbtFiles).then(|| Xbt {
+                config: name("config"),
+                present: Mutex::new(None),
+            }),
             torrents: must("torrents"),
             torrent_cols: [must("torrents.id"), must("torrents.info_hash"), a, b],
             torrents_updated: name("torrents.updated_at"),
@@ -127,12 +151,30 @@ impl Source {
         ]
     }
 
-    /// A user of a row (id, passkey, can_leech), or `None` for a malformed row.
+    /// A user of a row (id, passkey, can_leech, passkey version), or `None` for a malformed
+    /// row.
     fn user(r: &[Value]) -> Option<(Passkey, User)> {
+        let (key, v) = Self::versioned(r)?;
+        Some((key?, v.user))
+    }
+
+    /// A user of a row with their passkey version, and their stored passkey (`None` when
+    /// the row has none, which derived passkeys need not), or `None` for a malformed row.
+    fn versioned(r: &[Value]) -> Option<(Option<Passkey>, Versioned)> {
         let id = u32::try_from(r[0].int()).ok().filter(|&id| id > 0)?;
-        let key = hotpath_wire::passkey::check(r[1].bytes()).ok()?;
+        let key = match r[1].bytes() {
+            [] => None,
+            b => Some(Passkey::of(hotpath_wire::passkey::check(b).ok()?)),
+        };
         let can_leech = !matches!(r[2], Value::Int(0));
-        Some((Passkey::of(key), User { id, can_leech }))
+        let version = r[3].int();
+        Some((
+            key,
+            Versioned {
+                user: User { id, can_leech },
+                version,
+            },
+        ))
     }
 
     /// A torrent of a row (id, info hash, two preset columns), or `None` for a malformed
@@ -180,15 +222,26 @@ impl Source {
         users: &Registry<Passkey, User>,
         torrents: &Registry<[u8; 20], Torrent>,
         slots: &LeechSlots,
+        derived: Option<&Derived>,
     ) -> Result<usize, StoreError> {
         let [users_since, torrents_since, totals_since] = *self.since.lock();
-        let user_table = Table {
-            name: &self.users,
-            cols: &self.user_cols,
-            updated: self.users_updated.as_deref(),
+        let (a, users_since) = match (&self.xbt, derived) {
+            (Some(xbt), Some(derived)) => {
+                let cols = xbt.columns(db, full, &self.users, &self.user_cols)?;
+                if full || !derived.has_secret() {
+                    derived.set_secret(xbt.secret(db)?.as_deref());
+                }
+                (self.read_xbt_users(db, &cols, users, derived)?, None)
+            }
+            _ => {
+                let user_table = Table {
+                    name: &self.users,
+                    cols: &self.user_cols,
+                    updated: self.users_updated.as_deref(),
+                };
+                user_table.read_into(db, users_since, full, users, |r| Self::user(r).map(Some))?
+            }
         };
-        let (a, users_since) =
-            user_table.read_into(db, users_since, full, users, |r| Self::user(r).map(Some))?;
         let torrent_table = Table {
             name: &self.torrents,
             cols: &self.torrent_cols,
@@ -203,6 +256,36 @@ impl Source {
         };
         *self.since.lock() = [users_since, torrents_since, totals_since];
         Ok(a + b + c)
+    }
+
+    /// Reads an XBT users table (whole: it has no updated_at column) with columns `cols`:
+    /// users with a stored passkey into `users`, every user into `derived`'s. A row whose
+    /// stored passkey is malformed is counted, and still served by derived passkeys.
+    fn read_xbt_users(
+        &self,
+        db: &mut dyn Backend,
+        cols: &[String; USER_COLS],
+        users: &Registry<Passkey, User>,
+        derived: &Derived,
+    ) -> Result<usize, StoreError> {
+        let sql = Self::select(db.dialect(), &self.users, cols, None, false);
+        let (mut stored, mut all, mut skipped) = (Vec::new(), Vec::new(), 0);
+        db.query(&sql, &[], &mut |r| {
+            let row = Self::versioned(r).or_else(|| {
+                // The id alone, when only the stored passkey is malformed.
+                skipped += 1;
+                Self::versioned(&[r[0].clone(), Value::Null, r[2].clone(), r[3].clone()])
+            });
+            if let Some((key, v)) = row {
+                if let Some(key) = key {
+                    stored.push((key, v.user));
+                }
+                all.push((v.user.id.to_be_bytes(), v));
+            }
+        })?;
+        skipped += users.replace_all(stored);
+        skipped += derived.users.replace_all(all);
+        Ok(skipped)
     }
 
     /// The totals of a row (id, uploaded, downloaded, release, bonus): the user and their
@@ -246,6 +329,129 @@ impl Source {
         })?;
         skipped += slots.take(changed_since.is_none(), rows);
         Ok((skipped, updated.and(top.max(since).or(Some(0)))))
+    }
+}
+
+/// What the XBT presets look at beside the rows: the users' columns and the site's secret.
+#[derive(Debug)]
+struct Xbt {
+    /// The settings table (`xbt_config`), or `None` when named "".
+    config: Option<String>,
+    /// Whether the users table has each of its [`PROBED`] columns, as last looked at.
+    present: Mutex<Option<[bool; PROBED.len()]>>,
+}
+
+impl Xbt {
+    /// The users' columns to read: `named` less those the table lacks, looked at again on a
+    /// full read and the first (a change is logged).
+    fn columns(
+        &self,
+        db: &mut dyn Backend,
+        full: bool,
+        table: &str,
+        named: &[String; USER_COLS],
+    ) -> Result<[String; USER_COLS], StoreError> {
+        let was = *self.present.lock();
+        let present = match was {
+            Some(p) if !full => p,
+            _ => {
+                let mut p = [false; PROBED.len()];
+                for (i, &col) in PROBED.iter().enumerate() {
+                    p[i] = match named[col].strip_prefix('#') {
+                        Some(_) => false,
+                        None => has_column(db, table, &named[col])?,
+                    };
+                    if was.is_none_or(|w| w[i] != p[i]) && !named[col].starts_with('#') {
+                        log::info!(
+                            "private: {table} {} column {}: {}",
+                            if p[i] { "has its" } else { "has no" },
+                            named[col],
+                            match (col, p[i]) {
+                                (1, true) => "passkeys stored per user are read",
+                                (1, false) => "users have XBT's derived passkeys only",
+                                (2, true) => "users it marks 0 may only seed",
+                                (2, false) => "every user may download",
+                                (_, true) => "derived passkeys follow each user's version",
+                                (_, false) => "derived passkeys are at version 0",
+                            }
+                        );
+                    }
+                }
+                *self.present.lock() = Some(p);
+                p
+            }
+        };
+        let mut cols = named.clone();
+        for (i, &col) in PROBED.iter().enumerate() {
+            if !present[i] {
+                cols[col] = ABSENT[col].to_string();
+            }
+        }
+        Ok(cols)
+    }
+
+    /// The site's secret for derived passkeys, or `None` (logged) when the settings table or
+    /// the setting is missing: then only stored passkeys hold. XBT itself makes one when it
+    /// finds none; a site that runs hotpath in its place has XBT's already.
+    fn secret(&self, db: &mut dyn Backend) -> Result<Option<Vec<u8>>, StoreError> {
+        let Some(config) = &self.config else {
+            return Ok(None);
+        };
+        let d = db.dialect();
+        let sql = format!(
+            "SELECT {} FROM {} WHERE {} = ?",
+            d.quote("value"),
+            d.quote(config),
+            d.quote("name")
+        );
+        let mut secret = None;
+        let read = db.query(&sql, &[Value::Text(SECRET_SETTING.into())], &mut |r| {
+            if !r[0].bytes().is_empty() {
+                secret = Some(r[0].bytes().to_vec());
+            }
+        });
+        match read {
+            Ok(()) => {}
+            Err(
+                e @ StoreError::Db {
+                    fault: Fault::Transient,
+                    ..
+                },
+            ) => return Err(e),
+            Err(e) => {
+                log::warn!("private: {config} not read ({e}): XBT's derived passkeys are off");
+                return Ok(None);
+            }
+        }
+        if secret.is_none() {
+            log::warn!(
+                "private: {config} has no {SECRET_SETTING}: XBT's derived passkeys are off, \
+                 stored passkeys only"
+            );
+        }
+        Ok(secret)
+    }
+}
+
+/// Whether `table` has column `col`: a transient error (a lost connection) is an error, any
+/// other (the database's "unknown column") a no.
+fn has_column(db: &mut dyn Backend, table: &str, col: &str) -> Result<bool, StoreError> {
+    let d = db.dialect();
+    let sql = format!(
+        "SELECT {} FROM {} WHERE 1 = 0",
+        d.quote(col),
+        d.quote(table)
+    );
+    match db.query(&sql, &[], &mut |_| {}) {
+        Ok(()) => Ok(true),
+        Err(
+            e @ StoreError::Db {
+                fault: Fault::Transient,
+                ..
+            },
+        ) => Err(e),
+        Err(StoreError::Db { .. }) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -319,7 +525,10 @@ mod tests {
         };
         let [u, t] = Source::new(&c).statements(Dialect::Mysql);
         // XBT's own schema has no can_leech: everyone may leech unless the site names one.
-        assert_eq!(u, "SELECT `uid`, `torrent_pass`, 1 FROM `xbt_users`");
+        assert_eq!(
+            u,
+            "SELECT `uid`, `torrent_pass`, 1, `torrent_pass_version` FROM `xbt_users`"
+        );
         assert_eq!(
             Source::new(&c).reset_counts(Dialect::Mysql).unwrap(),
             "UPDATE `xbt_torrents` SET `seeders` = 0, `leechers` = 0 WHERE `seeders` <> 0 OR \
@@ -332,7 +541,7 @@ mod tests {
         let [u, _] = Source::new(&named).statements(Dialect::Mysql);
         assert_eq!(
             u,
-            "SELECT `uid`, `torrent_pass`, `can_leech` FROM `xbt_users`"
+            "SELECT `uid`, `torrent_pass`, `can_leech`, `torrent_pass_version` FROM `xbt_users`"
         );
         assert_eq!(
             t,
@@ -346,7 +555,7 @@ mod tests {
         let [u, t] = Source::new(&c).statements(Dialect::Postgres);
         assert_eq!(
             u,
-            r#"SELECT "user_id", "auth_key", 1 FROM "site"."bb_bt_users""#
+            r#"SELECT "user_id", "auth_key", 1, 0 FROM "site"."bb_bt_users""#
         );
         assert_eq!(
             t,
@@ -362,7 +571,7 @@ mod tests {
         );
         assert_eq!(
             sql,
-            r#"SELECT "user_id", "passkey", "can_leech", "updated_at" FROM "hp_users" WHERE "updated_at" >= ?"#
+            r#"SELECT "user_id", "passkey", "can_leech", 0, "updated_at" FROM "hp_users" WHERE "updated_at" >= ?"#
         );
     }
 
@@ -412,23 +621,31 @@ mod tests {
     fn malformed_rows_are_left_out_and_presets_read_their_factors() {
         let v = |i: i64| Value::Int(i);
         let key = |s: &str| Value::Text(s.into());
-        assert!(Source::user(&[v(1), key("abc123"), v(1)]).is_some());
+        assert!(Source::user(&[v(1), key("abc123"), v(1), v(0)]).is_some());
         for bad in [
-            [v(0), key("abc123"), v(1)],
-            [v(1 << 33), key("abc123"), v(1)],
-            [v(1), key(""), v(1)],
-            [v(1), key("abc 123"), v(1)],
-            [v(1), key(&"a".repeat(65)), v(1)],
+            [v(0), key("abc123"), v(1), v(0)],
+            [v(1 << 33), key("abc123"), v(1), v(0)],
+            [v(1), key(""), v(1), v(0)],
+            [v(1), key("abc 123"), v(1), v(0)],
+            [v(1), key(&"a".repeat(65)), v(1), v(0)],
         ] {
             assert!(Source::user(&bad).is_none(), "{bad:?}");
         }
-        assert!(!Source::user(&[v(1), key("k"), v(0)]).unwrap().1.can_leech);
         assert!(
-            Source::user(&[v(1), key("k"), Value::Null])
+            !Source::user(&[v(1), key("k"), v(0), v(0)])
                 .unwrap()
                 .1
                 .can_leech
         );
+        assert!(
+            Source::user(&[v(1), key("k"), Value::Null, v(0)])
+                .unwrap()
+                .1
+                .can_leech
+        );
+        // An XBT user needs no stored passkey: derived ones carry their version.
+        let (key_of, u) = Source::versioned(&[v(7), key(""), v(1), v(3)]).unwrap();
+        assert_eq!((key_of, u.user.id, u.version), (None, 7, 3));
         let hash = Value::Blob([1; 20].into());
         let tp = Source::new(&PrivateConfig {
             schema: PrivateSchema::Torrentpier,

@@ -1,0 +1,172 @@
+//! XBT's derived passkeys. An XBT site need not store a passkey per user: the passkey in a
+//! user's .torrent file is 8 hex digits of the user's id (big-endian) followed by the first 12
+//! bytes, in 24 hex digits, of SHA-1 over the site's secret (`torrent_pass_private_key` in
+//! `xbt_config`), the user's `torrent_pass_version`, the user id and the torrent's info hash:
+//! `"{secret} {version} {uid} "` then the 20 raw bytes. So a passkey holds for one user on
+//! one torrent, and raising `torrent_pass_version` revokes every passkey the user had.
+//!
+//! Owns: [`Derived`], [`Versioned`], the passkey's arithmetic. Must not: do I/O.
+
+use parking_lot::RwLock;
+use sha1::{Digest, Sha1};
+use std::sync::Arc;
+
+use super::registry::{Entry, Registry};
+use super::User;
+
+/// A user as derived passkeys need them: the user, and their `torrent_pass_version`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Versioned {
+    /// The user.
+    pub user: User,
+    /// Their `torrent_pass_version` (0 where the table has no such column).
+    pub version: i64,
+}
+
+impl Entry for Versioned {
+    fn id(&self) -> u32 {
+        self.user.id
+    }
+}
+
+/// What checks derived passkeys: the users by id, and the site's secret.
+pub struct Derived {
+    /// Users by id (4 bytes, big-endian), each with their passkey version.
+    pub users: Registry<[u8; 4], Versioned>,
+    /// The site's `torrent_pass_private_key`; `None` until read (no derived passkey holds).
+    secret: RwLock<Option<Arc<[u8]>>>,
+}
+
+impl Derived {
+    /// No users and no secret yet; at most `max` users.
+    pub fn new(max: usize) -> Derived {
+        Derived {
+            users: Registry::new(max),
+            secret: RwLock::new(None),
+        }
+    }
+
+    /// Sets the site's secret (`None`: derived passkeys off).
+    pub fn set_secret(&self, secret: Option<&[u8]>) {
+        let mut s = self.secret.write();
+        if s.as_deref() != secret {
+            *s = secret.map(Arc::from);
+        }
+    }
+
+    /// Whether a secret is held.
+    pub fn has_secret(&self) -> bool {
+        self.secret.read().is_some()
+    }
+
+    /// The user whose derived passkey for `info_hash` is `key`, if any.
+    pub fn user(&self, key: &[u8], info_hash: &[u8; 20]) -> Option<User> {
+        let uid = uid_of(key)?;
+        let v = self.users.get(&uid.to_be_bytes())?;
+        let secret = self.secret.read().clone()?;
+        matches(key, &secret, v.version, uid, info_hash).then_some(v.user)
+    }
+}
+
+/// The user id of a passkey of the derived form (32 hex digits, either case), or `None`.
+pub fn uid_of(key: &[u8]) -> Option<u32> {
+    if key.len() != 32 || !key.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    let mut uid = 0u32;
+    for &c in &key[..8] {
+        uid = uid << 4 | u32::from(hex(c));
+    }
+    Some(uid)
+}
+
+fn hex(c: u8) -> u8 {
+    match c {
+        b'0'..=b'9' => c - b'0',
+        b'a'..=b'f' => c - b'a' + 10,
+        _ => c.to_ascii_lowercase() - b'a' + 10,
+    }
+}
+
+/// The 12 bytes a derived passkey carries after the user id.
+fn mac(secret: &[u8], version: i64, uid: u32, info_hash: &[u8; 20]) -> [u8; 12] {
+    let mut h = Sha1::new();
+    h.update(secret);
+    h.update(format!(" {version} {uid} ").as_bytes());
+    h.update(info_hash);
+    let digest = h.finalize();
+    let mut out = [0; 12];
+    out.copy_from_slice(&digest[..12]);
+    out
+}
+
+/// Whether `key` (32 hex digits) is user `uid`'s passkey at `version` for `info_hash`.
+fn matches(key: &[u8], secret: &[u8], version: i64, uid: u32, info_hash: &[u8; 20]) -> bool {
+    let want = mac(secret, version, uid, info_hash);
+    // Every byte is compared, whichever differs first.
+    let differ = key[8..32].chunks(2).zip(want).fold(0u8, |acc, (pair, w)| {
+        acc | ((hex(pair[0]) << 4 | hex(pair[1])) ^ w)
+    });
+    differ == 0
+}
+
+/// User `uid`'s passkey at `version` for `info_hash`: what an XBT site puts in the .torrent
+/// file it hands out (lowercase hex).
+pub fn passkey(secret: &[u8], version: i64, uid: u32, info_hash: &[u8; 20]) -> String {
+    let mut s = format!("{uid:08x}");
+    for b in mac(secret, version, uid, info_hash) {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HASH: [u8; 20] = [0xa1; 20];
+
+    /// The passkey of a known input, computed apart from this code (Python's hashlib):
+    /// `hashlib.sha1(b"s3cret 0 1 " + bytes([0xa1] * 20)).hexdigest()[:24]`.
+    #[test]
+    fn a_passkey_is_the_uid_and_twelve_bytes_of_sha1() {
+        let k = passkey(b"s3cret", 0, 1, &HASH);
+        assert_eq!(k, "00000001218c51c576bc3ec96b800428");
+        assert_eq!(uid_of(k.as_bytes()), Some(1));
+        assert!(matches(k.as_bytes(), b"s3cret", 0, 1, &HASH));
+        assert!(matches(k.to_uppercase().as_bytes(), b"s3cret", 0, 1, &HASH));
+    }
+
+    #[test]
+    fn a_passkey_holds_for_its_user_version_torrent_and_secret_only() {
+        let k = passkey(b"s3cret", 3, 77, &HASH);
+        let d = Derived::new(10);
+        let user = User {
+            id: 77,
+            can_leech: true,
+        };
+        d.users
+            .put(&77u32.to_be_bytes(), Versioned { user, version: 3 })
+            .unwrap();
+        // No secret yet: nothing holds.
+        assert_eq!(d.user(k.as_bytes(), &HASH), None);
+        d.set_secret(Some(b"s3cret"));
+        assert_eq!(d.user(k.as_bytes(), &HASH), Some(user));
+        assert_eq!(d.user(k.as_bytes(), &[0xb2; 20]), None, "another torrent");
+        // The version raised: the old passkey is revoked, the new one holds.
+        d.users
+            .put(&77u32.to_be_bytes(), Versioned { user, version: 4 })
+            .unwrap();
+        assert_eq!(d.user(k.as_bytes(), &HASH), None);
+        let k4 = passkey(b"s3cret", 4, 77, &HASH);
+        assert_eq!(d.user(k4.as_bytes(), &HASH), Some(user));
+        d.set_secret(Some(b"other"));
+        assert_eq!(d.user(k4.as_bytes(), &HASH), None, "another secret");
+        // Another user's id in front of a valid tail, a short key, a non-hex one.
+        let mut forged = k4.clone().into_bytes();
+        forged[7] = b'e';
+        assert_eq!(d.user(&forged, &HASH), None);
+        assert_eq!(uid_of(&k4.as_bytes()[..31]), None);
+        assert_eq!(uid_of(b"0000004dzzzzzzzzzzzzzzzzzzzzzzzz"), None);
+    }
+}
