@@ -643,6 +643,30 @@ fn guessing_passkeys_and_tokens_from_one_address_is_throttled() {
     server.shutdown().unwrap();
 }
 
+/// A user the site adds between two polls an hour apart is served once SIGHUP asks for a
+/// read, not an hour later; a control announce before the signal shows the poll alone would
+/// not have read it yet.
+#[test]
+fn sighup_reads_the_users_and_torrents_tables_at_once() {
+    let mut c = private_config();
+    c.private.poll_secs = 3600;
+    let server = start(&c);
+    let mut http = Client::connect(server.http_addr().unwrap());
+    add_user(&c, 1, KEY, 1);
+    add_torrent(&c, 10, &NORMAL, 100);
+    let q = announce_query(NORMAL, 1, 51413, 1000);
+    let unknown = "unknown passkey: download the .torrent file again";
+    // Later than the first poll, long before the next: not read yet.
+    std::thread::sleep(Duration::from_millis(300));
+    let r = http.get(&format!("/{KEY}/announce?{q}"));
+    assert_eq!(failure(&r.body).as_deref(), Some(unknown));
+    server.reload();
+    wait_until("the read SIGHUP asks for", Duration::from_secs(10), || {
+        failure(&http.get(&format!("/{KEY}/announce?{q}")).body).is_none()
+    });
+    server.shutdown().unwrap();
+}
+
 #[test]
 fn the_push_api_changes_what_the_next_announce_sees_and_outlives_a_restart() {
     let mut c = private_config();

@@ -338,19 +338,20 @@ fn torrentpier_gets_peer_rows_its_cron_credits() {
         None
     );
     let rows = "SELECT topic_id, user_id, port, seeder, uploaded, downloaded, remain, up_add, \
-                down_add, update_time = 0, complete, releaser FROM bb_bt_tracker ORDER BY \
-                topic_id, user_id";
+                down_add, update_time = 0, complete, releaser, tor_type FROM bb_bt_tracker \
+                ORDER BY topic_id, user_id";
     wait_until("the flush", Duration::from_secs(10), || {
         ints(&mut *site, rows).len() == 3 && ints(&mut *site, rows)[1][9] == 1
     });
     assert_eq!(
         ints(&mut *site, rows),
         [
-            vec![20, 1, 40001, 1, 300, 0, 0, 300, 0, 0, 1, 0],
+            // The gold topic's type is copied into its rows, as TorrentPier's announcer does.
+            vec![20, 1, 40001, 1, 300, 0, 0, 300, 0, 0, 1, 0, 1],
             // Gold: 900 downloaded, none counted; stopped, so its update_time is 0.
-            vec![20, 2, 40002, 1, 100, 900, 0, 100, 0, 1, 1, 0],
+            vec![20, 2, 40002, 1, 100, 900, 0, 100, 0, 1, 1, 0, 1],
             // User 1 uploaded torrent 21: the releaser.
-            vec![21, 1, 40001, 1, 500, 0, 0, 500, 0, 0, 1, 1],
+            vec![21, 1, 40001, 1, 500, 0, 0, 500, 0, 0, 1, 1, 0],
         ]
     );
     let mut text = Vec::new();
@@ -369,7 +370,9 @@ fn torrentpier_gets_peer_rows_its_cron_credits() {
     assert_eq!(text[0].0.len(), 32);
     assert_ne!(text[0].0, text[1].0, "a row per torrent");
     assert_eq!(text[0].1, "-HP0001-00000000000.", "the peer id, printable");
-    assert_eq!(text[0].2, "127.0.0.1");
+    // The address as TorrentPier's announcer writes it (its ip2long), which its pages and
+    // its own announcer read back.
+    assert_eq!(text[0].2, "2130706433", "127.0.0.1 as one number");
     // The site's cron credits the users and deletes the stopped row.
     let now = hotpath_store::unix_now();
     torrentpier_cron(&mut *site, now - 3600);

@@ -67,6 +67,7 @@ fn main() {
             download_pct: 100,
             upload_pct: 100,
             poster: 0,
+            tor_type: 0,
         };
         private
             .torrents

@@ -534,7 +534,7 @@ impl TrackerWorker {
         };
         let (interval, min_interval) = self.intervals();
         serde_json::json!({
-            "users": p.users.len(),
+            "users": p.users_held(),
             "torrents": p.torrents.len(),
             "peers_accounted": p.ledger.len(),
             "freeleech": {

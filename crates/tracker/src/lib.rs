@@ -454,14 +454,22 @@ impl Service for Tracker {
     }
 
     fn reload(&self) -> Result<String, ReloadError> {
+        // Private mode: the poller reads the users and torrents tables whole at once.
+        let private = match &self.shared.private {
+            Some(p) if self.shared.persist.is_some() => {
+                p.reread();
+                "; private users and torrents: read whole now"
+            }
+            _ => "",
+        };
         if self.shared.access.mode() == hotpath_config::AccessListMode::Off {
-            return Ok("access list off: nothing to reload".into());
+            return Ok(format!("access list off{private}"));
         }
         let mut n = self.shared.access.reload()?;
         if self.shared.access_db_reload.is_some() {
             n = persist::reload_access_from_db(&self.shared)?;
         }
-        Ok(format!("access list reloaded: {n} info hashes"))
+        Ok(format!("access list reloaded: {n} info hashes{private}"))
     }
 
     fn background(&self) -> Vec<Background> {

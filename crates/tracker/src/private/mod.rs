@@ -71,6 +71,21 @@ pub struct Torrent {
     /// The user who uploaded it (0: none read): their clients on it are its releaser's
     /// (TorrentPier's `poster_id`, its `releaser` flag).
     pub poster: u32,
+    /// TorrentPier's `tor_type` of it (0 normal, 1 gold, 2 silver), which its announcer
+    /// copies into each peer row; 0 in the other presets.
+    pub tor_type: u8,
+}
+
+impl Torrent {
+    /// TorrentPier's `tor_type` of a torrent whose own download factor is `download_pct`
+    /// (gold is free, silver half), as a pushed torrent carries no type of its own.
+    pub fn tor_type_of(download_pct: u16) -> u8 {
+        match download_pct {
+            0 => 1,
+            50 => 2,
+            _ => 0,
+        }
+    }
 }
 
 impl Entry for Torrent {
@@ -369,6 +384,8 @@ pub struct Private {
     polls: Counter,
     poll_errors: Counter,
     rows_skipped: Counter,
+    /// A full read of the tables is asked for (SIGHUP): the poller does it at once.
+    reread: AtomicBool,
 }
 
 impl Private {
@@ -422,6 +439,7 @@ impl Private {
             polls: Counter::default(),
             poll_errors: Counter::default(),
             rows_skipped: Counter::default(),
+            reread: AtomicBool::new(false),
         }
     }
 
@@ -531,6 +549,7 @@ impl Private {
         if torrent.poster == user.id {
             flags |= AccountChange::RELEASER;
         }
+        flags |= (torrent.tor_type & 3) << AccountChange::TOR_TYPE_SHIFT;
         if d.cut() {
             flags |= AccountChange::SUSPICIOUS;
             self.credit_cut.add(1);
@@ -742,6 +761,7 @@ impl Private {
                         download_pct: *download_pct,
                         upload_pct: *upload_pct,
                         poster: *poster_id,
+                        tor_type: Torrent::tor_type_of(*download_pct),
                     };
                     if self.torrents.put(&hash, torrent).is_err() {
                         self.push_errors.add(1);
@@ -776,7 +796,7 @@ impl Private {
         full: bool,
     ) -> Result<(usize, usize), hotpath_store::StoreError> {
         self.polls.add(1);
-        let skipped = self
+        let polled = self
             .source
             .read(
                 db,
@@ -787,15 +807,49 @@ impl Private {
                 self.derived.as_ref(),
             )
             .inspect_err(|_| self.poll_errors.add(1))?;
-        self.rows_skipped.add(skipped as u64);
-        Ok((self.users.len(), self.torrents.len()))
+        self.rows_skipped.add(polled.skipped as u64);
+        let (u, t) = (polled.users, polled.torrents);
+        if u.changed + u.gone + t.changed + t.gone > 0 {
+            log::info!(
+                "private: {} users new or changed, {} gone ({} held); {} torrents new or \
+                 changed, {} gone ({} held){}",
+                u.changed,
+                u.gone,
+                self.users_held(),
+                t.changed,
+                t.gone,
+                self.torrents.len(),
+                if polled.skipped > 0 {
+                    format!(
+                        "; {} rows left out (malformed or past a cap)",
+                        polled.skipped
+                    )
+                } else {
+                    String::new()
+                }
+            );
+        }
+        Ok((self.users_held(), self.torrents.len()))
+    }
+
+    /// Asks the poller for a full read of the users and torrents tables now (SIGHUP).
+    pub fn reread(&self) {
+        self.reread.store(true, Ordering::Release);
+    }
+
+    /// Users held: by passkey, or in the XBT presets by id (derived passkeys need no stored
+    /// one).
+    pub fn users_held(&self) -> usize {
+        self.derived
+            .as_ref()
+            .map_or(self.users.len(), |d| d.users.len())
     }
 
     /// Adds the private tracker's figures.
     pub fn collect(&self, out: &mut Samples) {
         let get = Counter::get;
         out.section("private")
-            .add(&m::USERS, self.users.len())
+            .add(&m::USERS, self.users_held())
             .add(&m::TORRENTS, self.torrents.len())
             .add(&m::TOO_SOON, get(&self.too_soon))
             .add(&m::CREDIT_CUT, get(&self.credit_cut))
@@ -820,8 +874,9 @@ impl Private {
 }
 
 /// Polls the users and torrents tables every `poll_secs` on a connection of its own (so a
-/// long read never holds up the store's flushes), reading every row each tenth time, until
-/// `stop`. A failed read keeps the registries in force and is retried at the next poll.
+/// long read never holds up the store's flushes), reading every row each tenth time and when
+/// [`Private::reread`] asks, until `stop`. A failed read keeps the registries in force and is
+/// retried at the next poll.
 pub fn poller(private: Arc<Private>, store: Arc<hotpath_store::Store>, stop: Arc<AtomicBool>) {
     let every = Duration::from_secs(u64::from(private.poll_secs));
     let mut due = Instant::now() + every;
@@ -829,7 +884,8 @@ pub fn poller(private: Arc<Private>, store: Arc<hotpath_store::Store>, stop: Arc
     let mut n: u64 = 0;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(100));
-        if Instant::now() < due {
+        let asked = private.reread.swap(false, Ordering::AcqRel);
+        if Instant::now() < due && !asked {
             continue;
         }
         due = Instant::now() + every;
@@ -845,7 +901,10 @@ pub fn poller(private: Arc<Private>, store: Arc<hotpath_store::Store>, stop: Arc
                 }
             },
         };
-        if let Err(e) = private.poll(&mut **db, n.is_multiple_of(10)) {
+        if asked {
+            log::info!("private: reading the users and torrents tables whole (SIGHUP)");
+        }
+        if let Err(e) = private.poll(&mut **db, asked || n.is_multiple_of(10)) {
             log::warn!("private: users and torrents not read: {e}; the registries in force stay");
             conn = None;
         }
@@ -889,6 +948,7 @@ mod tests {
                     download_pct: 0,
                     upload_pct: 100,
                     poster: 0,
+                    tor_type: 0,
                 },
             )
             .unwrap();
@@ -1008,6 +1068,7 @@ mod tests {
             download_pct: 50,
             upload_pct: 200,
             poster: 1,
+            tor_type: 2,
         };
         let id = [1; 20];
         let at = |up: u64, down: u64, left: u64| Accounted {
@@ -1044,8 +1105,8 @@ mod tests {
         assert_eq!((c.user, c.torrent, c.remaining, c.at), (1, 3, 0, 77));
         assert_eq!(
             c.flags,
-            AccountChange::SEEDING | AccountChange::RELEASER,
-            "user 1 uploaded it"
+            AccountChange::SEEDING | AccountChange::RELEASER | 2 << AccountChange::TOR_TYPE_SHIFT,
+            "user 1 uploaded it, a silver torrent"
         );
         // Free: nothing downloaded is credited.
         let free = p.torrents.get(&[7; 20]).unwrap();

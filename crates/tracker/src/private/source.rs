@@ -19,7 +19,7 @@ use hotpath_store::table::Value;
 use hotpath_store::{Backend, Dialect, Fault, StoreError};
 use parking_lot::Mutex;
 
-use super::registry::{Entry, Key, Passkey, Registry};
+use super::registry::{Entry, Key, Passkey, Registry, Replaced};
 use super::slots::LeechSlots;
 use super::xbt::{Derived, Versioned};
 use super::{Torrent, User};
@@ -202,11 +202,16 @@ impl Source {
             PrivateSchema::Torrentpier => u32::try_from(r[3].int()).unwrap_or(0),
             _ => 0,
         };
+        let tor_type = match self.schema {
+            PrivateSchema::Torrentpier => Torrent::tor_type_of(download_pct),
+            _ => 0,
+        };
         let t = Torrent {
             id,
             download_pct,
             upload_pct,
             poster,
+            tor_type,
         };
         Some(Some((hash, t)))
     }
@@ -214,7 +219,8 @@ impl Source {
     /// Reads both tables into the registries, and the users' totals into `slots` when its
     /// tiers need them: every row when `full` (or when a table has no updated_at column, or
     /// was never read whole), else the rows whose updated_at reached the largest one seen
-    /// before. Returns the rows left out.
+    /// before. Returns what it changed and the rows left out.
+    #[allow(clippy::too_many_arguments)]
     pub fn read(
         &self,
         db: &mut dyn Backend,
@@ -223,9 +229,9 @@ impl Source {
         torrents: &Registry<[u8; 20], Torrent>,
         slots: &LeechSlots,
         derived: Option<&Derived>,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Polled, StoreError> {
         let [users_since, torrents_since, totals_since] = *self.since.lock();
-        let (a, users_since) = match (&self.xbt, derived) {
+        let (u, users_since) = match (&self.xbt, derived) {
             (Some(xbt), Some(derived)) => {
                 let cols = xbt.columns(db, full, &self.users, &self.user_cols)?;
                 if full || !derived.has_secret() {
@@ -247,7 +253,7 @@ impl Source {
             cols: &self.torrent_cols,
             updated: self.torrents_updated.as_deref(),
         };
-        let (b, torrents_since) =
+        let (t, torrents_since) =
             torrent_table.read_into(db, torrents_since, full, torrents, |r| self.torrent(r))?;
         let (c, totals_since) = if slots.reads_totals() {
             self.read_totals(db, totals_since, full, slots)?
@@ -255,7 +261,11 @@ impl Source {
             (0, None)
         };
         *self.since.lock() = [users_since, torrents_since, totals_since];
-        Ok(a + b + c)
+        Ok(Polled {
+            skipped: u.skipped + t.skipped + c,
+            users: u,
+            torrents: t,
+        })
     }
 
     /// Reads an XBT users table (whole: it has no updated_at column) with columns `cols`:
@@ -267,7 +277,7 @@ impl Source {
         cols: &[String; USER_COLS],
         users: &Registry<Passkey, User>,
         derived: &Derived,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Read, StoreError> {
         let sql = Self::select(db.dialect(), &self.users, cols, None, false);
         let (mut stored, mut all, mut skipped) = (Vec::new(), Vec::new(), 0);
         db.query(&sql, &[], &mut |r| {
@@ -283,9 +293,14 @@ impl Source {
                 all.push((v.user.id.to_be_bytes(), v));
             }
         })?;
-        skipped += users.replace_all(stored);
-        skipped += derived.users.replace_all(all);
-        Ok(skipped)
+        let a = users.replace_all(stored);
+        let b = derived.users.replace_all(all);
+        Ok(Read {
+            skipped: skipped + a.skipped + b.skipped,
+            // Every user is in the derived registry: its changes are the users'.
+            changed: b.changed.max(a.changed),
+            gone: b.gone,
+        })
     }
 
     /// The totals of a row (id, uploaded, downloaded, release, bonus): the user and their
@@ -330,6 +345,20 @@ impl Source {
         skipped += slots.take(changed_since.is_none(), rows);
         Ok((skipped, updated.and(top.max(since).or(Some(0)))))
     }
+}
+
+/// What a read of one table did to its registry.
+pub type Read = Replaced;
+
+/// What one poll of the users and torrents tables did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Polled {
+    /// Rows left out, of every table read.
+    pub skipped: usize,
+    /// What it did to the users.
+    pub users: Read,
+    /// What it did to the torrents.
+    pub torrents: Read,
 }
 
 /// What the XBT presets look at beside the rows: the users' columns and the site's secret.
@@ -474,7 +503,7 @@ impl Table<'_> {
         full: bool,
         registry: &Registry<K, V>,
         row: impl Fn(&[Value]) -> Option<Option<(K, V)>>,
-    ) -> Result<(usize, Option<i64>), StoreError> {
+    ) -> Result<(Read, Option<i64>), StoreError> {
         let changed_since = since.filter(|_| !full && self.updated.is_some());
         let sql = Source::select(
             db.dialect(),
@@ -496,20 +525,30 @@ impl Table<'_> {
                 None => skipped += 1,
             }
         })?;
-        if changed_since.is_some() {
+        let read = if changed_since.is_some() {
+            let mut read = Read::default();
             for id in gone {
-                registry.remove_id(id as u32);
+                read.gone += usize::from(registry.remove_id(id as u32));
             }
             for (k, v) in rows {
-                if registry.put_key(k, v).is_err() {
-                    skipped += 1;
+                let differs = registry.differs(&k, &v);
+                match registry.put_key(k, v) {
+                    Ok(_) => read.changed += usize::from(differs),
+                    Err(_) => skipped += 1,
                 }
             }
+            read
         } else {
-            skipped += registry.replace_all(rows);
-        }
+            registry.replace_all(rows)
+        };
         let newest = self.updated.and(top.max(since).or(Some(0)));
-        Ok((skipped, newest))
+        Ok((
+            Read {
+                skipped: skipped + read.skipped,
+                ..read
+            },
+            newest,
+        ))
     }
 }
 

@@ -82,7 +82,8 @@ pub struct AccountChange {
     /// Downloads this announce completed (0 or 1).
     pub completed: u64,
     /// Bit 0: seeding; bit 1: stopped; bit 2: the torrent's uploader; bit 3: suspicious (its
-    /// counters claimed more than the credit bound, which is what it credits).
+    /// counters claimed more than the credit bound, which is what it credits); bits 4-5: the
+    /// torrent's TorrentPier `tor_type` (0 in a change journaled before it was kept).
     pub flags: u8,
     /// Unix seconds.
     pub at: u32,
@@ -100,6 +101,8 @@ impl AccountChange {
     /// Its counters claimed more than the credit bound allows (see
     /// [`crate::private::ledger::CreditBound`]): `suspicious` in hotpath's own tables.
     pub const SUSPICIOUS: u8 = 8;
+    /// Where the torrent's TorrentPier `tor_type` sits in the flags (two bits).
+    pub const TOR_TYPE_SHIFT: u8 = 4;
 
     /// Decodes the change at the start of `b` and its length; `None` when it is not one.
     pub fn decode(b: &[u8]) -> Option<(AccountChange, usize)> {
@@ -517,9 +520,11 @@ impl AccountQueue {
             let seeder = Value::Int(i64::from(r.flags & AccountChange::SEEDING));
             let (ip, ipv6, port, peer_id, up, down, su, sd) = match r.client {
                 Some(c) => {
+                    // As TorrentPier's announcer writes them (its `ip2long`): the address
+                    // as one decimal number, in `ip` for IPv4, in `ipv6` for IPv6.
                     let (v4, v6) = match c.ip {
-                        IpAddr::V4(a) => (Value::from(&*a.to_string()), Value::Null),
-                        IpAddr::V6(a) => (Value::Null, Value::from(&*a.to_string())),
+                        IpAddr::V4(a) => (Value::from(&*u32::from(a).to_string()), Value::Null),
+                        IpAddr::V6(a) => (Value::Null, Value::from(&*u128::from(a).to_string())),
                     };
                     (
                         v4,
@@ -553,6 +558,7 @@ impl AccountQueue {
                 port,
                 seeder.clone(),
                 Value::Int(i64::from(r.flags & AccountChange::RELEASER != 0)),
+                Value::Int(i64::from(r.flags >> AccountChange::TOR_TYPE_SHIFT & 3)),
                 up,
                 down,
                 int(r.remaining),
@@ -729,6 +735,7 @@ fn site_service(c: &PrivateConfig) -> &'static Service {
                     col("port", Type::Int, r),
                     col("seeder", Type::Int, r),
                     col("releaser", Type::Int, r),
+                    col("tor_type", Type::Int, r),
                     col("uploaded", Type::Int, r),
                     col("downloaded", Type::Int, r),
                     col("remain", Type::Int, r),
@@ -1062,8 +1069,11 @@ mod tests {
                 uploaded: 1100,
                 ..c
             }),
-            // User 1 uploaded torrent 10: the tracker marks their clients on it.
-            flags: AccountChange::SEEDING | AccountChange::RELEASER,
+            // User 1 uploaded torrent 10, a silver one: the tracker marks their clients on
+            // it, and copies its type.
+            flags: AccountChange::SEEDING
+                | AccountChange::RELEASER
+                | 2 << AccountChange::TOR_TYPE_SHIFT,
             ..change(1, 10, 10, 60)
         })
         .unwrap();
@@ -1104,23 +1114,28 @@ mod tests {
             "-TR4050-.abcdefghijk",
             "peer id, printable"
         );
-        assert_eq!(first[4].text(), "203.0.113.5");
+        // Addresses as TorrentPier's ip2long writes them: one decimal number.
+        assert_eq!(first[4].text(), "3405803781", "203.0.113.5");
         assert_eq!(first[5], Value::Null, "no IPv6");
         assert_eq!(
             first[6..],
-            [51413i64, 1, 1, 1100, 7, 60, 3, 4, 110, 55, 60, 1].map(Value::Int),
-            "port, seeder, releaser, uploaded, downloaded, remain, speeds, up_add, down_add, \
-             update_time, complete"
+            [51413i64, 1, 1, 2, 1100, 7, 60, 3, 4, 110, 55, 60, 1].map(Value::Int),
+            "port, seeder, releaser, tor_type, uploaded, downloaded, remain, speeds, up_add, \
+             down_add, update_time, complete"
         );
         let stopped = by_hash(10, 1, &[b'x'; 20]);
-        assert_eq!(stopped[5].text(), "2001:db8::7");
         assert_eq!(
-            stopped[16],
+            stopped[5].text(),
+            "42540766411282592856903984951653826567",
+            "2001:db8::7"
+        );
+        assert_eq!(
+            stopped[17],
             Value::Int(0),
             "update_time 0: the cron deletes it"
         );
         let orphan = by_hash(10, 2, &[0; 20]);
-        assert_eq!(orphan[14..17], [40i64, 20, 0].map(Value::Int));
+        assert_eq!(orphan[15..18], [40i64, 20, 0].map(Value::Int));
         assert_eq!(orphan[8], Value::Int(0), "not the releaser");
     }
 
