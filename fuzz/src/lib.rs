@@ -61,6 +61,8 @@ pub enum AnyChange {
     Account(hotpath_tracker::private::stored::AccountChange),
     /// Private mode's torrent counts.
     Counts(hotpath_tracker::private::stored::CountsChange),
+    /// Private mode's pushed users and torrents.
+    Registry(hotpath_tracker::private::stored::RegistryChange),
 }
 
 impl AnyChange {
@@ -81,6 +83,10 @@ impl AnyChange {
                 hotpath_tracker::private::stored::CountsChange::decode(b)
                     .map(|(c, len)| (AnyChange::Counts(c), len))
             })
+            .or_else(|| {
+                hotpath_tracker::private::stored::RegistryChange::decode(b)
+                    .map(|(c, len)| (AnyChange::Registry(c), len))
+            })
     }
 
     /// The change as its service encodes it.
@@ -91,6 +97,7 @@ impl AnyChange {
             AnyChange::Lua(c) => c,
             AnyChange::Account(c) => c,
             AnyChange::Counts(c) => c,
+            AnyChange::Registry(c) => c,
         }
     }
 }

@@ -532,12 +532,15 @@ impl PrivateSchema {
                 ("users.id", "user_id"),
                 ("users.passkey", "passkey"),
                 ("users.can_leech", "can_leech"),
+                // 1: removed through the push API (or by the site): not served.
+                ("users.removed", "removed"),
                 ("users.updated_at", "updated_at"),
                 ("torrents", "hp_private_torrents"),
                 ("torrents.id", "torrent_id"),
                 ("torrents.info_hash", "info_hash"),
                 ("torrents.download_pct", "download_pct"),
                 ("torrents.upload_pct", "upload_pct"),
+                ("torrents.removed", "removed"),
                 ("torrents.updated_at", "updated_at"),
                 ("totals", "hp_user_totals"),
                 ("totals.id", "user_id"),
@@ -627,6 +630,8 @@ impl PrivateSchema {
             || matches!(
                 key,
                 "users.can_leech"
+                    | "users.removed"
+                    | "torrents.removed"
                     | "users.updated_at"
                     | "torrents.updated_at"
                     | "torrents.flags"

@@ -10,7 +10,7 @@ use hotpath_lua::stored::LuaChange;
 use hotpath_popups::stored::{PopupChange, CLICK, SHOWN};
 use hotpath_store::journal::seal;
 use hotpath_store::Encode;
-use hotpath_tracker::private::stored::{AccountChange, Client, CountsChange};
+use hotpath_tracker::private::stored::{AccountChange, Client, CountsChange, RegistryChange};
 use hotpath_tracker::stored::TorrentChange;
 use hotpath_tracker::table::{Caps, PeerAnnounce, Selection, SwarmTable, Table};
 use hotpath_wire::bencode::{put_bytes, put_failure, put_int};
@@ -222,7 +222,7 @@ fn bencode(seeds: &mut Seeds) {
 }
 
 fn journal(seeds: &mut Seeds) {
-    let changes: [&dyn Encode; 8] = [
+    let changes: [&dyn Encode; 10] = [
         &TorrentChange {
             info_hash: [9; 20],
             completed: 1,
@@ -299,6 +299,21 @@ fn journal(seeds: &mut Seeds) {
             seeders: 3,
             leechers: 4,
             at: 1_800_000_002,
+        },
+        &RegistryChange::User {
+            id: 12,
+            passkey: "k12".into(),
+            can_leech: true,
+            removed: false,
+            at: 1_800_000_003,
+        },
+        &RegistryChange::Torrent {
+            id: 13,
+            info_hash: [0x13; 20],
+            download_pct: 0,
+            upload_pct: 200,
+            removed: true,
+            at: 1_800_000_004,
         },
     ];
     let mut payload = Vec::new();

@@ -852,10 +852,45 @@ fn the_push_api_changes_what_the_next_announce_sees_and_outlives_a_restart() {
     assert_eq!(s["interval_secs"].as_u64(), Some(600));
     assert_eq!(s["clients"]["deny"][0].as_str(), Some("-HP0001"));
     assert_eq!(s["freeleech"]["upload_pct"].as_u64(), Some(200));
+    // The users and the torrent pushed were written into hotpath's own tables, so the
+    // restart's read of them finds them: user 1 with the passkey pushed last.
     assert_eq!(
-        s["users"].as_u64(),
-        Some(0),
-        "users come from the site's tables"
+        (s["users"].as_u64(), s["torrents"].as_u64()),
+        (Some(2), Some(1)),
+        "pushed users and torrents are kept in hp_users and hp_private_torrents"
+    );
+    // (The passkey is known: what refuses it is the client list pushed before.)
+    let mut http = Client::connect(server.http_addr().unwrap());
+    let seed = announce_query(NORMAL, 2, 51414, 0);
+    assert_eq!(
+        failure(&http.get(&format!("/{SEED_ONLY}/announce?{seed}")).body).as_deref(),
+        Some("your BitTorrent client is not allowed on this tracker")
+    );
+    // A user removed through the push API: the row stays, marked, and a full read (SIGHUP)
+    // does not bring the user back.
+    assert_eq!(
+        push(&mut admin, "DELETE", "/admin/tracker/users/2", "").status,
+        200
+    );
+    wait_until("the flush", Duration::from_secs(10), || {
+        rows(&c, "SELECT removed FROM hp_users WHERE user_id = 2") == [[1]]
+    });
+    let polls = metric(&mut admin, "hotpath_private_polls_total ");
+    server.reload();
+    wait_until("the read SIGHUP asks for", Duration::from_secs(10), || {
+        metric(&mut admin, "hotpath_private_polls_total ") > polls
+    });
+    let r = http.get(&format!("/{SEED_ONLY}/announce?{seed}"));
+    assert_eq!(
+        failure(&r.body).as_deref(),
+        Some("unknown passkey: download the .torrent file again")
+    );
+    assert_eq!(
+        rows(
+            &c,
+            "SELECT user_id, can_leech, removed FROM hp_users ORDER BY user_id"
+        ),
+        [[1, 1, 0], [2, 0, 1]]
     );
     server.shutdown().unwrap();
 }

@@ -675,7 +675,22 @@ impl ServiceWorker for TrackerWorker {
                 }))
             }
             Call::Push(ops) => {
+                // In hotpath's own preset the users and torrents pushed are written into its
+                // tables, journaled before the answer as everything it says is kept.
+                let rows = p.registry_rows(&ops, at);
+                let bytes: usize = rows.iter().map(hotpath_store::Encode::encoded_len).sum();
+                if let Some(j) = self.journal.as_ref().filter(|j| !j.has_room(bytes)) {
+                    return Err(ApiError {
+                        status: 503,
+                        message: j.refuse().to_string(),
+                    });
+                }
                 p.push(&ops, at)?;
+                if let Some(j) = &mut self.journal {
+                    for r in &rows {
+                        j.push(r);
+                    }
+                }
                 Ok(serde_json::json!({ "applied": ops.len() }))
             }
         });

@@ -32,7 +32,7 @@ use push::{ApiError, Push};
 use registry::{Entry, Passkey, Registry};
 use slots::LeechSlots;
 pub use source::Source;
-use stored::{AccountChange, Client};
+use stored::{AccountChange, Client, RegistryChange};
 use xbt::Derived;
 
 /// A random 128-bit SipHash key, from the OS.
@@ -386,6 +386,8 @@ pub struct Private {
     rows_skipped: Counter,
     /// A full read of the tables is asked for (SIGHUP): the poller does it at once.
     reread: AtomicBool,
+    /// Whether pushed users and torrents are written into the tables (hotpath's own preset).
+    writes_registry: bool,
 }
 
 impl Private {
@@ -440,6 +442,7 @@ impl Private {
             poll_errors: Counter::default(),
             rows_skipped: Counter::default(),
             reread: AtomicBool::new(false),
+            writes_registry: c.schema == PrivateSchema::Hotpath,
         }
     }
 
@@ -795,18 +798,17 @@ impl Private {
         db: &mut dyn hotpath_store::Backend,
         full: bool,
     ) -> Result<(usize, usize), hotpath_store::StoreError> {
+        let polled = self.source.read(
+            db,
+            full,
+            &self.users,
+            &self.torrents,
+            &self.slots,
+            self.derived.as_ref(),
+        );
+        // Counted once done, so a reader of the count sees the read's effect.
         self.polls.add(1);
-        let polled = self
-            .source
-            .read(
-                db,
-                full,
-                &self.users,
-                &self.torrents,
-                &self.slots,
-                self.derived.as_ref(),
-            )
-            .inspect_err(|_| self.poll_errors.add(1))?;
+        let polled = polled.inspect_err(|_| self.poll_errors.add(1))?;
         self.rows_skipped.add(polled.skipped as u64);
         let (u, t) = (polled.users, polled.torrents);
         if u.changed + u.gone + t.changed + t.gone > 0 {
@@ -830,6 +832,106 @@ impl Private {
             );
         }
         Ok((self.users_held(), self.torrents.len()))
+    }
+
+    /// The rows pushed changes `ops` write into hotpath's own tables at unix second `at`
+    /// (none in a site's preset: the site's tables are the site's), in order: each user and
+    /// torrent set, and each one removed that the registries hold, marked with the passkey
+    /// or info hash it had (a passkey of over 32 characters, held only as a hash, is written
+    /// as a marker the row's id makes unique, which frees the passkey).
+    pub fn registry_rows(&self, ops: &[Push], at: u32) -> Vec<RegistryChange> {
+        if !self.writes_registry {
+            return Vec::new();
+        }
+        let mut out: Vec<RegistryChange> = Vec::new();
+        for op in ops {
+            let row = match op {
+                Push::User {
+                    id,
+                    passkey,
+                    can_leech,
+                } => Some(RegistryChange::User {
+                    id: *id,
+                    passkey: passkey.clone(),
+                    can_leech: *can_leech,
+                    removed: false,
+                    at,
+                }),
+                Push::RemoveUser { id } => {
+                    let earlier = out.iter().rev().find_map(|c| match c {
+                        RegistryChange::User {
+                            id: i,
+                            passkey,
+                            can_leech,
+                            ..
+                        } if i == id => Some((passkey.clone(), *can_leech)),
+                        _ => None,
+                    });
+                    earlier
+                        .or_else(|| {
+                            let (key, u) = self.users.by_id(*id)?;
+                            let text = key.text().map_or_else(
+                                || format!("0removed0{id}"),
+                                |t| String::from_utf8_lossy(t).into_owned(),
+                            );
+                            Some((text, u.can_leech))
+                        })
+                        .map(|(passkey, can_leech)| RegistryChange::User {
+                            id: *id,
+                            passkey,
+                            can_leech,
+                            removed: true,
+                            at,
+                        })
+                }
+                Push::Torrent {
+                    id,
+                    info_hash,
+                    download_pct,
+                    upload_pct,
+                    ..
+                } => push::info_hash_of(info_hash)
+                    .ok()
+                    .map(|hash| RegistryChange::Torrent {
+                        id: *id,
+                        info_hash: hash,
+                        download_pct: *download_pct,
+                        upload_pct: *upload_pct,
+                        removed: false,
+                        at,
+                    }),
+                Push::RemoveTorrent { id } => {
+                    let earlier = out.iter().rev().find_map(|c| match c {
+                        RegistryChange::Torrent {
+                            id: i,
+                            info_hash,
+                            download_pct,
+                            upload_pct,
+                            ..
+                        } if i == id => Some((*info_hash, *download_pct, *upload_pct)),
+                        _ => None,
+                    });
+                    earlier
+                        .or_else(|| {
+                            let (hash, t) = self.torrents.by_id(*id)?;
+                            Some((hash, t.download_pct, t.upload_pct))
+                        })
+                        .map(
+                            |(info_hash, download_pct, upload_pct)| RegistryChange::Torrent {
+                                id: *id,
+                                info_hash,
+                                download_pct,
+                                upload_pct,
+                                removed: true,
+                                at,
+                            },
+                        )
+                }
+                _ => None,
+            };
+            out.extend(row);
+        }
+        out
     }
 
     /// Asks the poller for a full read of the users and torrents tables now (SIGHUP).

@@ -24,12 +24,12 @@ use super::slots::LeechSlots;
 use super::xbt::{Derived, Versioned};
 use super::{Torrent, User};
 
-/// The users' columns: id, passkey, can_leech, passkey version.
-const USER_COLS: usize = 4;
+/// The users' columns: id, passkey, can_leech, passkey version, removed.
+const USER_COLS: usize = 5;
 /// Of the users' columns, those an XBT site may lack: passkey, can_leech, passkey version.
 const PROBED: [usize; 3] = [1, 2, 3];
 /// What a column an XBT site lacks is read as (by position in the users' columns).
-const ABSENT: [&str; USER_COLS] = ["", "#''", "#1", "#0"];
+const ABSENT: [&str; USER_COLS] = ["", "#''", "#1", "#0", "#0"];
 /// The setting of `xbt_config` that holds the site's secret for derived passkeys.
 const SECRET_SETTING: &str = "torrent_pass_private_key";
 
@@ -44,7 +44,7 @@ pub struct Source {
     /// the first read), and the settings table that holds the site's secret.
     xbt: Option<Xbt>,
     torrents: String,
-    torrent_cols: [String; 4],
+    torrent_cols: [String; 5],
     torrents_updated: Option<String>,
     /// The torrents table's seeders and leechers columns, where the preset keeps them.
     counts: Option<[String; 2]>,
@@ -85,6 +85,7 @@ impl Source {
                 or("users.passkey", "''"),
                 or("users.can_leech", "1"),
                 or("users.passkey_version", "0"),
+                or("users.removed", "0"),
             ],
             users_updated: name("users.updated_at"),
             xbt: matches!(c.schema, PrivateSchema::Xbt | PrivateSchema::XbtFiles).then(|| Xbt {
@@ -92,7 +93,13 @@ impl Source {
                 present: Mutex::new(None),
             }),
             torrents: must("torrents"),
-            torrent_cols: [must("torrents.id"), must("torrents.info_hash"), a, b],
+            torrent_cols: [
+                must("torrents.id"),
+                must("torrents.info_hash"),
+                a,
+                b,
+                or("torrents.removed", "0"),
+            ],
             torrents_updated: name("torrents.updated_at"),
             counts: name("torrents.seeders")
                 .zip(name("torrents.leechers"))
@@ -181,6 +188,10 @@ impl Source {
     /// row; `Some(None)` for one the preset says is not served (XBT's deleted flag).
     fn torrent(&self, r: &[Value]) -> Option<Option<([u8; 20], Torrent)>> {
         let id = u32::try_from(r[0].int()).ok().filter(|&id| id > 0)?;
+        if r[4].int() != 0 {
+            // Removed (hotpath's own tables): not served.
+            return Some(None);
+        }
         let hash: [u8; 20] = r[1].bytes().try_into().ok()?;
         let pct = |v: &Value| v.int().clamp(0, 1000) as u16;
         let (download_pct, upload_pct) = match self.schema {
@@ -245,7 +256,13 @@ impl Source {
                     cols: &self.user_cols,
                     updated: self.users_updated.as_deref(),
                 };
-                user_table.read_into(db, users_since, full, users, |r| Self::user(r).map(Some))?
+                user_table.read_into(db, users_since, full, users, |r| {
+                    // A removed user's row is kept, marked: the user goes.
+                    if r[4].int() != 0 {
+                        return Some(None);
+                    }
+                    Self::user(r).map(Some)
+                })?
             }
         };
         let torrent_table = Table {
@@ -284,7 +301,13 @@ impl Source {
             let row = Self::versioned(r).or_else(|| {
                 // The id alone, when only the stored passkey is malformed.
                 skipped += 1;
-                Self::versioned(&[r[0].clone(), Value::Null, r[2].clone(), r[3].clone()])
+                Self::versioned(&[
+                    r[0].clone(),
+                    Value::Null,
+                    r[2].clone(),
+                    r[3].clone(),
+                    r[4].clone(),
+                ])
             });
             if let Some((key, v)) = row {
                 if let Some(key) = key {
@@ -566,7 +589,7 @@ mod tests {
         // XBT's own schema has no can_leech: everyone may leech unless the site names one.
         assert_eq!(
             u,
-            "SELECT `uid`, `torrent_pass`, 1, `torrent_pass_version` FROM `xbt_users`"
+            "SELECT `uid`, `torrent_pass`, 1, `torrent_pass_version`, 0 FROM `xbt_users`"
         );
         assert_eq!(
             Source::new(&c).reset_counts(Dialect::Mysql).unwrap(),
@@ -580,11 +603,11 @@ mod tests {
         let [u, _] = Source::new(&named).statements(Dialect::Mysql);
         assert_eq!(
             u,
-            "SELECT `uid`, `torrent_pass`, `can_leech`, `torrent_pass_version` FROM `xbt_users`"
+            "SELECT `uid`, `torrent_pass`, `can_leech`, `torrent_pass_version`, 0 FROM `xbt_users`"
         );
         assert_eq!(
             t,
-            "SELECT `tid`, `info_hash`, `flags`, 0 FROM `xbt_torrents`"
+            "SELECT `tid`, `info_hash`, `flags`, 0, 0 FROM `xbt_torrents`"
         );
         let mut c = PrivateConfig {
             schema: PrivateSchema::Torrentpier,
@@ -594,11 +617,11 @@ mod tests {
         let [u, t] = Source::new(&c).statements(Dialect::Postgres);
         assert_eq!(
             u,
-            r#"SELECT "user_id", "auth_key", 1, 0 FROM "site"."bb_bt_users""#
+            r#"SELECT "user_id", "auth_key", 1, 0, 0 FROM "site"."bb_bt_users""#
         );
         assert_eq!(
             t,
-            r#"SELECT "topic_id", "info_hash", "tor_type", "poster_id" FROM "bb_bt_torrents""#
+            r#"SELECT "topic_id", "info_hash", "tor_type", "poster_id", 0 FROM "bb_bt_torrents""#
         );
         let s = Source::new(&PrivateConfig::default());
         let sql = Source::select(
@@ -610,7 +633,7 @@ mod tests {
         );
         assert_eq!(
             sql,
-            r#"SELECT "user_id", "passkey", "can_leech", 0, "updated_at" FROM "hp_users" WHERE "updated_at" >= ?"#
+            r#"SELECT "user_id", "passkey", "can_leech", 0, "removed", "updated_at" FROM "hp_users" WHERE "updated_at" >= ?"#
         );
     }
 
@@ -660,30 +683,30 @@ mod tests {
     fn malformed_rows_are_left_out_and_presets_read_their_factors() {
         let v = |i: i64| Value::Int(i);
         let key = |s: &str| Value::Text(s.into());
-        assert!(Source::user(&[v(1), key("abc123"), v(1), v(0)]).is_some());
+        assert!(Source::user(&[v(1), key("abc123"), v(1), v(0), v(0)]).is_some());
         for bad in [
-            [v(0), key("abc123"), v(1), v(0)],
-            [v(1 << 33), key("abc123"), v(1), v(0)],
-            [v(1), key(""), v(1), v(0)],
-            [v(1), key("abc 123"), v(1), v(0)],
-            [v(1), key(&"a".repeat(65)), v(1), v(0)],
+            [v(0), key("abc123"), v(1), v(0), v(0)],
+            [v(1 << 33), key("abc123"), v(1), v(0), v(0)],
+            [v(1), key(""), v(1), v(0), v(0)],
+            [v(1), key("abc 123"), v(1), v(0), v(0)],
+            [v(1), key(&"a".repeat(65)), v(1), v(0), v(0)],
         ] {
             assert!(Source::user(&bad).is_none(), "{bad:?}");
         }
         assert!(
-            !Source::user(&[v(1), key("k"), v(0), v(0)])
+            !Source::user(&[v(1), key("k"), v(0), v(0), v(0)])
                 .unwrap()
                 .1
                 .can_leech
         );
         assert!(
-            Source::user(&[v(1), key("k"), Value::Null, v(0)])
+            Source::user(&[v(1), key("k"), Value::Null, v(0), v(0)])
                 .unwrap()
                 .1
                 .can_leech
         );
         // An XBT user needs no stored passkey: derived ones carry their version.
-        let (key_of, u) = Source::versioned(&[v(7), key(""), v(1), v(3)]).unwrap();
+        let (key_of, u) = Source::versioned(&[v(7), key(""), v(1), v(3), v(0)]).unwrap();
         assert_eq!((key_of, u.user.id, u.version), (None, 7, 3));
         let hash = Value::Blob([1; 20].into());
         let tp = Source::new(&PrivateConfig {
@@ -691,25 +714,31 @@ mod tests {
             ..Default::default()
         });
         let gold = tp
-            .torrent(&[v(5), hash.clone(), v(1), v(0)])
+            .torrent(&[v(5), hash.clone(), v(1), v(0), v(0)])
             .unwrap()
             .unwrap();
         assert_eq!((gold.1.download_pct, gold.1.upload_pct), (0, 100));
         let silver = tp
-            .torrent(&[v(5), hash.clone(), v(2), v(0)])
+            .torrent(&[v(5), hash.clone(), v(2), v(0), v(0)])
             .unwrap()
             .unwrap();
         assert_eq!(silver.1.download_pct, 50);
         assert!(tp
-            .torrent(&[v(5), Value::Blob([1; 19].into()), v(0), v(0)])
+            .torrent(&[v(5), Value::Blob([1; 19].into()), v(0), v(0), v(0)])
             .is_none());
         let xbt = Source::new(&PrivateConfig {
             schema: PrivateSchema::Xbt,
             ..Default::default()
         });
-        assert_eq!(xbt.torrent(&[v(5), hash.clone(), v(1), v(0)]), Some(None));
+        assert_eq!(
+            xbt.torrent(&[v(5), hash.clone(), v(1), v(0), v(0)]),
+            Some(None)
+        );
         let own = Source::new(&PrivateConfig::default());
-        let t = own.torrent(&[v(5), hash, v(-5), v(5000)]).unwrap().unwrap();
+        let t = own
+            .torrent(&[v(5), hash, v(-5), v(5000), v(0)])
+            .unwrap()
+            .unwrap();
         assert_eq!((t.1.download_pct, t.1.upload_pct), (0, 1000));
     }
 }

@@ -9,8 +9,8 @@
 //!
 //! | table | columns | what |
 //! |---|---|---|
-//! | `hp_users` | `user_id` PK (1 to 4294967295), `passkey` (1 to 64 letters and digits) unique, `can_leech` (0 or 1), `updated_at` (unix s) | the site's users, read by a private tracker (`private.schema = "hotpath"`); set `updated_at` on every change so the next poll reads it |
-//! | `hp_private_torrents` | `torrent_id` PK, `info_hash` (20 bytes) unique, `download_pct` (0 free, 50 half, 100), `upload_pct` (100, 200 double), `updated_at` | the torrents a private tracker serves and how they are credited |
+//! | `hp_users` | `user_id` PK (1 to 4294967295), `passkey` (1 to 64 letters and digits) unique, `can_leech` (0 or 1), `removed` (1: not served), `updated_at` (unix s) | the site's users, read by a private tracker (`private.schema = "hotpath"`); set `updated_at` on every change so the next poll reads it; the push API writes the users it sets and removes ([`RegistryChange`], tag 9) |
+//! | `hp_private_torrents` | `torrent_id` PK, `info_hash` (20 bytes) unique, `download_pct` (0 free, 50 half, 100), `upload_pct` (100, 200 double), `removed`, `updated_at` | the torrents a private tracker serves and how they are credited; the push API's likewise |
 //! | `hp_user_totals` | `user_id` PK, `uploaded`, `downloaded` (credited), `uploaded_raw`, `downloaded_raw` (as reported), `updated_at` | each user's totals, added to |
 //! | `hp_user_torrents` | (`user_id`, `torrent_id`) PK, the four counts as above, `remaining` (bytes left at the last announce), `seeding` (0 or 1), `active` (0 once stopped), `announces`, `completed` (downloads finished), `completed_at` (unix s of the last), `suspicious` (as above), `updated_at` | each user's traffic and state per torrent: the snatch list is the rows with `completed` > 0 |
 //!
@@ -32,6 +32,8 @@ const TAG: u8 = 5;
 const TAG_CLIENT: u8 = 6;
 /// A torrent's seeders and leechers (a snapshot, submitted without the journal).
 const TAG_COUNTS: u8 = 7;
+/// A user or torrent the push API changed (hotpath's own preset writes it).
+const TAG_REGISTRY: u8 = 9;
 
 /// Encoded size of an [`AccountChange`] without its client.
 pub const ACCOUNT_LEN: usize = 1 + 4 + 4 + 6 * 8 + 1 + 4;
@@ -252,6 +254,137 @@ impl Encode for CountsChange {
     }
 }
 
+/// A user or torrent the push API changed, in hotpath's own preset: written into `hp_users`
+/// or `hp_private_torrents` as the push API's answer promises, so the next full read of the
+/// tables keeps it and a restart finds it (journal tag 9; the site presets' tables are the
+/// site's, and their queues read and drop it). A removal keeps the row, marked `removed`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryChange {
+    /// A user set, or removed.
+    User {
+        /// The user's id.
+        id: u32,
+        /// The passkey (1 to 64 letters and digits).
+        passkey: String,
+        /// Whether the user may download.
+        can_leech: bool,
+        /// Removed: not served until set again.
+        removed: bool,
+        /// Unix seconds.
+        at: u32,
+    },
+    /// A torrent set, or removed.
+    Torrent {
+        /// The torrent's id.
+        id: u32,
+        /// Its info hash.
+        info_hash: [u8; 20],
+        /// Percent of downloaded bytes credited.
+        download_pct: u16,
+        /// Percent of uploaded bytes credited.
+        upload_pct: u16,
+        /// Removed: not served until set again.
+        removed: bool,
+        /// Unix seconds.
+        at: u32,
+    },
+}
+
+impl RegistryChange {
+    /// Most bytes one takes in the journal.
+    pub const MAX_LEN: usize = 12 + hotpath_wire::passkey::MAX_LEN;
+    const TORRENT: u8 = 1;
+    const REMOVED: u8 = 2;
+
+    /// Its id, and whether it is a torrent's.
+    fn key(&self) -> (bool, u32) {
+        match *self {
+            RegistryChange::User { id, .. } => (false, id),
+            RegistryChange::Torrent { id, .. } => (true, id),
+        }
+    }
+
+    /// Decodes the change at the start of `b` and its length; `None` when it is not one (a
+    /// malformed passkey included).
+    pub fn decode(b: &[u8]) -> Option<(RegistryChange, usize)> {
+        if *b.first()? != TAG_REGISTRY || b.len() < 10 {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let (kind, id, at) = (b[1], u32_at(2), u32_at(6));
+        if kind & !(Self::TORRENT | Self::REMOVED) != 0 || id == 0 {
+            return None;
+        }
+        let removed = kind & Self::REMOVED != 0;
+        if kind & Self::TORRENT != 0 {
+            let rest = b.get(10..34)?;
+            let c = RegistryChange::Torrent {
+                id,
+                info_hash: rest[..20].try_into().unwrap(),
+                download_pct: u16::from_le_bytes([rest[20], rest[21]]),
+                upload_pct: u16::from_le_bytes([rest[22], rest[23]]),
+                removed,
+                at,
+            };
+            return Some((c, 34));
+        }
+        let (&can_leech, &n) = (b.get(10)?, b.get(11)?);
+        if can_leech > 1 {
+            return None;
+        }
+        let end = 12 + usize::from(n);
+        let passkey = hotpath_wire::passkey::check(b.get(12..end)?).ok()?;
+        let c = RegistryChange::User {
+            id,
+            passkey: String::from_utf8(passkey.to_vec()).ok()?,
+            can_leech: can_leech != 0,
+            removed,
+            at,
+        };
+        Some((c, end))
+    }
+}
+
+impl Encode for RegistryChange {
+    fn encoded_len(&self) -> usize {
+        match self {
+            RegistryChange::User { passkey, .. } => 12 + passkey.len(),
+            RegistryChange::Torrent { .. } => 34,
+        }
+    }
+
+    /// A passkey is written as it is: callers pass one [`hotpath_wire::passkey::check`] took.
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(TAG_REGISTRY);
+        let (kind, removed, at) = match *self {
+            RegistryChange::User { removed, at, .. } => (0, removed, at),
+            RegistryChange::Torrent { removed, at, .. } => (Self::TORRENT, removed, at),
+        };
+        out.push(kind | if removed { Self::REMOVED } else { 0 });
+        out.extend_from_slice(&self.key().1.to_le_bytes());
+        out.extend_from_slice(&at.to_le_bytes());
+        match self {
+            RegistryChange::User {
+                passkey, can_leech, ..
+            } => {
+                out.push(u8::from(*can_leech));
+                out.push(passkey.len() as u8);
+                out.extend_from_slice(passkey.as_bytes());
+            }
+            RegistryChange::Torrent {
+                info_hash,
+                download_pct,
+                upload_pct,
+                ..
+            } => {
+                out.extend_from_slice(info_hash);
+                out.extend_from_slice(&download_pct.to_le_bytes());
+                out.extend_from_slice(&upload_pct.to_le_bytes());
+            }
+        }
+    }
+}
+
 /// Counts that add, per user or per (user, torrent).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Counts {
@@ -354,6 +487,8 @@ pub struct AccountQueue {
     on_torrents: HashMap<(u32, u32), OnTorrent>,
     torrents: HashMap<u32, TorrentState>,
     clients: HashMap<(u32, u32, [u8; 20]), ClientRow>,
+    /// Pushed users and torrents, the latest per id (hotpath's own preset).
+    pushed: HashMap<(bool, u32), RegistryChange>,
 }
 
 impl Default for AccountQueue {
@@ -370,6 +505,7 @@ impl AccountQueue {
             on_torrents: HashMap::new(),
             torrents: HashMap::new(),
             clients: HashMap::new(),
+            pushed: HashMap::new(),
         }
     }
 
@@ -465,7 +601,43 @@ impl AccountQueue {
                 t.at.into(),
             ]);
         }
-        vec![rows, trows]
+        let mut pushed: Vec<_> = self.pushed.drain().collect();
+        pushed.sort_unstable_by_key(|p| p.0);
+        let mut set_users = Rows::with_capacity(&USERS, 0);
+        let mut set_torrents = Rows::with_capacity(&TORRENTS, 0);
+        for (_, c) in pushed {
+            match c {
+                RegistryChange::User {
+                    id,
+                    passkey,
+                    can_leech,
+                    removed,
+                    at,
+                } => set_users.push([
+                    id.into(),
+                    Value::from(&*passkey),
+                    Value::Int(i64::from(can_leech)),
+                    Value::Int(i64::from(removed)),
+                    at.into(),
+                ]),
+                RegistryChange::Torrent {
+                    id,
+                    info_hash,
+                    download_pct,
+                    upload_pct,
+                    removed,
+                    at,
+                } => set_torrents.push([
+                    id.into(),
+                    Value::Blob(info_hash.into()),
+                    u32::from(download_pct).into(),
+                    u32::from(upload_pct).into(),
+                    Value::Int(i64::from(removed)),
+                    at.into(),
+                ]),
+            }
+        }
+        vec![rows, trows, set_users, set_torrents]
     }
 
     fn xbt_rows(
@@ -615,6 +787,13 @@ impl Queue for AccountQueue {
             s.at = s.at.max(c.at);
             return Some(len);
         }
+        if let Some((c, len)) = RegistryChange::decode(bytes) {
+            // Only hotpath's own tables take them; a site preset's are the site's.
+            if matches!(self.writes, Writes::Hotpath) {
+                self.pushed.insert(c.key(), c);
+            }
+            return Some(len);
+        }
         let (c, len) = AccountChange::decode(bytes)?;
         self.account(&c);
         Some(len)
@@ -622,7 +801,7 @@ impl Queue for AccountQueue {
 
     fn rows(&self) -> usize {
         match self.writes {
-            Writes::Hotpath => self.users.len() + self.on_torrents.len(),
+            Writes::Hotpath => self.users.len() + self.on_torrents.len() + self.pushed.len(),
             Writes::Xbt { .. } => self.users.len() + self.on_torrents.len() + self.torrents.len(),
             Writes::Torrentpier { .. } => self.clients.len(),
         }
@@ -647,6 +826,7 @@ impl Queue for AccountQueue {
             on_torrents: HashMap::with_capacity(self.on_torrents.len()),
             torrents: HashMap::with_capacity(self.torrents.len()),
             clients: HashMap::with_capacity(self.clients.len()),
+            pushed: HashMap::new(),
         })
     }
 
@@ -758,7 +938,7 @@ fn site_service(c: &PrivateConfig) -> &'static Service {
     let writes: &'static Writes = Box::leak(Box::new(writes));
     Box::leak(Box::new(Service {
         name: service_name,
-        tags: &[TAG, TAG_CLIENT, TAG_COUNTS],
+        tags: &[TAG, TAG_CLIENT, TAG_COUNTS, TAG_REGISTRY],
         tables: Box::leak(tables.into_boxed_slice()),
         // The site's tables are the site's: no migration.
         migrations: &[],
@@ -831,11 +1011,40 @@ pub static USER_TORRENTS: Table = Table {
     keeps_older: None,
 };
 
+/// `hp_users`, as the push API writes it (the site writes it too).
+pub static USERS: Table = Table {
+    name: "hp_users",
+    columns: &[
+        col("user_id", Type::Int, Merge::Key),
+        col("passkey", Type::Text, Merge::Replace).max_bytes(hotpath_wire::passkey::MAX_LEN),
+        col("can_leech", Type::Int, Merge::Replace),
+        col("removed", Type::Int, Merge::Replace),
+        col("updated_at", Type::Int, Merge::Max),
+    ],
+    update_only: false,
+    keeps_older: None,
+};
+
+/// `hp_private_torrents`, as the push API writes it (the site writes it too).
+pub static TORRENTS: Table = Table {
+    name: "hp_private_torrents",
+    columns: &[
+        col("torrent_id", Type::Int, Merge::Key),
+        col("info_hash", Type::Blob, Merge::Replace).max_bytes(20),
+        col("download_pct", Type::Int, Merge::Replace),
+        col("upload_pct", Type::Int, Merge::Replace),
+        col("removed", Type::Int, Merge::Replace),
+        col("updated_at", Type::Int, Merge::Max),
+    ],
+    update_only: false,
+    keeps_older: None,
+};
+
 /// Private mode, as the store knows it.
 pub static PRIVATE: Service = Service {
     name: "private",
-    tags: &[TAG, TAG_CLIENT, TAG_COUNTS],
-    tables: &[&USER_TOTALS, &USER_TORRENTS],
+    tags: &[TAG, TAG_CLIENT, TAG_COUNTS, TAG_REGISTRY],
+    tables: &[&USER_TOTALS, &USER_TORRENTS, &USERS, &TORRENTS],
     queue: &|| Box::<AccountQueue>::default(),
     migrations: &[Migration {
         version: 1,
@@ -918,6 +1127,21 @@ pub static PRIVATE: Service = Service {
         mysql: &[
             "ALTER TABLE hp_user_totals ADD COLUMN suspicious BIGINT NOT NULL DEFAULT 0",
             "ALTER TABLE hp_user_torrents ADD COLUMN suspicious BIGINT NOT NULL DEFAULT 0",
+        ],
+    }, Migration {
+        version: 3,
+        name: "users and torrents removed through the push API",
+        sqlite: &[
+            "ALTER TABLE hp_users ADD COLUMN removed INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE hp_private_torrents ADD COLUMN removed INTEGER NOT NULL DEFAULT 0",
+        ],
+        postgres: &[
+            "ALTER TABLE hp_users ADD COLUMN removed SMALLINT NOT NULL DEFAULT 0",
+            "ALTER TABLE hp_private_torrents ADD COLUMN removed SMALLINT NOT NULL DEFAULT 0",
+        ],
+        mysql: &[
+            "ALTER TABLE hp_users ADD COLUMN removed SMALLINT NOT NULL DEFAULT 0",
+            "ALTER TABLE hp_private_torrents ADD COLUMN removed SMALLINT NOT NULL DEFAULT 0",
         ],
     }],
 };
@@ -1153,6 +1377,74 @@ mod tests {
         assert!(AccountChange::decode(&b[..ACCOUNT_LEN - 1]).is_none());
         b[0] = 1;
         assert!(AccountQueue::default().apply(&b).is_none());
+    }
+
+    /// Pushed users and torrents round-trip through the journal's bytes, hostile bytes are
+    /// not one, and only hotpath's own preset writes them: latest per id, into `hp_users`
+    /// and `hp_private_torrents`.
+    #[test]
+    fn pushed_users_and_torrents_are_written_into_hotpaths_tables_only() {
+        let user = |id, passkey: &str, removed, at| RegistryChange::User {
+            id,
+            passkey: passkey.into(),
+            can_leech: true,
+            removed,
+            at,
+        };
+        let torrent = RegistryChange::Torrent {
+            id: 4,
+            info_hash: [9; 20],
+            download_pct: 0,
+            upload_pct: 200,
+            removed: false,
+            at: 50,
+        };
+        for c in [
+            user(3, "abc", false, 7),
+            user(3, "abc", true, 8),
+            torrent.clone(),
+        ] {
+            let mut b = Vec::new();
+            c.encode(&mut b);
+            assert_eq!(b.len(), c.encoded_len());
+            assert_eq!(RegistryChange::decode(&b), Some((c.clone(), b.len())));
+            assert!(RegistryChange::decode(&b[..b.len() - 1]).is_none());
+        }
+        let mut b = Vec::new();
+        user(3, "abc", false, 7).encode(&mut b);
+        for (i, v) in [(1, 4), (2, 0), (10, 2), (12, b';')] {
+            let mut bad = b.clone();
+            bad[i] = v;
+            if i == 2 {
+                bad[2..6].copy_from_slice(&[0; 4]);
+            }
+            assert!(RegistryChange::decode(&bad).is_none(), "byte {i} = {v}");
+        }
+        let mut q = Queues::new(&[&PRIVATE]).unwrap();
+        q.push(&user(3, "abc", false, 7)).unwrap();
+        q.push(&user(3, "abc", true, 8)).unwrap();
+        q.push(&torrent).unwrap();
+        let b = q.take();
+        let u = b.part(&USERS).unwrap();
+        assert_eq!(u.len(), 1, "the latest per user");
+        assert_eq!(
+            u.row(0).to_vec(),
+            vec![
+                Value::Int(3),
+                Value::from("abc"),
+                Value::Int(1),
+                Value::Int(1),
+                Value::Int(8)
+            ]
+        );
+        let t = b.part(&TORRENTS).unwrap();
+        assert_eq!(t.row(0)[1], Value::Blob([9; 20].into()));
+        assert_eq!(t.row(0)[2..5], [0i64, 200, 0].map(Value::Int));
+        // A site's preset reads them (a journal of another run) and writes nothing.
+        let s = service(&config("xbt"));
+        let mut q = Queues::new(&[s]).unwrap();
+        q.push(&torrent).unwrap();
+        assert_eq!(q.rows(), 0);
     }
 
     #[test]
