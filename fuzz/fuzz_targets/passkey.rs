@@ -24,9 +24,13 @@ fn derived() -> &'static Derived {
                 id,
                 can_leech: true,
             };
-            d.users
-                .put(&id.to_be_bytes(), Versioned { user, version: 3 })
-                .unwrap();
+            let v = Versioned {
+                user,
+                version: 3,
+                wait_time: 0,
+                peers_limit: 0,
+            };
+            d.users.put(&id.to_be_bytes(), v).unwrap();
         }
         d.set_secret(Some(SECRET));
         d

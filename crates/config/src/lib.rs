@@ -556,6 +556,11 @@ impl PrivateSchema {
                 // in the settings table. A column or table the site lacks is read as absent.
                 ("users.passkey_version", "torrent_pass_version"),
                 ("config", "xbt_config"),
+                // Per user: seconds after a torrent's ctime before they may download it, and
+                // how many of their clients may download one torrent at once (0: no limit).
+                ("users.wait_time", "wait_time"),
+                ("users.peers_limit", "peers_limit"),
+                ("torrents.ctime", "ctime"),
                 // Commented out in XBT's own schema: a site that has it names it.
                 ("users.can_leech", ""),
                 ("torrents", "xbt_torrents"),
@@ -582,6 +587,11 @@ impl PrivateSchema {
                 // in the settings table. A column or table the site lacks is read as absent.
                 ("users.passkey_version", "torrent_pass_version"),
                 ("config", "xbt_config"),
+                // Per user: seconds after a torrent's ctime before they may download it, and
+                // how many of their clients may download one torrent at once (0: no limit).
+                ("users.wait_time", "wait_time"),
+                ("users.peers_limit", "peers_limit"),
+                ("torrents.ctime", "ctime"),
                 // Commented out in XBT's own schema: a site that has it names it.
                 ("users.can_leech", ""),
                 ("torrents", "xbt_files"),
@@ -626,23 +636,30 @@ impl PrivateSchema {
     /// users have derived passkeys only, at version 0, or none).
     pub fn optional(self, key: &str) -> bool {
         let xbt = matches!(self, PrivateSchema::Xbt | PrivateSchema::XbtFiles);
-        (xbt && matches!(key, "users.passkey" | "users.passkey_version" | "config"))
-            || matches!(
-                key,
-                "users.can_leech"
-                    | "users.removed"
-                    | "torrents.removed"
-                    | "users.updated_at"
-                    | "torrents.updated_at"
-                    | "torrents.flags"
-                    | "torrents.tor_type"
-                    | "torrents.poster_id"
-                    | "torrents.download_pct"
-                    | "torrents.upload_pct"
-                    | "totals.updated_at"
-                    | "totals.uploaded_release"
-                    | "totals.uploaded_bonus"
-            )
+        (xbt && matches!(
+            key,
+            "users.passkey"
+                | "users.passkey_version"
+                | "users.wait_time"
+                | "users.peers_limit"
+                | "torrents.ctime"
+                | "config"
+        )) || matches!(
+            key,
+            "users.can_leech"
+                | "users.removed"
+                | "torrents.removed"
+                | "users.updated_at"
+                | "torrents.updated_at"
+                | "torrents.flags"
+                | "torrents.tor_type"
+                | "torrents.poster_id"
+                | "torrents.download_pct"
+                | "torrents.upload_pct"
+                | "totals.updated_at"
+                | "totals.uploaded_release"
+                | "totals.uploaded_bonus"
+        )
     }
 
     /// The query parameter that carries the passkey when `private.passkey_param` is empty.

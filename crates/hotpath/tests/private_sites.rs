@@ -181,9 +181,10 @@ const XBT_CONFIG: &str = "CREATE TABLE xbt_config (id INT NOT NULL AUTO_INCREMEN
                           VARCHAR(255) NOT NULL, value VARCHAR(255) NOT NULL, PRIMARY KEY (id))";
 
 /// XBT's schema file of 2016-2020: no `torrent_pass` (commented out), `torrent_pass_version`
-/// in. Users announce with the passkeys XBT derives from `xbt_config`'s secret, each for one
-/// user and torrent; a raised version revokes the user's old ones at the next poll; a forged
-/// one is an unknown passkey, in announces and scrapes.
+/// in (and the commented-out `wait_time` and `peers_limit` put back, as a site may). Users
+/// announce with the passkeys XBT derives from `xbt_config`'s secret, each for one user and
+/// torrent; a raised version revokes the user's old ones at the next poll; a forged one is an
+/// unknown passkey, in announces and scrapes; a user's wait time and peers limit hold.
 #[test]
 fn xbt_derived_passkeys_hold_and_a_raised_version_revokes_them() {
     use hotpath_tracker::private::xbt::passkey;
@@ -191,9 +192,10 @@ fn xbt_derived_passkeys_hold_and_a_raised_version_revokes_them() {
     let mut site = connect(&db);
     site.execute(XBT_CONFIG).unwrap();
     site.execute(
-        "CREATE TABLE xbt_users (uid INT NOT NULL AUTO_INCREMENT, torrent_pass_version INT NOT \
-         NULL DEFAULT 0, downloaded BIGINT UNSIGNED NOT NULL DEFAULT 0, uploaded BIGINT \
-         UNSIGNED NOT NULL DEFAULT 0, PRIMARY KEY (uid))",
+        "CREATE TABLE xbt_users (uid INT NOT NULL AUTO_INCREMENT, wait_time INT NOT NULL \
+         DEFAULT 0, peers_limit INT NOT NULL DEFAULT 0, torrent_pass_version INT NOT NULL \
+         DEFAULT 0, downloaded BIGINT UNSIGNED NOT NULL DEFAULT 0, uploaded BIGINT UNSIGNED NOT \
+         NULL DEFAULT 0, PRIMARY KEY (uid))",
     )
     .unwrap();
     for ddl in &XBT_SCHEMA[1..] {
@@ -204,12 +206,21 @@ fn xbt_derived_passkeys_hold_and_a_raised_version_revokes_them() {
          'Xk2pQ7vR9sT4wY6zA8bC1dE3fG5hJ')",
     )
     .unwrap();
-    site.execute("INSERT INTO xbt_users (uid, torrent_pass_version) VALUES (1, 0), (2, 5)")
-        .unwrap();
+    // User 2 waits an hour for new torrents and runs one downloading client per torrent.
+    site.execute(
+        "INSERT INTO xbt_users (uid, torrent_pass_version, wait_time, peers_limit) VALUES \
+         (1, 0, 0, 0), (2, 5, 3600, 1)",
+    )
+    .unwrap();
+    // Torrent 11 was added just now.
     site.execute_with(
         "INSERT INTO xbt_torrents (tid, info_hash, mtime, ctime) VALUES (10, ?, 1, 1), \
-         (11, ?, 1, 1)",
-        &[Value::Blob(A.into()), Value::Blob(B.into())],
+         (11, ?, 1, ?)",
+        &[
+            Value::Blob(A.into()),
+            Value::Blob(B.into()),
+            hotpath_store::unix_now().into(),
+        ],
     )
     .unwrap();
     let secret = b"Xk2pQ7vR9sT4wY6zA8bC1dE3fG5hJ";
@@ -274,6 +285,17 @@ fn xbt_derived_passkeys_hold_and_a_raised_version_revokes_them() {
         0,
         Event::None
     )));
+    // XBT's per-user rules: user 2 may not download the new torrent yet (seeding it is
+    // allowed), nor run a second downloading client on torrent 10.
+    let k2b = passkey(secret, 5, 2, &B);
+    let r = go(&mut http, &k2b, None, B, 2, 0, 0, 10, Event::Started).unwrap();
+    assert!(r.contains("wait time"), "{r}");
+    assert_eq!(
+        go(&mut http, &k2b, None, B, 2, 0, 0, 0, Event::Started),
+        None
+    );
+    let r = go(&mut http, &k2, None, A, 4, 0, 0, 10, Event::Started).unwrap();
+    assert!(r.contains("as many clients"), "{r}");
     // A scrape with the passkey of the torrent it asks for.
     let scrape = http.get(&format!("/{k1}{}", scrape_target(&[A])));
     assert_eq!(failure(&scrape.body), None);

@@ -68,6 +68,7 @@ fn main() {
             upload_pct: 100,
             poster: 0,
             tor_type: 0,
+            created: 0,
         };
         private
             .torrents
@@ -105,6 +106,7 @@ fn main() {
                 peer_id: &a.peer_id,
                 port,
                 leeching: left > 0,
+                leech_limit: 0,
                 at: 1_800_000_000,
             })
             .expect("a registered user and torrent");

@@ -224,6 +224,9 @@ pub struct Report<'a> {
     pub stopped: bool,
     /// It has something left to download.
     pub leeching: bool,
+    /// How many of the user's clients may download this torrent at once (XBT's
+    /// `peers_limit`; 0: no limit of their own): a new downloading client past it is refused.
+    pub leech_limit: u16,
     /// The user's leech slots (0: no limit), asked only when the announce would start one
     /// more torrent downloading.
     pub slots: &'a dyn Fn(u32) -> u16,
@@ -373,6 +376,9 @@ impl Ledger {
                 return Err(TooManyPeers::Ledger);
             }
             if peers >= u32::from(self.max_per_user) {
+                return Err(TooManyPeers::User);
+            }
+            if leeching && r.leech_limit > 0 && downloading >= u32::from(r.leech_limit) {
                 return Err(TooManyPeers::User);
             }
         }
@@ -661,6 +667,7 @@ mod tests {
             downloaded: down,
             stopped: false,
             leeching: false,
+            leech_limit: 0,
             slots: &|_| 0,
             now,
         }
@@ -792,6 +799,28 @@ mod tests {
         assert!(l.report(rep(3, 0, 0, 4)).is_ok());
     }
 
+    /// XBT's `peers_limit`: a user's own cap on clients downloading one torrent at once.
+    /// Seeders do not count, a known client announces on, and 0 is no cap of their own.
+    #[test]
+    fn a_users_own_limit_caps_their_downloading_clients() {
+        let l = Ledger::new(5, 100, false);
+        let leech = |peer, limit| Report {
+            leeching: true,
+            leech_limit: limit,
+            ..rep(peer, 0, 0, 1)
+        };
+        l.report(rep(1, 0, 0, 1)).unwrap();
+        l.report(leech(2, 2)).unwrap();
+        l.report(leech(3, 2)).unwrap();
+        assert_eq!(l.report(leech(4, 2)), Err(TooManyPeers::User));
+        assert!(l.report(leech(3, 2)).is_ok(), "a known client announces on");
+        assert!(
+            l.report(rep(4, 0, 0, 1)).is_ok(),
+            "a seeder is not capped by it"
+        );
+        assert!(l.report(leech(5, 0)).is_ok(), "0: no cap of their own");
+    }
+
     #[test]
     fn the_sweep_forgets_silent_peers_and_frees_their_places() {
         let l = Ledger::new(1, 100, false);
@@ -890,6 +919,7 @@ mod tests {
         let leech = |torrent: u32, peer: u8, now: u32| Report {
             torrent,
             leeching: true,
+            leech_limit: 0,
             slots: &two,
             ..rep(peer, 0, 0, now)
         };

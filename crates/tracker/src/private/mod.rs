@@ -74,6 +74,9 @@ pub struct Torrent {
     /// TorrentPier's `tor_type` of it (0 normal, 1 gold, 2 silver), which its announcer
     /// copies into each peer row; 0 in the other presets.
     pub tor_type: u8,
+    /// Unix second it was added (XBT's `ctime`, which users' `wait_time` counts from; 0:
+    /// unknown, no wait).
+    pub created: u32,
 }
 
 impl Torrent {
@@ -117,11 +120,13 @@ pub enum Refusal {
     LeechSlots,
     /// Any passkey from an address that sent too many unknown ones lately.
     Guessing,
+    /// A download by a user with a wait time (XBT's `wait_time`) of a torrent newer than it.
+    WaitTime,
 }
 
 impl Refusal {
     /// Every refusal, in the order of their counters.
-    pub const ALL: [Refusal; 10] = [
+    pub const ALL: [Refusal; 11] = [
         Refusal::Passkey,
         Refusal::UnknownPasskey,
         Refusal::UnknownTorrent,
@@ -132,6 +137,7 @@ impl Refusal {
         Refusal::LedgerFull,
         Refusal::LeechSlots,
         Refusal::Guessing,
+        Refusal::WaitTime,
     ];
 
     /// The `reason` label of its counter.
@@ -147,6 +153,7 @@ impl Refusal {
             Refusal::LedgerFull => "ledger_full",
             Refusal::LeechSlots => "leech_slots",
             Refusal::Guessing => "guessing",
+            Refusal::WaitTime => "wait_time",
         }
     }
 
@@ -170,6 +177,10 @@ impl Refusal {
             Refusal::Guessing => {
                 "too many unknown passkeys from your address: wait a minute, then download \
                  the .torrent file again"
+            }
+            Refusal::WaitTime => {
+                "access denied, wait time in effect: your account may download this torrent \
+                 later (seeding is allowed)"
             }
         }
     }
@@ -497,6 +508,12 @@ impl Private {
         if a.leeching && !user.can_leech {
             return Err(self.refuse(Refusal::MayNotLeech));
         }
+        if a.leeching && torrent.created > 0 {
+            let wait = self.limits_of(user.id).0;
+            if wait > 0 && u64::from(torrent.created) + u64::from(wait) > u64::from(a.at) {
+                return Err(self.refuse(Refusal::WaitTime));
+            }
+        }
         Ok((user, torrent))
     }
 
@@ -524,6 +541,7 @@ impl Private {
                 downloaded: a.downloaded,
                 stopped: a.stopped,
                 leeching: a.left > 0,
+                leech_limit: self.limits_of(user.id).1,
                 slots: &|user| self.slots.of(user),
                 now: a.now,
             })
@@ -765,6 +783,7 @@ impl Private {
                         upload_pct: *upload_pct,
                         poster: *poster_id,
                         tor_type: Torrent::tor_type_of(*download_pct),
+                        created: 0,
                     };
                     if self.torrents.put(&hash, torrent).is_err() {
                         self.push_errors.add(1);
@@ -939,6 +958,16 @@ impl Private {
         self.reread.store(true, Ordering::Release);
     }
 
+    /// A user's own wait time and limit of downloading clients per torrent (XBT's
+    /// `wait_time` and `peers_limit`; 0 and 0 in the other presets, and for a user the XBT
+    /// tables do not hold).
+    pub fn limits_of(&self, user: u32) -> (u32, u16) {
+        self.derived
+            .as_ref()
+            .and_then(|d| d.users.get(&user.to_be_bytes()))
+            .map_or((0, 0), |v| (v.wait_time, v.peers_limit))
+    }
+
     /// Users held: by passkey, or in the XBT presets by id (derived passkeys need no stored
     /// one).
     pub fn users_held(&self) -> usize {
@@ -1051,6 +1080,7 @@ mod tests {
                     upload_pct: 100,
                     poster: 0,
                     tor_type: 0,
+                    created: 0,
                 },
             )
             .unwrap();
@@ -1171,6 +1201,7 @@ mod tests {
             upload_pct: 200,
             poster: 1,
             tor_type: 2,
+            created: 0,
         };
         let id = [1; 20];
         let at = |up: u64, down: u64, left: u64| Accounted {

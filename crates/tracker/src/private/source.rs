@@ -24,12 +24,14 @@ use super::slots::LeechSlots;
 use super::xbt::{Derived, Versioned};
 use super::{Torrent, User};
 
-/// The users' columns: id, passkey, can_leech, passkey version, removed.
-const USER_COLS: usize = 5;
-/// Of the users' columns, those an XBT site may lack: passkey, can_leech, passkey version.
-const PROBED: [usize; 3] = [1, 2, 3];
+/// The users' columns: id, passkey, can_leech, passkey version, removed, wait time, peers
+/// limit.
+const USER_COLS: usize = 7;
+/// Of the users' columns, those an XBT site may lack: passkey, can_leech, passkey version,
+/// wait time, peers limit.
+const PROBED: [usize; 5] = [1, 2, 3, 5, 6];
 /// What a column an XBT site lacks is read as (by position in the users' columns).
-const ABSENT: [&str; USER_COLS] = ["", "#''", "#1", "#0", "#0"];
+const ABSENT: [&str; USER_COLS] = ["", "#''", "#1", "#0", "#0", "#0", "#0"];
 /// The setting of `xbt_config` that holds the site's secret for derived passkeys.
 const SECRET_SETTING: &str = "torrent_pass_private_key";
 
@@ -71,7 +73,7 @@ impl Source {
                 or("torrents.upload_pct", "100"),
             ),
             PrivateSchema::Xbt | PrivateSchema::XbtFiles => {
-                (or("torrents.flags", "0"), "#0".into())
+                (or("torrents.flags", "0"), or("torrents.ctime", "0"))
             }
             PrivateSchema::Torrentpier => {
                 (or("torrents.tor_type", "0"), or("torrents.poster_id", "0"))
@@ -86,6 +88,8 @@ impl Source {
                 or("users.can_leech", "1"),
                 or("users.passkey_version", "0"),
                 or("users.removed", "0"),
+                or("users.wait_time", "0"),
+                or("users.peers_limit", "0"),
             ],
             users_updated: name("users.updated_at"),
             xbt: matches!(c.schema, PrivateSchema::Xbt | PrivateSchema::XbtFiles).then(|| Xbt {
@@ -174,14 +178,13 @@ impl Source {
             b => Some(Passkey::of(hotpath_wire::passkey::check(b).ok()?)),
         };
         let can_leech = !matches!(r[2], Value::Int(0));
-        let version = r[3].int();
-        Some((
-            key,
-            Versioned {
-                user: User { id, can_leech },
-                version,
-            },
-        ))
+        let v = Versioned {
+            user: User { id, can_leech },
+            version: r[3].int(),
+            wait_time: r[5].int().clamp(0, i64::from(u32::MAX)) as u32,
+            peers_limit: r[6].int().clamp(0, i64::from(u16::MAX)) as u16,
+        };
+        Some((key, v))
     }
 
     /// A torrent of a row (id, info hash, two preset columns), or `None` for a malformed
@@ -217,12 +220,19 @@ impl Source {
             PrivateSchema::Torrentpier => Torrent::tor_type_of(download_pct),
             _ => 0,
         };
+        let created = match self.schema {
+            PrivateSchema::Xbt | PrivateSchema::XbtFiles => {
+                r[3].int().clamp(0, i64::from(u32::MAX)) as u32
+            }
+            _ => 0,
+        };
         let t = Torrent {
             id,
             download_pct,
             upload_pct,
             poster,
             tor_type,
+            created,
         };
         Some(Some((hash, t)))
     }
@@ -301,13 +311,9 @@ impl Source {
             let row = Self::versioned(r).or_else(|| {
                 // The id alone, when only the stored passkey is malformed.
                 skipped += 1;
-                Self::versioned(&[
-                    r[0].clone(),
-                    Value::Null,
-                    r[2].clone(),
-                    r[3].clone(),
-                    r[4].clone(),
-                ])
+                let mut without = r.to_vec();
+                without[1] = Value::Null;
+                Self::versioned(&without)
             });
             if let Some((key, v)) = row {
                 if let Some(key) = key {
@@ -423,8 +429,12 @@ impl Xbt {
                                 (1, false) => "users have XBT's derived passkeys only",
                                 (2, true) => "users it marks 0 may only seed",
                                 (2, false) => "every user may download",
-                                (_, true) => "derived passkeys follow each user's version",
-                                (_, false) => "derived passkeys are at version 0",
+                                (3, true) => "derived passkeys follow each user's version",
+                                (3, false) => "derived passkeys are at version 0",
+                                (5, true) => "users wait their wait_time for new torrents",
+                                (5, false) => "no user waits for new torrents",
+                                (_, true) => "users' own peers_limit caps their downloads",
+                                (_, false) => "users have no peers_limit of their own",
                             }
                         );
                     }
@@ -589,7 +599,7 @@ mod tests {
         // XBT's own schema has no can_leech: everyone may leech unless the site names one.
         assert_eq!(
             u,
-            "SELECT `uid`, `torrent_pass`, 1, `torrent_pass_version`, 0 FROM `xbt_users`"
+            "SELECT `uid`, `torrent_pass`, 1, `torrent_pass_version`, 0, `wait_time`, `peers_limit` FROM `xbt_users`"
         );
         assert_eq!(
             Source::new(&c).reset_counts(Dialect::Mysql).unwrap(),
@@ -603,11 +613,11 @@ mod tests {
         let [u, _] = Source::new(&named).statements(Dialect::Mysql);
         assert_eq!(
             u,
-            "SELECT `uid`, `torrent_pass`, `can_leech`, `torrent_pass_version`, 0 FROM `xbt_users`"
+            "SELECT `uid`, `torrent_pass`, `can_leech`, `torrent_pass_version`, 0, `wait_time`, `peers_limit` FROM `xbt_users`"
         );
         assert_eq!(
             t,
-            "SELECT `tid`, `info_hash`, `flags`, 0, 0 FROM `xbt_torrents`"
+            "SELECT `tid`, `info_hash`, `flags`, `ctime`, 0 FROM `xbt_torrents`"
         );
         let mut c = PrivateConfig {
             schema: PrivateSchema::Torrentpier,
@@ -617,7 +627,7 @@ mod tests {
         let [u, t] = Source::new(&c).statements(Dialect::Postgres);
         assert_eq!(
             u,
-            r#"SELECT "user_id", "auth_key", 1, 0, 0 FROM "site"."bb_bt_users""#
+            r#"SELECT "user_id", "auth_key", 1, 0, 0, 0, 0 FROM "site"."bb_bt_users""#
         );
         assert_eq!(
             t,
@@ -633,7 +643,7 @@ mod tests {
         );
         assert_eq!(
             sql,
-            r#"SELECT "user_id", "passkey", "can_leech", 0, "removed", "updated_at" FROM "hp_users" WHERE "updated_at" >= ?"#
+            r#"SELECT "user_id", "passkey", "can_leech", 0, "removed", 0, 0, "updated_at" FROM "hp_users" WHERE "updated_at" >= ?"#
         );
     }
 
@@ -683,30 +693,31 @@ mod tests {
     fn malformed_rows_are_left_out_and_presets_read_their_factors() {
         let v = |i: i64| Value::Int(i);
         let key = |s: &str| Value::Text(s.into());
-        assert!(Source::user(&[v(1), key("abc123"), v(1), v(0), v(0)]).is_some());
+        assert!(Source::user(&[v(1), key("abc123"), v(1), v(0), v(0), v(0), v(0)]).is_some());
         for bad in [
-            [v(0), key("abc123"), v(1), v(0), v(0)],
-            [v(1 << 33), key("abc123"), v(1), v(0), v(0)],
-            [v(1), key(""), v(1), v(0), v(0)],
-            [v(1), key("abc 123"), v(1), v(0), v(0)],
-            [v(1), key(&"a".repeat(65)), v(1), v(0), v(0)],
+            [v(0), key("abc123"), v(1), v(0), v(0), v(0), v(0)],
+            [v(1 << 33), key("abc123"), v(1), v(0), v(0), v(0), v(0)],
+            [v(1), key(""), v(1), v(0), v(0), v(0), v(0)],
+            [v(1), key("abc 123"), v(1), v(0), v(0), v(0), v(0)],
+            [v(1), key(&"a".repeat(65)), v(1), v(0), v(0), v(0), v(0)],
         ] {
             assert!(Source::user(&bad).is_none(), "{bad:?}");
         }
         assert!(
-            !Source::user(&[v(1), key("k"), v(0), v(0), v(0)])
+            !Source::user(&[v(1), key("k"), v(0), v(0), v(0), v(0), v(0)])
                 .unwrap()
                 .1
                 .can_leech
         );
         assert!(
-            Source::user(&[v(1), key("k"), Value::Null, v(0), v(0)])
+            Source::user(&[v(1), key("k"), Value::Null, v(0), v(0), v(0), v(0)])
                 .unwrap()
                 .1
                 .can_leech
         );
         // An XBT user needs no stored passkey: derived ones carry their version.
-        let (key_of, u) = Source::versioned(&[v(7), key(""), v(1), v(3), v(0)]).unwrap();
+        let (key_of, u) =
+            Source::versioned(&[v(7), key(""), v(1), v(3), v(0), v(0), v(0)]).unwrap();
         assert_eq!((key_of, u.user.id, u.version), (None, 7, 3));
         let hash = Value::Blob([1; 20].into());
         let tp = Source::new(&PrivateConfig {

@@ -21,6 +21,12 @@ pub struct Versioned {
     pub user: User,
     /// Their `torrent_pass_version` (0 where the table has no such column).
     pub version: i64,
+    /// Seconds after a torrent's `ctime` before they may download it (XBT's `wait_time`; 0:
+    /// none).
+    pub wait_time: u32,
+    /// How many of their clients may download one torrent at once (XBT's `peers_limit`; 0:
+    /// no limit of their own).
+    pub peers_limit: u16,
 }
 
 impl Entry for Versioned {
@@ -146,7 +152,15 @@ mod tests {
             can_leech: true,
         };
         d.users
-            .put(&77u32.to_be_bytes(), Versioned { user, version: 3 })
+            .put(
+                &77u32.to_be_bytes(),
+                Versioned {
+                    user,
+                    version: 3,
+                    wait_time: 0,
+                    peers_limit: 0,
+                },
+            )
             .unwrap();
         // No secret yet: nothing holds.
         assert_eq!(d.user(k.as_bytes(), &HASH), None);
@@ -155,7 +169,15 @@ mod tests {
         assert_eq!(d.user(k.as_bytes(), &[0xb2; 20]), None, "another torrent");
         // The version raised: the old passkey is revoked, the new one holds.
         d.users
-            .put(&77u32.to_be_bytes(), Versioned { user, version: 4 })
+            .put(
+                &77u32.to_be_bytes(),
+                Versioned {
+                    user,
+                    version: 4,
+                    wait_time: 0,
+                    peers_limit: 0,
+                },
+            )
             .unwrap();
         assert_eq!(d.user(k.as_bytes(), &HASH), None);
         let k4 = passkey(b"s3cret", 4, 77, &HASH);
