@@ -567,6 +567,7 @@ fn ledger(seeds: &mut Seeds) {
             downloaded: 0,
             stopped: false,
             leeching: user == 7,
+            leech_limit: 0,
             slots: &|_| 0,
             now,
         };

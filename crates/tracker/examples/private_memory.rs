@@ -106,7 +106,6 @@ fn main() {
                 peer_id: &a.peer_id,
                 port,
                 leeching: left > 0,
-                leech_limit: 0,
                 at: 1_800_000_000,
             })
             .expect("a registered user and torrent");
