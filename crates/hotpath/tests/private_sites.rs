@@ -316,6 +316,31 @@ fn xbt_derived_passkeys_hold_and_a_raised_version_revokes_them() {
     wait_until("the flush", Duration::from_secs(10), || {
         ints(&mut *site, users) == [[1, 700], [2, 0]]
     });
+    // XBT's settings: its announce interval is what clients are told, and its offline
+    // message refuses every announce until it is cleared (read at a full read: SIGHUP).
+    site.execute(
+        "INSERT INTO xbt_config (name, value) VALUES ('announce_interval', '900'), \
+         ('offline_message', 'down for maintenance')",
+    )
+    .unwrap();
+    server.reload();
+    wait_until("the offline message", Duration::from_secs(10), || {
+        go(&mut http, &k1, None, A, 1, 700, 0, 0, Event::None).as_deref()
+            == Some("down for maintenance")
+    });
+    site.execute("DELETE FROM xbt_config WHERE name = 'offline_message'")
+        .unwrap();
+    server.reload();
+    let mut a = announce(A, 1, 40001, 0, Event::None);
+    a.uploaded = 700;
+    let mut q = Vec::new();
+    write_announce(&mut q, &a);
+    let target = format!("/{k1}/announce?{}", String::from_utf8(q).unwrap());
+    wait_until("back online", Duration::from_secs(10), || {
+        failure(&http.get(&target).body).is_none()
+    });
+    let interval = int(&http.get(&target).body, "interval");
+    assert!((900..=990).contains(&interval), "{interval}");
     server.shutdown().unwrap();
 }
 

@@ -399,6 +399,12 @@ pub struct Private {
     reread: AtomicBool,
     /// Whether pushed users and torrents are written into the tables (hotpath's own preset).
     writes_registry: bool,
+    /// XBT's `announce_interval` (0: none set).
+    xbt_interval: AtomicU32,
+    /// XBT's `offline_message`: every announce is refused with it.
+    offline: RwLock<Option<&'static str>>,
+    /// XBT's settings as last applied (a change is logged).
+    settings: Mutex<Option<xbt::Settings>>,
 }
 
 impl Private {
@@ -454,6 +460,9 @@ impl Private {
             rows_skipped: Counter::default(),
             reread: AtomicBool::new(false),
             writes_registry: c.schema == PrivateSchema::Hotpath,
+            xbt_interval: AtomicU32::new(0),
+            offline: RwLock::new(None),
+            settings: Mutex::new(None),
         }
     }
 
@@ -473,6 +482,9 @@ impl Private {
     /// user's traffic on it (freeleech applied), or the failure reason to answer with
     /// (counted).
     pub fn check(&self, a: Ask<'_>) -> Result<(User, Torrent), &'static str> {
+        if let Some(message) = *self.offline.read() {
+            return Err(message);
+        }
         let key = match a.passkey {
             Ok(k) => k,
             Err(reason) => return Err(self.refuse_with(Refusal::Passkey, reason)),
@@ -624,10 +636,60 @@ impl Private {
     /// The intervals clients are told (interval, min interval): those pushed, else
     /// `config`'s.
     pub fn intervals(&self, config: (u32, u32)) -> (u32, u32) {
-        match self.intervals.load(Ordering::Relaxed) {
-            0 => config,
-            v => ((v >> 32) as u32, v as u32),
+        match (
+            self.intervals.load(Ordering::Relaxed),
+            self.xbt_interval.load(Ordering::Relaxed),
+        ) {
+            (0, 0) => config,
+            // XBT's announce_interval, with the config's minimum interval below it.
+            (0, i) => (i, config.1.min(i)),
+            (v, _) => ((v >> 32) as u32, v as u32),
         }
+    }
+
+    /// Applies XBT's settings read from `xbt_config` (the site's secret, its announce
+    /// interval and offline message), and says in the log what changed and which settings
+    /// it leaves to hotpath's own config.
+    fn apply_settings(&self, s: xbt::Settings) {
+        if let Some(d) = &self.derived {
+            d.set_secret(s.secret.as_deref());
+        }
+        self.xbt_interval
+            .store(s.announce_interval.unwrap_or(0), Ordering::Relaxed);
+        *self.offline.write() = s.offline_message.as_deref().map(intern);
+        let mut last = self.settings.lock();
+        if last.as_ref() == Some(&s) {
+            return;
+        }
+        let not_applied: Vec<String> = s
+            .not_applied
+            .iter()
+            .map(|(name, key)| format!("{name} ({key})"))
+            .collect();
+        log::info!(
+            "private: xbt_config: derived passkeys {}; announce_interval {}; offline_message \
+             {}{}",
+            if s.secret.is_some() {
+                "on"
+            } else {
+                "off (no torrent_pass_private_key)"
+            },
+            s.announce_interval
+                .map_or("not set (tracker.announce_interval)".into(), |i| format!(
+                    "{i} s"
+                )),
+            if s.offline_message.is_some() {
+                "set: every announce is refused with it"
+            } else {
+                "not set"
+            },
+            if not_applied.is_empty() {
+                String::new()
+            } else {
+                format!("; left to hotpath's config: {}", not_applied.join(", "))
+            }
+        );
+        *last = Some(s);
     }
 
     /// Opens the push log in `dir` and applies what it holds (what was pushed before a
@@ -827,7 +889,10 @@ impl Private {
         );
         // Counted once done, so a reader of the count sees the read's effect.
         self.polls.add(1);
-        let polled = polled.inspect_err(|_| self.poll_errors.add(1))?;
+        let mut polled = polled.inspect_err(|_| self.poll_errors.add(1))?;
+        if let Some(s) = polled.settings.take() {
+            self.apply_settings(s);
+        }
         self.rows_skipped.add(polled.skipped as u64);
         let (u, t) = (polled.users, polled.torrents);
         if u.changed + u.gone + t.changed + t.gone > 0 {
@@ -1002,6 +1067,22 @@ impl Private {
             out.labeled(&m::REFUSED, &[r.label()], get(&self.refused[r as usize]));
         }
     }
+}
+
+/// `message` as a `&'static str` for a failure reason: the first 16 distinct messages are
+/// kept for good (a site sets an offline message now and then); past them, a fixed one.
+fn intern(message: &str) -> &'static str {
+    static KEPT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut kept = KEPT.lock();
+    if let Some(m) = kept.iter().find(|m| **m == message) {
+        return m;
+    }
+    if kept.len() >= 16 {
+        return "the tracker is offline: try again later";
+    }
+    let m: &'static str = Box::leak(message.into());
+    kept.push(m);
+    m
 }
 
 /// Polls the users and torrents tables every `poll_secs` on a connection of its own (so a

@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 
 use super::registry::{Entry, Key, Passkey, Registry, Replaced};
 use super::slots::LeechSlots;
-use super::xbt::{Derived, Versioned};
+use super::xbt::{Derived, Settings, Versioned};
 use super::{Torrent, User};
 
 /// The users' columns: id, passkey, can_leech, passkey version, removed, wait time, peers
@@ -32,8 +32,8 @@ const USER_COLS: usize = 7;
 const PROBED: [usize; 5] = [1, 2, 3, 5, 6];
 /// What a column an XBT site lacks is read as (by position in the users' columns).
 const ABSENT: [&str; USER_COLS] = ["", "#''", "#1", "#0", "#0", "#0", "#0"];
-/// The setting of `xbt_config` that holds the site's secret for derived passkeys.
-const SECRET_SETTING: &str = "torrent_pass_private_key";
+/// The most rows of `xbt_config` read (XBT knows about 40 settings).
+const MAX_SETTINGS: usize = 1_000;
 
 /// The reads of one schema preset.
 #[derive(Debug)]
@@ -95,6 +95,7 @@ impl Source {
             xbt: matches!(c.schema, PrivateSchema::Xbt | PrivateSchema::XbtFiles).then(|| Xbt {
                 config: name("config"),
                 present: Mutex::new(None),
+                config_missing: std::sync::atomic::AtomicBool::new(false),
             }),
             torrents: must("torrents"),
             torrent_cols: [
@@ -252,11 +253,13 @@ impl Source {
         derived: Option<&Derived>,
     ) -> Result<Polled, StoreError> {
         let [users_since, torrents_since, totals_since] = *self.since.lock();
+        let mut settings = None;
         let (u, users_since) = match (&self.xbt, derived) {
             (Some(xbt), Some(derived)) => {
+                let first = xbt.present.lock().is_none();
                 let cols = xbt.columns(db, full, &self.users, &self.user_cols)?;
-                if full || !derived.has_secret() {
-                    derived.set_secret(xbt.secret(db)?.as_deref());
+                if full || first {
+                    settings = Some(xbt.settings(db)?);
                 }
                 (self.read_xbt_users(db, &cols, users, derived)?, None)
             }
@@ -292,6 +295,7 @@ impl Source {
             skipped: u.skipped + t.skipped + c,
             users: u,
             torrents: t,
+            settings,
         })
     }
 
@@ -380,7 +384,7 @@ impl Source {
 pub type Read = Replaced;
 
 /// What one poll of the users and torrents tables did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Polled {
     /// Rows left out, of every table read.
     pub skipped: usize,
@@ -388,6 +392,8 @@ pub struct Polled {
     pub users: Read,
     /// What it did to the torrents.
     pub torrents: Read,
+    /// XBT's settings, when this poll read them (the first and every full one).
+    pub settings: Option<Settings>,
 }
 
 /// What the XBT presets look at beside the rows: the users' columns and the site's secret.
@@ -397,6 +403,8 @@ struct Xbt {
     config: Option<String>,
     /// Whether the users table has each of its [`PROBED`] columns, as last looked at.
     present: Mutex<Option<[bool; PROBED.len()]>>,
+    /// Whether the settings table could not be read last time (said once in the log).
+    config_missing: std::sync::atomic::AtomicBool,
 }
 
 impl Xbt {
@@ -452,24 +460,23 @@ impl Xbt {
         Ok(cols)
     }
 
-    /// The site's secret for derived passkeys, or `None` (logged) when the settings table or
-    /// the setting is missing: then only stored passkeys hold. XBT itself makes one when it
-    /// finds none; a site that runs hotpath in its place has XBT's already.
-    fn secret(&self, db: &mut dyn Backend) -> Result<Option<Vec<u8>>, StoreError> {
+    /// The site's settings (`xbt_config`): what a missing or unreadable table holds is none
+    /// (logged), and at most [`MAX_SETTINGS`] rows are read.
+    fn settings(&self, db: &mut dyn Backend) -> Result<Settings, StoreError> {
         let Some(config) = &self.config else {
-            return Ok(None);
+            return Ok(Settings::default());
         };
         let d = db.dialect();
         let sql = format!(
-            "SELECT {} FROM {} WHERE {} = ?",
+            "SELECT {}, {} FROM {}",
+            d.quote("name"),
             d.quote("value"),
-            d.quote(config),
-            d.quote("name")
+            d.quote(config)
         );
-        let mut secret = None;
-        let read = db.query(&sql, &[Value::Text(SECRET_SETTING.into())], &mut |r| {
-            if !r[0].bytes().is_empty() {
-                secret = Some(r[0].bytes().to_vec());
+        let mut rows: Vec<(String, Vec<u8>)> = Vec::new();
+        let read = db.query(&sql, &[], &mut |r| {
+            if rows.len() < MAX_SETTINGS {
+                rows.push((r[0].text().to_string(), r[1].bytes().to_vec()));
             }
         });
         match read {
@@ -481,17 +488,23 @@ impl Xbt {
                 },
             ) => return Err(e),
             Err(e) => {
-                log::warn!("private: {config} not read ({e}): XBT's derived passkeys are off");
-                return Ok(None);
+                if !self
+                    .config_missing
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    log::warn!(
+                        "private: {config} not read ({e}): XBT's derived passkeys are off, and \
+                         its settings are hotpath's config"
+                    );
+                }
+                return Ok(Settings::default());
             }
         }
-        if secret.is_none() {
-            log::warn!(
-                "private: {config} has no {SECRET_SETTING}: XBT's derived passkeys are off, \
-                 stored passkeys only"
-            );
-        }
-        Ok(secret)
+        self.config_missing
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        Ok(Settings::of(
+            rows.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+        ))
     }
 }
 

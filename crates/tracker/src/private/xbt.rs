@@ -60,17 +60,76 @@ impl Derived {
         }
     }
 
-    /// Whether a secret is held.
-    pub fn has_secret(&self) -> bool {
-        self.secret.read().is_some()
-    }
-
     /// The user whose derived passkey for `info_hash` is `key`, if any.
     pub fn user(&self, key: &[u8], info_hash: &[u8; 20]) -> Option<User> {
         let uid = uid_of(key)?;
         let v = self.users.get(&uid.to_be_bytes())?;
         let secret = self.secret.read().clone()?;
         matches(key, &secret, v.version, uid, info_hash).then_some(v.user)
+    }
+}
+
+/// What hotpath takes from XBT's settings table (`xbt_config`, rows of name and value, which
+/// XBT reads at start and every `read_config_interval`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// `torrent_pass_private_key`: the secret of derived passkeys.
+    pub secret: Option<Vec<u8>>,
+    /// `announce_interval`: the interval clients are told (seconds, 60 to 86,400).
+    pub announce_interval: Option<u32>,
+    /// `offline_message`: when set, every announce is refused with it (at most 200 bytes of
+    /// printable text, as XBT's own pages set it).
+    pub offline_message: Option<String>,
+    /// Settings present that hotpath takes from its own config instead, each with the key.
+    pub not_applied: Vec<(String, &'static str)>,
+}
+
+/// XBT's settings that hotpath's own config keys stand for, with those keys.
+const OWN_KEYS: [(&str, &str); 9] = [
+    ("read_db_interval", "private.poll_secs"),
+    ("write_db_interval", "store.flush_interval_ms"),
+    ("full_scrape", "tracker.full_scrape"),
+    ("clean_up_interval", "tracker.peer_timeout_secs"),
+    ("listen_port", "listen.http and listen.udp"),
+    ("listen_ipa", "listen.http and listen.udp"),
+    (
+        "gzip_scrape",
+        "(hotpath's scrapes are small: not compressed)",
+    ),
+    ("anonymous_announce", "(a private tracker needs a passkey)"),
+    ("auto_register", "(private torrents are the site's rows)"),
+];
+
+impl Settings {
+    /// The settings of rows (name, value) of the settings table; a value that is not what its
+    /// name takes is left out, as XBT leaves out a name it does not know.
+    pub fn of<'a>(rows: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Settings {
+        let mut s = Settings::default();
+        for (name, value) in rows {
+            let text = std::str::from_utf8(value).ok().map(str::trim);
+            match name {
+                "torrent_pass_private_key" if !value.is_empty() => s.secret = Some(value.to_vec()),
+                "announce_interval" => {
+                    s.announce_interval = text
+                        .and_then(|t| t.parse::<u32>().ok())
+                        .filter(|v| (60..=86_400).contains(v));
+                }
+                "offline_message" => {
+                    s.offline_message = text
+                        .filter(|t| {
+                            !t.is_empty() && t.len() <= 200 && t.chars().all(|c| !c.is_control())
+                        })
+                        .map(str::to_string);
+                }
+                _ => {
+                    if let Some((_, key)) = OWN_KEYS.iter().find(|(n, _)| *n == name) {
+                        s.not_applied.push((name.to_string(), key));
+                    }
+                }
+            }
+        }
+        s.not_applied.sort();
+        s
     }
 }
 
@@ -141,6 +200,43 @@ mod tests {
         assert_eq!(uid_of(k.as_bytes()), Some(1));
         assert!(matches(k.as_bytes(), b"s3cret", 0, 1, &HASH));
         assert!(matches(k.to_uppercase().as_bytes(), b"s3cret", 0, 1, &HASH));
+    }
+
+    /// The settings hotpath takes from `xbt_config`, and what a hostile row gets.
+    #[test]
+    fn settings_are_taken_where_they_make_sense() {
+        let rows: [(&str, &[u8]); 7] = [
+            ("torrent_pass_private_key", b"k3y"),
+            ("announce_interval", b" 900 "),
+            ("offline_message", b"down for maintenance"),
+            ("read_db_interval", b"30"),
+            ("no_such_setting", b"1"),
+            ("full_scrape", b"1"),
+            ("mysql_password", b"secret"),
+        ];
+        let s = Settings::of(rows);
+        assert_eq!(s.secret.as_deref(), Some(&b"k3y"[..]));
+        assert_eq!(s.announce_interval, Some(900));
+        assert_eq!(s.offline_message.as_deref(), Some("down for maintenance"));
+        assert_eq!(
+            s.not_applied,
+            [
+                ("full_scrape".to_string(), "tracker.full_scrape"),
+                ("read_db_interval".to_string(), "private.poll_secs")
+            ]
+        );
+        let hostile: [(&str, &[u8]); 4] = [
+            ("announce_interval", b"5"),
+            ("offline_message", b"line\nbreak"),
+            ("torrent_pass_private_key", b""),
+            ("announce_interval", b"-1"),
+        ];
+        assert_eq!(Settings::of(hostile), Settings::default());
+        let long = "x".repeat(201);
+        assert_eq!(
+            Settings::of([("offline_message", long.as_bytes())]).offline_message,
+            None
+        );
     }
 
     #[test]
