@@ -63,6 +63,8 @@ pub enum AnyChange {
     Counts(hotpath_tracker::private::stored::CountsChange),
     /// Private mode's pushed users and torrents.
     Registry(hotpath_tracker::private::stored::RegistryChange),
+    /// XBT's announce and scrape logs.
+    Log(hotpath_tracker::private::stored::LogChange),
 }
 
 impl AnyChange {
@@ -87,6 +89,10 @@ impl AnyChange {
                 hotpath_tracker::private::stored::RegistryChange::decode(b)
                     .map(|(c, len)| (AnyChange::Registry(c), len))
             })
+            .or_else(|| {
+                hotpath_tracker::private::stored::LogChange::decode(b)
+                    .map(|(c, len)| (AnyChange::Log(c), len))
+            })
     }
 
     /// The change as its service encodes it.
@@ -98,6 +104,7 @@ impl AnyChange {
             AnyChange::Account(c) => c,
             AnyChange::Counts(c) => c,
             AnyChange::Registry(c) => c,
+            AnyChange::Log(c) => c,
         }
     }
 }

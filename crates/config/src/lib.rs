@@ -561,6 +561,9 @@ impl PrivateSchema {
                 ("users.wait_time", "wait_time"),
                 ("users.peers_limit", "peers_limit"),
                 ("torrents.ctime", "ctime"),
+                // Written when xbt_config turns log_announce or log_scrape on.
+                ("announce_log", "xbt_announce_log"),
+                ("scrape_log", "xbt_scrape_log"),
                 // Commented out in XBT's own schema: a site that has it names it.
                 ("users.can_leech", ""),
                 ("torrents", "xbt_torrents"),
@@ -592,6 +595,9 @@ impl PrivateSchema {
                 ("users.wait_time", "wait_time"),
                 ("users.peers_limit", "peers_limit"),
                 ("torrents.ctime", "ctime"),
+                // Written when xbt_config turns log_announce or log_scrape on.
+                ("announce_log", "xbt_announce_log"),
+                ("scrape_log", "xbt_scrape_log"),
                 // Commented out in XBT's own schema: a site that has it names it.
                 ("users.can_leech", ""),
                 ("torrents", "xbt_files"),
@@ -643,6 +649,8 @@ impl PrivateSchema {
                 | "users.wait_time"
                 | "users.peers_limit"
                 | "torrents.ctime"
+                | "announce_log"
+                | "scrape_log"
                 | "config"
         )) || matches!(
             key,

@@ -10,7 +10,9 @@ use hotpath_lua::stored::LuaChange;
 use hotpath_popups::stored::{PopupChange, CLICK, SHOWN};
 use hotpath_store::journal::seal;
 use hotpath_store::Encode;
-use hotpath_tracker::private::stored::{AccountChange, Client, CountsChange, RegistryChange};
+use hotpath_tracker::private::stored::{
+    AccountChange, Client, CountsChange, LogChange, LoggedAnnounce, RegistryChange,
+};
 use hotpath_tracker::stored::TorrentChange;
 use hotpath_tracker::table::{Caps, PeerAnnounce, Selection, SwarmTable, Table};
 use hotpath_wire::bencode::{put_bytes, put_failure, put_int};
@@ -222,7 +224,7 @@ fn bencode(seeds: &mut Seeds) {
 }
 
 fn journal(seeds: &mut Seeds) {
-    let changes: [&dyn Encode; 10] = [
+    let changes: [&dyn Encode; 11] = [
         &TorrentChange {
             info_hash: [9; 20],
             completed: 1,
@@ -314,6 +316,20 @@ fn journal(seeds: &mut Seeds) {
             upload_pct: 200,
             removed: true,
             at: 1_800_000_004,
+        },
+        &LogChange {
+            ip: [0x14; 16],
+            uid: 14,
+            at: 1_800_000_005,
+            announce: Some(LoggedAnnounce {
+                port: 6881,
+                event: 3,
+                info_hash: [0x15; 20],
+                peer_id: [0x16; 20],
+                downloaded: 1,
+                left: 2,
+                uploaded: 3,
+            }),
         },
     ];
     let mut payload = Vec::new();

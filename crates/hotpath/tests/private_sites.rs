@@ -102,8 +102,13 @@ fn xbt_tables_get_what_xbt_writes() {
     // Today's schema file has torrent_pass and no torrent_pass_version: a user's stored
     // passkey holds, and so does the one XBT derives for them at version 0.
     site.execute(XBT_CONFIG).unwrap();
-    site.execute("INSERT INTO xbt_config (name, value) VALUES ('torrent_pass_private_key', 'k')")
-        .unwrap();
+    // A log turned on whose table the site lacks (XBT's schema file has it commented out)
+    // stays off: the other writes flow.
+    site.execute(
+        "INSERT INTO xbt_config (name, value) VALUES ('torrent_pass_private_key', 'k'), \
+         ('log_announce', '1')",
+    )
+    .unwrap();
     let c = site_config(&db, PrivateSchema::Xbt);
     let server = start(&c);
     let mut http = Client::connect(server.http_addr().unwrap());
@@ -201,9 +206,23 @@ fn xbt_derived_passkeys_hold_and_a_raised_version_revokes_them() {
     for ddl in &XBT_SCHEMA[1..] {
         site.execute(ddl).unwrap();
     }
+    // XBT's log tables (commented out in its schema file), turned on in its settings.
+    site.execute(
+        "CREATE TABLE xbt_announce_log (id INT NOT NULL AUTO_INCREMENT, ipv6 VARBINARY(16) NOT \
+         NULL, port INT NOT NULL, event INT NOT NULL, info_hash BINARY(20) NOT NULL, peer_id \
+         BINARY(20) NOT NULL, downloaded BIGINT UNSIGNED NOT NULL, left0 BIGINT UNSIGNED NOT \
+         NULL, uploaded BIGINT UNSIGNED NOT NULL, uid INT NOT NULL, mtime INT NOT NULL, \
+         PRIMARY KEY (id)) ENGINE = MyISAM",
+    )
+    .unwrap();
+    site.execute(
+        "CREATE TABLE xbt_scrape_log (id INT NOT NULL AUTO_INCREMENT, ipv6 VARBINARY(16) NOT \
+         NULL, uid INT NOT NULL, mtime INT NOT NULL, PRIMARY KEY (id)) ENGINE = MyISAM",
+    )
+    .unwrap();
     site.execute(
         "INSERT INTO xbt_config (name, value) VALUES ('torrent_pass_private_key', \
-         'Xk2pQ7vR9sT4wY6zA8bC1dE3fG5hJ')",
+         'Xk2pQ7vR9sT4wY6zA8bC1dE3fG5hJ'), ('log_announce', '1'), ('log_scrape', '1')",
     )
     .unwrap();
     // User 2 waits an hour for new torrents and runs one downloading client per torrent.
@@ -316,6 +335,36 @@ fn xbt_derived_passkeys_hold_and_a_raised_version_revokes_them() {
     wait_until("the flush", Duration::from_secs(10), || {
         ints(&mut *site, users) == [[1, 700], [2, 0]]
     });
+    // Each announce and scrape of a known user was logged, as XBT logs them (an unknown
+    // passkey's, which XBT logs with uid 0, is not: made-up passkeys fill no table).
+    let logged = "SELECT uid, port, event, left0, uploaded, HEX(ipv6) FROM xbt_announce_log \
+                  ORDER BY id LIMIT 2";
+    let mut rows = Vec::new();
+    site.query(logged, &[], &mut |r| {
+        rows.push((
+            r[..5].iter().map(Value::int).collect::<Vec<_>>(),
+            r[5].text().to_string(),
+        ))
+    })
+    .unwrap();
+    assert_eq!(rows[0].0, [1, 40001, 2, 0, 0], "user 1 started");
+    assert_eq!(rows[1].0, [1, 40001, 0, 0, 700]);
+    assert_eq!(
+        rows[0].1, "00000000000000000000FFFF7F000001",
+        "127.0.0.1, mapped"
+    );
+    assert_eq!(
+        ints(
+            &mut *site,
+            "SELECT COUNT(*) FROM xbt_announce_log WHERE uid = 0"
+        ),
+        [[0]]
+    );
+    assert_eq!(
+        ints(&mut *site, "SELECT uid FROM xbt_scrape_log"),
+        [[1]],
+        "the one scrape that passed"
+    );
     // XBT's settings: its announce interval is what clients are told, and its offline
     // message refuses every announce until it is cleared (read at a full read: SIGHUP).
     site.execute(

@@ -20,11 +20,19 @@ use hotpath_wire::udp;
 
 use crate::access::AccessView;
 use crate::private::push::{self, ApiError, Call};
-use crate::private::stored::{AccountChange, ACCOUNT_MAX_LEN};
+use crate::private::stored::{AccountChange, LogChange, LoggedAnnounce, ACCOUNT_MAX_LEN};
 use crate::private::{Accounted, Ask, Private, Refusal, Torrent, User};
 use crate::table::{Counts, PeerAnnounce, Selection};
 use crate::{Shared, ANNOUNCE, CONNECT, SCRAPE};
 use hotpath_wire::passkey::{self, Route};
+
+/// An address in 16 bytes, IPv4 mapped (as XBT's logs keep it).
+fn ip16(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    }
+}
 
 /// What an announce of either codec (HTTP or BEP 15) gives a private tracker to check and
 /// account.
@@ -230,9 +238,33 @@ impl TrackerWorker {
             leeching: r.left > 0 && !stopped,
             at,
         })?;
-        if let Some(j) = &self.journal {
-            if !j.has_room(ACCOUNT_MAX_LEN + TORRENT_LEN) {
+        let log = p.logs().0;
+        if let Some(j) = &mut self.journal {
+            let log_len = if log { LogChange::MAX_LEN } else { 0 };
+            if !j.has_room(ACCOUNT_MAX_LEN + TORRENT_LEN + log_len) {
                 return Err(j.refuse());
+            }
+            if log {
+                // XBT's announce log: each announce of a known user, as XBT writes it.
+                j.push(&LogChange {
+                    ip: ip16(ip),
+                    uid: user.id,
+                    at,
+                    announce: Some(LoggedAnnounce {
+                        port: r.port,
+                        event: match r.event {
+                            Event::Completed => 1,
+                            Event::Started => 2,
+                            Event::Stopped => 3,
+                            Event::None | Event::Paused => 0,
+                        },
+                        info_hash: *r.info_hash,
+                        peer_id: *r.peer_id,
+                        downloaded: r.downloaded,
+                        left: r.left,
+                        uploaded: r.uploaded,
+                    }),
+                });
             }
         }
         let a = Accounted {
@@ -383,25 +415,47 @@ impl TrackerWorker {
     fn scrape_http(
         &mut self,
         req: &Request<'_, '_>,
+        ctx: &Context,
         resp: &mut HttpResponse,
         key: Result<&[u8], &'static str>,
     ) -> Result<(), &'static str> {
         let private = self.shared.private.clone();
         let max = self.shared.cfg.max_scrape_hashes;
         if let Some(p) = &private {
-            let known = key.map(|k| p.users.get(k).is_some());
-            match known {
+            let known = key.map(|k| p.users.get(k).map(|u| u.id));
+            let uid = match known {
                 Err(reason) => return Err(p.refuse_with(Refusal::Passkey, reason)),
-                Ok(true) => {}
-                Ok(false) => {
+                Ok(Some(uid)) => uid,
+                Ok(None) => {
                     // An XBT derived passkey holds for one torrent: the first asked, as XBT
                     // takes it.
                     query::parse_scrape(req.query, max, &mut self.hashes)?;
                     let derived = p.derived.as_ref().zip(self.hashes.first());
                     let k = key.unwrap_or_default();
-                    if derived.is_none_or(|(d, hash)| d.user(k, hash).is_none()) {
-                        return Err(p.refuse(Refusal::UnknownPasskey));
+                    match derived.and_then(|(d, hash)| d.user(k, hash)) {
+                        Some(u) => u.id,
+                        None => return Err(p.refuse(Refusal::UnknownPasskey)),
                     }
+                }
+            };
+            // XBT's scrape log, when on and the journal has room (the answer claims nothing
+            // of it).
+            if p.logs().1 {
+                let ip = self
+                    .client_ip(req, ctx)
+                    .unwrap_or_else(|_| ctx.peer.ip().to_canonical());
+                let at = self.unix(ctx.now);
+                if let Some(j) = self
+                    .journal
+                    .as_mut()
+                    .filter(|j| j.has_room(LogChange::MAX_LEN))
+                {
+                    j.push(&LogChange {
+                        ip: ip16(ip),
+                        uid,
+                        at,
+                        announce: None,
+                    });
                 }
             }
         }
@@ -605,7 +659,7 @@ impl ServiceWorker for TrackerWorker {
         let result = if kind == ANNOUNCE {
             self.announce_http(req, ctx, resp, key)
         } else {
-            self.scrape_http(req, resp, key)
+            self.scrape_http(req, ctx, resp, key)
         };
         // Failures are answered with 200 and a bencoded reason, as clients expect; the
         // request was framed correctly, so the connection stays usable.

@@ -403,6 +403,10 @@ pub struct Private {
     xbt_interval: AtomicU32,
     /// XBT's `offline_message`: every announce is refused with it.
     offline: RwLock<Option<&'static str>>,
+    /// XBT's `log_announce` and `log_scrape`: announces and scrapes of known users are
+    /// written into its log tables.
+    log_announces: AtomicBool,
+    log_scrapes: AtomicBool,
     /// XBT's settings as last applied (a change is logged).
     settings: Mutex<Option<xbt::Settings>>,
 }
@@ -462,6 +466,8 @@ impl Private {
             writes_registry: c.schema == PrivateSchema::Hotpath,
             xbt_interval: AtomicU32::new(0),
             offline: RwLock::new(None),
+            log_announces: AtomicBool::new(false),
+            log_scrapes: AtomicBool::new(false),
             settings: Mutex::new(None),
         }
     }
@@ -657,6 +663,8 @@ impl Private {
         self.xbt_interval
             .store(s.announce_interval.unwrap_or(0), Ordering::Relaxed);
         *self.offline.write() = s.offline_message.as_deref().map(intern);
+        self.log_announces.store(s.log_announce, Ordering::Relaxed);
+        self.log_scrapes.store(s.log_scrape, Ordering::Relaxed);
         let mut last = self.settings.lock();
         if last.as_ref() == Some(&s) {
             return;
@@ -668,7 +676,7 @@ impl Private {
             .collect();
         log::info!(
             "private: xbt_config: derived passkeys {}; announce_interval {}; offline_message \
-             {}{}",
+             {}{}{}",
             if s.secret.is_some() {
                 "on"
             } else {
@@ -682,6 +690,12 @@ impl Private {
                 "set: every announce is refused with it"
             } else {
                 "not set"
+            },
+            match (s.log_announce, s.log_scrape) {
+                (true, true) => "; announces and scrapes are logged",
+                (true, false) => "; announces are logged",
+                (false, true) => "; scrapes are logged",
+                (false, false) => "",
             },
             if not_applied.is_empty() {
                 String::new()
@@ -1021,6 +1035,15 @@ impl Private {
     /// Asks the poller for a full read of the users and torrents tables now (SIGHUP).
     pub fn reread(&self) {
         self.reread.store(true, Ordering::Release);
+    }
+
+    /// Whether announces, and scrapes, of known users are logged (XBT's `log_announce`,
+    /// `log_scrape`).
+    pub fn logs(&self) -> (bool, bool) {
+        (
+            self.log_announces.load(Ordering::Relaxed),
+            self.log_scrapes.load(Ordering::Relaxed),
+        )
     }
 
     /// A user's own wait time and limit of downloading clients per torrent (XBT's

@@ -96,6 +96,7 @@ impl Source {
                 config: name("config"),
                 present: Mutex::new(None),
                 config_missing: std::sync::atomic::AtomicBool::new(false),
+                logs: [name("announce_log"), name("scrape_log")],
             }),
             torrents: must("torrents"),
             torrent_cols: [
@@ -405,6 +406,8 @@ struct Xbt {
     present: Mutex<Option<[bool; PROBED.len()]>>,
     /// Whether the settings table could not be read last time (said once in the log).
     config_missing: std::sync::atomic::AtomicBool,
+    /// The announce and scrape log tables (`None`: named "", never written).
+    logs: [Option<String>; 2],
 }
 
 impl Xbt {
@@ -502,9 +505,29 @@ impl Xbt {
         }
         self.config_missing
             .store(false, std::sync::atomic::Ordering::Relaxed);
-        Ok(Settings::of(
-            rows.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
-        ))
+        let mut s = Settings::of(rows.iter().map(|(n, v)| (n.as_str(), v.as_slice())));
+        // A log whose table the site lacks stays off: an insert into it would fail every
+        // flush, and hold up every other row with it.
+        for (on, table) in [
+            (&mut s.log_announce, &self.logs[0]),
+            (&mut s.log_scrape, &self.logs[1]),
+        ] {
+            if *on {
+                let has = match table {
+                    Some(t) => has_column(db, t, "mtime")?,
+                    None => false,
+                };
+                if !has {
+                    log::warn!(
+                        "private: {config} turns on a log whose table ({}) this database \
+                         lacks: not written",
+                        table.as_deref().unwrap_or("named \"\"")
+                    );
+                    *on = false;
+                }
+            }
+        }
+        Ok(s)
     }
 }
 

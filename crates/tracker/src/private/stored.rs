@@ -34,6 +34,8 @@ const TAG_CLIENT: u8 = 6;
 const TAG_COUNTS: u8 = 7;
 /// A user or torrent the push API changed (hotpath's own preset writes it).
 const TAG_REGISTRY: u8 = 9;
+/// An announce or a scrape for XBT's logs (`log_announce`, `log_scrape`).
+const TAG_LOG: u8 = 10;
 
 /// Encoded size of an [`AccountChange`] without its client.
 pub const ACCOUNT_LEN: usize = 1 + 4 + 4 + 6 * 8 + 1 + 4;
@@ -385,6 +387,114 @@ impl Encode for RegistryChange {
     }
 }
 
+/// An announce or a scrape of a known user, for XBT's `xbt_announce_log` and
+/// `xbt_scrape_log` (journal tag 10), written when `xbt_config` turns `log_announce` or
+/// `log_scrape` on, as XBT writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogChange {
+    /// The client's address, 16 bytes (IPv4 mapped, as XBT keeps it).
+    pub ip: [u8; 16],
+    /// The user's id.
+    pub uid: u32,
+    /// Unix seconds.
+    pub at: u32,
+    /// The announce (`None`: a scrape).
+    pub announce: Option<LoggedAnnounce>,
+}
+
+/// What an announce's log row holds beside the address, user and time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoggedAnnounce {
+    /// Its port.
+    pub port: u16,
+    /// XBT's event number: 0 none, 1 completed, 2 started, 3 stopped.
+    pub event: u8,
+    /// The torrent.
+    pub info_hash: [u8; 20],
+    /// The client's peer id.
+    pub peer_id: [u8; 20],
+    /// Its counters as reported.
+    pub downloaded: u64,
+    /// Bytes left.
+    pub left: u64,
+    /// Its counter as reported.
+    pub uploaded: u64,
+}
+
+impl LogChange {
+    /// Bytes of a scrape's log change; an announce's adds [`LogChange::ANNOUNCE`].
+    const SCRAPE: usize = 1 + 1 + 16 + 4 + 4;
+    /// Bytes an announce adds.
+    const ANNOUNCE: usize = 2 + 1 + 20 + 20 + 3 * 8;
+    /// Most bytes one takes in the journal.
+    pub const MAX_LEN: usize = Self::SCRAPE + Self::ANNOUNCE;
+
+    /// Decodes the change at the start of `b` and its length; `None` when it is not one.
+    pub fn decode(b: &[u8]) -> Option<(LogChange, usize)> {
+        if *b.first()? != TAG_LOG || b.len() < Self::SCRAPE {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        let mut c = LogChange {
+            ip: b[2..18].try_into().unwrap(),
+            uid: u32_at(18),
+            at: u32_at(22),
+            announce: None,
+        };
+        match b[1] {
+            0 => Some((c, Self::SCRAPE)),
+            1 => {
+                let a = b.get(Self::SCRAPE..Self::MAX_LEN)?;
+                let event = a[2];
+                if event > 3 {
+                    return None;
+                }
+                let at = |i: usize| Self::SCRAPE + i;
+                c.announce = Some(LoggedAnnounce {
+                    port: u16::from_le_bytes([a[0], a[1]]),
+                    event,
+                    info_hash: a[3..23].try_into().unwrap(),
+                    peer_id: a[23..43].try_into().unwrap(),
+                    downloaded: u64_at(at(43)),
+                    left: u64_at(at(51)),
+                    uploaded: u64_at(at(59)),
+                });
+                Some((c, Self::MAX_LEN))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Encode for LogChange {
+    fn encoded_len(&self) -> usize {
+        Self::SCRAPE
+            + if self.announce.is_some() {
+                Self::ANNOUNCE
+            } else {
+                0
+            }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(TAG_LOG);
+        out.push(u8::from(self.announce.is_some()));
+        out.extend_from_slice(&self.ip);
+        out.extend_from_slice(&self.uid.to_le_bytes());
+        out.extend_from_slice(&self.at.to_le_bytes());
+        if let Some(a) = &self.announce {
+            out.extend_from_slice(&a.port.to_le_bytes());
+            out.push(a.event);
+            out.extend_from_slice(&a.info_hash);
+            out.extend_from_slice(&a.peer_id);
+            for v in [a.downloaded, a.left, a.uploaded] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+}
+
 /// Counts that add, per user or per (user, torrent).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Counts {
@@ -472,6 +582,8 @@ enum Writes {
         users: &'static Table,
         peers: &'static Table,
         torrents: &'static Table,
+        announce_log: &'static Table,
+        scrape_log: &'static Table,
     },
     /// TorrentPier's `bb_bt_tracker`, a row per client (upserted); the site's cron adds
     /// `up_add`/`down_add` to the users' totals and deletes rows whose `update_time` is old.
@@ -489,6 +601,8 @@ pub struct AccountQueue {
     clients: HashMap<(u32, u32, [u8; 20]), ClientRow>,
     /// Pushed users and torrents, the latest per id (hotpath's own preset).
     pushed: HashMap<(bool, u32), RegistryChange>,
+    /// Announces and scrapes for XBT's logs, in order.
+    logs: Vec<LogChange>,
 }
 
 impl Default for AccountQueue {
@@ -506,6 +620,7 @@ impl AccountQueue {
             torrents: HashMap::new(),
             clients: HashMap::new(),
             pushed: HashMap::new(),
+            logs: Vec::new(),
         }
     }
 
@@ -679,6 +794,31 @@ impl AccountQueue {
         vec![urows, prows, trows]
     }
 
+    /// XBT's announce and scrape logs, a row each, in order.
+    fn log_rows(&mut self, announce_t: &'static Table, scrape_t: &'static Table) -> Vec<Rows> {
+        let mut announces = Rows::with_capacity(announce_t, 0);
+        let mut scrapes = Rows::with_capacity(scrape_t, 0);
+        for c in self.logs.drain(..) {
+            let ip = Value::Blob(c.ip.into());
+            match c.announce {
+                Some(a) => announces.push([
+                    ip,
+                    u32::from(a.port).into(),
+                    u32::from(a.event).into(),
+                    Value::Blob(a.info_hash.into()),
+                    Value::Blob(a.peer_id.into()),
+                    int(a.downloaded),
+                    int(a.left),
+                    int(a.uploaded),
+                    c.uid.into(),
+                    c.at.into(),
+                ]),
+                None => scrapes.push([ip, c.uid.into(), c.at.into()]),
+            }
+        }
+        vec![announces, scrapes]
+    }
+
     fn torrentpier_rows(&mut self, table: &'static Table) -> Vec<Rows> {
         let mut cs: Vec<_> = self
             .clients
@@ -787,6 +927,13 @@ impl Queue for AccountQueue {
             s.at = s.at.max(c.at);
             return Some(len);
         }
+        if let Some((c, len)) = LogChange::decode(bytes) {
+            // Only XBT's tables have logs.
+            if matches!(self.writes, Writes::Xbt { .. }) {
+                self.logs.push(c);
+            }
+            return Some(len);
+        }
         if let Some((c, len)) = RegistryChange::decode(bytes) {
             // Only hotpath's own tables take them; a site preset's are the site's.
             if matches!(self.writes, Writes::Hotpath) {
@@ -802,7 +949,9 @@ impl Queue for AccountQueue {
     fn rows(&self) -> usize {
         match self.writes {
             Writes::Hotpath => self.users.len() + self.on_torrents.len() + self.pushed.len(),
-            Writes::Xbt { .. } => self.users.len() + self.on_torrents.len() + self.torrents.len(),
+            Writes::Xbt { .. } => {
+                self.users.len() + self.on_torrents.len() + self.torrents.len() + self.logs.len()
+            }
             Writes::Torrentpier { .. } => self.clients.len(),
         }
     }
@@ -814,7 +963,13 @@ impl Queue for AccountQueue {
                 users,
                 peers,
                 torrents,
-            } => self.xbt_rows(users, peers, torrents),
+                announce_log,
+                scrape_log,
+            } => {
+                let mut rows = self.xbt_rows(users, peers, torrents);
+                rows.extend(self.log_rows(announce_log, scrape_log));
+                rows
+            }
             Writes::Torrentpier { tracker } => self.torrentpier_rows(tracker),
         }
     }
@@ -827,6 +982,7 @@ impl Queue for AccountQueue {
             torrents: HashMap::with_capacity(self.torrents.len()),
             clients: HashMap::with_capacity(self.clients.len()),
             pushed: HashMap::new(),
+            logs: Vec::new(),
         })
     }
 
@@ -891,14 +1047,45 @@ fn site_service(c: &PrivateConfig) -> &'static Service {
                 ],
                 true,
             );
+            // XBT's log tables, append-only (their `id` is the database's).
+            let keep = Merge::Keep;
+            // Named "": never written (the log settings stay off).
+            let log_name = |k: &str, default| c.name(k).unwrap_or(default);
+            let announce_log = table(
+                log_name("announce_log", "xbt_announce_log"),
+                vec![
+                    col("ipv6", Type::Blob, keep).max_bytes(16),
+                    col("port", Type::Int, keep),
+                    col("event", Type::Int, keep),
+                    col("info_hash", Type::Blob, keep).max_bytes(20),
+                    col("peer_id", Type::Blob, keep).max_bytes(20),
+                    col("downloaded", Type::Int, keep),
+                    col("left0", Type::Int, keep),
+                    col("uploaded", Type::Int, keep),
+                    col("uid", Type::Int, keep),
+                    col("mtime", Type::Int, keep),
+                ],
+                false,
+            );
+            let scrape_log = table(
+                log_name("scrape_log", "xbt_scrape_log"),
+                vec![
+                    col("ipv6", Type::Blob, keep).max_bytes(16),
+                    col("uid", Type::Int, keep),
+                    col("mtime", Type::Int, keep),
+                ],
+                false,
+            );
             (
                 "private_xbt",
                 Writes::Xbt {
                     users,
                     peers,
                     torrents,
+                    announce_log,
+                    scrape_log,
                 },
-                vec![users, peers, torrents],
+                vec![users, peers, torrents, announce_log, scrape_log],
             )
         }
         PrivateSchema::Torrentpier => {
@@ -938,7 +1125,7 @@ fn site_service(c: &PrivateConfig) -> &'static Service {
     let writes: &'static Writes = Box::leak(Box::new(writes));
     Box::leak(Box::new(Service {
         name: service_name,
-        tags: &[TAG, TAG_CLIENT, TAG_COUNTS, TAG_REGISTRY],
+        tags: &[TAG, TAG_CLIENT, TAG_COUNTS, TAG_REGISTRY, TAG_LOG],
         tables: Box::leak(tables.into_boxed_slice()),
         // The site's tables are the site's: no migration.
         migrations: &[],
@@ -1043,7 +1230,7 @@ pub static TORRENTS: Table = Table {
 /// Private mode, as the store knows it.
 pub static PRIVATE: Service = Service {
     name: "private",
-    tags: &[TAG, TAG_CLIENT, TAG_COUNTS, TAG_REGISTRY],
+    tags: &[TAG, TAG_CLIENT, TAG_COUNTS, TAG_REGISTRY, TAG_LOG],
     tables: &[&USER_TOTALS, &USER_TORRENTS, &USERS, &TORRENTS],
     queue: &|| Box::<AccountQueue>::default(),
     migrations: &[Migration {
@@ -1226,7 +1413,16 @@ mod tests {
         assert_eq!(s.name, "private_xbt");
         assert!(s.migrations.is_empty(), "the site's tables are the site's");
         let names: Vec<_> = s.tables.iter().map(|t| t.name).collect();
-        assert_eq!(names, ["xbt_users", "xbt_peers", "xbt_torrents"]);
+        assert_eq!(
+            names,
+            [
+                "xbt_users",
+                "xbt_peers",
+                "xbt_torrents",
+                "xbt_announce_log",
+                "xbt_scrape_log"
+            ]
+        );
         assert!(std::ptr::eq(s, service(&config("xbt"))), "made once");
         let mut q = Queues::new(&[s]).unwrap();
         q.push(&change(1, 10, 100, 50)).unwrap();
@@ -1444,6 +1640,75 @@ mod tests {
         let s = service(&config("xbt"));
         let mut q = Queues::new(&[s]).unwrap();
         q.push(&torrent).unwrap();
+        assert_eq!(q.rows(), 0);
+    }
+
+    /// XBT's announce and scrape logs: round trips, hostile bytes, rows in order into XBT's
+    /// tables only.
+    #[test]
+    fn logged_announces_and_scrapes_become_xbts_log_rows() {
+        let scrape = LogChange {
+            ip: [7; 16],
+            uid: 3,
+            at: 100,
+            announce: None,
+        };
+        let announce = LogChange {
+            announce: Some(LoggedAnnounce {
+                port: 6881,
+                event: 2,
+                info_hash: [1; 20],
+                peer_id: [2; 20],
+                downloaded: 5,
+                left: 6,
+                uploaded: u64::MAX,
+            }),
+            ..scrape
+        };
+        for c in [scrape, announce] {
+            let mut b = Vec::new();
+            c.encode(&mut b);
+            assert_eq!(b.len(), c.encoded_len());
+            assert_eq!(LogChange::decode(&b), Some((c, b.len())));
+            assert!(LogChange::decode(&b[..b.len() - 1]).is_none());
+        }
+        let mut b = Vec::new();
+        announce.encode(&mut b);
+        let mut bad = b.clone();
+        bad[1] = 2;
+        assert!(
+            LogChange::decode(&bad).is_none(),
+            "neither announce nor scrape"
+        );
+        bad = b.clone();
+        bad[LogChange::SCRAPE + 2] = 4;
+        assert!(LogChange::decode(&bad).is_none(), "no such event");
+        let s = service(&config("xbt"));
+        let (announce_t, scrape_t) = (s.tables[3], s.tables[4]);
+        assert_eq!(
+            (announce_t.name, scrape_t.name),
+            ("xbt_announce_log", "xbt_scrape_log")
+        );
+        let mut q = Queues::new(&[s]).unwrap();
+        q.push(&announce).unwrap();
+        q.push(&scrape).unwrap();
+        q.push(&announce).unwrap();
+        let b = q.take();
+        let a = b.part(announce_t).unwrap();
+        assert_eq!(a.len(), 2, "every announce, in order");
+        assert_eq!(
+            a.row(0)[1..3],
+            [Value::Int(6881), Value::Int(2)],
+            "port, event"
+        );
+        assert_eq!(a.row(0)[7], Value::Int(i64::MAX), "uploaded, saturated");
+        assert_eq!(
+            b.part(scrape_t).unwrap().row(0).to_vec(),
+            [Value::Blob([7; 16].into()), Value::Int(3), Value::Int(100)]
+        );
+        // hotpath's own preset reads them (a journal of another run) and writes nothing.
+        let mut q = Queues::new(&[&PRIVATE]).unwrap();
+        q.push(&announce).unwrap();
         assert_eq!(q.rows(), 0);
     }
 

@@ -80,6 +80,10 @@ pub struct Settings {
     /// `offline_message`: when set, every announce is refused with it (at most 200 bytes of
     /// printable text, as XBT's own pages set it).
     pub offline_message: Option<String>,
+    /// `log_announce`: each announce of a known user is written into `xbt_announce_log`.
+    pub log_announce: bool,
+    /// `log_scrape`: each scrape of a known user is written into `xbt_scrape_log`.
+    pub log_scrape: bool,
     /// Settings present that hotpath takes from its own config instead, each with the key.
     pub not_applied: Vec<(String, &'static str)>,
 }
@@ -114,6 +118,8 @@ impl Settings {
                         .and_then(|t| t.parse::<u32>().ok())
                         .filter(|v| (60..=86_400).contains(v));
                 }
+                "log_announce" => s.log_announce = text == Some("1"),
+                "log_scrape" => s.log_scrape = text == Some("1"),
                 "offline_message" => {
                     s.offline_message = text
                         .filter(|t| {
@@ -205,7 +211,8 @@ mod tests {
     /// The settings hotpath takes from `xbt_config`, and what a hostile row gets.
     #[test]
     fn settings_are_taken_where_they_make_sense() {
-        let rows: [(&str, &[u8]); 7] = [
+        let rows: [(&str, &[u8]); 8] = [
+            ("log_announce", b"1"),
             ("torrent_pass_private_key", b"k3y"),
             ("announce_interval", b" 900 "),
             ("offline_message", b"down for maintenance"),
@@ -217,6 +224,7 @@ mod tests {
         let s = Settings::of(rows);
         assert_eq!(s.secret.as_deref(), Some(&b"k3y"[..]));
         assert_eq!(s.announce_interval, Some(900));
+        assert!(s.log_announce && !s.log_scrape);
         assert_eq!(s.offline_message.as_deref(), Some("down for maintenance"));
         assert_eq!(
             s.not_applied,
