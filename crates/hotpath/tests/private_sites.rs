@@ -390,6 +390,35 @@ fn xbt_derived_passkeys_hold_and_a_raised_version_revokes_them() {
     });
     let interval = int(&http.get(&target).body, "interval");
     assert!((900..=990).contains(&interval), "{interval}");
+    // XBT's auto_register: a torrent the site never added is served to a known user, added
+    // to xbt_torrents at the next poll, and accounted from then on.
+    const C: [u8; 20] = [0xd4; 20];
+    let k1c = passkey(secret, 0, 1, &C);
+    let r = go(&mut http, &k1c, None, C, 1, 0, 0, 0, Event::Started).unwrap();
+    assert!(r.contains("not registered"), "{r}");
+    site.execute("INSERT INTO xbt_config (name, value) VALUES ('auto_register', '1')")
+        .unwrap();
+    server.reload();
+    wait_until("auto_register", Duration::from_secs(10), || {
+        go(&mut http, &k1c, None, C, 1, 0, 0, 0, Event::Started).is_none()
+    });
+    let registered = "SELECT COUNT(*) FROM xbt_torrents WHERE info_hash = UNHEX(REPEAT('d4', 20)) \
+                      AND ctime > 0";
+    wait_until("the registration", Duration::from_secs(10), || {
+        ints(&mut *site, registered) == [[1]]
+    });
+    // Once the poll has read its id: the first announce is known, the next credits.
+    wait_until("its id read", Duration::from_secs(10), || {
+        go(&mut http, &k1c, None, C, 1, 100, 0, 0, Event::None).is_none()
+            && ints(&mut *site, "SELECT COUNT(*) FROM xbt_peers WHERE tid > 11") == [[1]]
+    });
+    assert_eq!(
+        go(&mut http, &k1c, None, C, 1, 400, 0, 0, Event::None),
+        None
+    );
+    wait_until("the credit", Duration::from_secs(10), || {
+        ints(&mut *site, "SELECT uploaded FROM xbt_users WHERE uid = 1") == [[1000]]
+    });
     server.shutdown().unwrap();
 }
 

@@ -195,6 +195,8 @@ impl TrackerWorker {
             .shared
             .swarms
             .announce(peer, now as u16, &mut self.rng, &mut self.sel);
+        // A torrent not registered yet (XBT's auto_register) accounts nothing.
+        let account = account.filter(|c| c.torrent != 0);
         if let (Some(mut change), Some(j)) = (account, &mut self.journal) {
             change.completed = u64::from(matches!(result, Ok((_, true))));
             j.push(&change);

@@ -407,6 +407,11 @@ pub struct Private {
     /// written into its log tables.
     log_announces: AtomicBool,
     log_scrapes: AtomicBool,
+    /// XBT's `auto_register`: unknown torrents are served (unaccounted) and added to the
+    /// torrents table at the next poll.
+    auto_register: AtomicBool,
+    /// Unknown torrents to add at the next poll (at most [`MAX_REGISTERING`]).
+    registering: Mutex<hashbrown::HashSet<Id20>>,
     /// XBT's settings as last applied (a change is logged).
     settings: Mutex<Option<xbt::Settings>>,
 }
@@ -468,6 +473,8 @@ impl Private {
             offline: RwLock::new(None),
             log_announces: AtomicBool::new(false),
             log_scrapes: AtomicBool::new(false),
+            auto_register: AtomicBool::new(false),
+            registering: Mutex::new(hashbrown::HashSet::new()),
             settings: Mutex::new(None),
         }
     }
@@ -506,10 +513,10 @@ impl Private {
                 self.passkey_guesses.failed(a.from, a.at);
                 self.refuse(Refusal::UnknownPasskey)
             })?;
-        let mut torrent = self
-            .torrents
-            .get(a.info_hash)
-            .ok_or_else(|| self.refuse(Refusal::UnknownTorrent))?;
+        let mut torrent = match self.torrents.get(a.info_hash) {
+            Some(t) => t,
+            None => self.registering(a.info_hash)?,
+        };
         let policy = self.policy.read();
         if !policy.rules.client_allowed(a.peer_id) {
             drop(policy);
@@ -535,6 +542,35 @@ impl Private {
         Ok((user, torrent))
     }
 
+    /// An unknown torrent, under XBT's `auto_register`: served as one not yet registered
+    /// (id 0: nothing is accounted on it, as XBT accounts nothing before the torrent has its
+    /// row), and queued for the next poll to add it; refused without `auto_register`, or when
+    /// [`MAX_REGISTERING`] wait already.
+    fn registering(&self, info_hash: &Id20) -> Result<Torrent, &'static str> {
+        if !self.auto_register.load(Ordering::Relaxed) {
+            return Err(self.refuse(Refusal::UnknownTorrent));
+        }
+        let mut waiting = self.registering.lock();
+        if waiting.len() >= MAX_REGISTERING && !waiting.contains(info_hash) {
+            drop(waiting);
+            return Err(self.refuse(Refusal::UnknownTorrent));
+        }
+        waiting.insert(*info_hash);
+        Ok(Torrent {
+            id: 0,
+            download_pct: 100,
+            upload_pct: 100,
+            poster: 0,
+            tor_type: 0,
+            created: 0,
+        })
+    }
+
+    /// The torrents waiting to be added (XBT's `auto_register`), taken.
+    fn take_registering(&self) -> Vec<Id20> {
+        self.registering.lock().drain().collect()
+    }
+
     /// Accounts an announce `user` made on `torrent` (checked by [`Private::check`]): what
     /// its counters add since the peer's last announce, raw and credited by the torrent's
     /// factors; `completed` is left for the caller. A new client past the user's cap is
@@ -549,6 +585,14 @@ impl Private {
         a: &Accounted<'_>,
         min_interval: u32,
     ) -> Result<(AccountChange, Option<u32>), &'static str> {
+        if torrent.id == 0 {
+            // Not registered yet (XBT's auto_register): nothing is accounted.
+            let change = AccountChange {
+                user: user.id,
+                ..AccountChange::default()
+            };
+            return Ok((change, None));
+        }
         let d = self
             .ledger
             .report(Report {
@@ -664,6 +708,7 @@ impl Private {
             .store(s.announce_interval.unwrap_or(0), Ordering::Relaxed);
         *self.offline.write() = s.offline_message.as_deref().map(intern);
         self.log_announces.store(s.log_announce, Ordering::Relaxed);
+        self.auto_register.store(s.auto_register, Ordering::Relaxed);
         self.log_scrapes.store(s.log_scrape, Ordering::Relaxed);
         let mut last = self.settings.lock();
         if last.as_ref() == Some(&s) {
@@ -676,7 +721,7 @@ impl Private {
             .collect();
         log::info!(
             "private: xbt_config: derived passkeys {}; announce_interval {}; offline_message \
-             {}{}{}",
+             {}{}{}{}",
             if s.secret.is_some() {
                 "on"
             } else {
@@ -691,11 +736,16 @@ impl Private {
             } else {
                 "not set"
             },
-            match (s.log_announce, s.log_scrape) {
-                (true, true) => "; announces and scrapes are logged",
-                (true, false) => "; announces are logged",
-                (false, true) => "; scrapes are logged",
-                (false, false) => "",
+            match (s.log_announce, s.log_scrape, s.auto_register) {
+                (true, true, _) => "; announces and scrapes are logged",
+                (true, false, _) => "; announces are logged",
+                (false, true, _) => "; scrapes are logged",
+                (false, false, _) => "",
+            },
+            if s.auto_register {
+                "; unknown torrents are registered"
+            } else {
+                ""
             },
             if not_applied.is_empty() {
                 String::new()
@@ -893,6 +943,19 @@ impl Private {
         db: &mut dyn hotpath_store::Backend,
         full: bool,
     ) -> Result<(usize, usize), hotpath_store::StoreError> {
+        let waiting = self.take_registering();
+        if !waiting.is_empty() {
+            let n = waiting.len();
+            if let Err(e) = self.source.register(db, &waiting, now_unix()) {
+                // Back for the next poll (new announces may have queued more meanwhile).
+                let mut w = self.registering.lock();
+                let room = MAX_REGISTERING.saturating_sub(w.len());
+                w.extend(waiting.into_iter().take(room));
+                self.poll_errors.add(1);
+                return Err(e);
+            }
+            log::info!("private: {n} torrents registered (XBT's auto_register)");
+        }
         let polled = self.source.read(
             db,
             full,
@@ -1090,6 +1153,14 @@ impl Private {
             out.labeled(&m::REFUSED, &[r.label()], get(&self.refused[r as usize]));
         }
     }
+}
+
+/// Unknown torrents XBT's `auto_register` queues for the next poll at most: past it, an
+/// unknown torrent is refused until that poll.
+pub const MAX_REGISTERING: usize = 10_000;
+
+fn now_unix() -> i64 {
+    hotpath_store::unix_now()
 }
 
 /// `message` as a `&'static str` for a failure reason: the first 16 distinct messages are

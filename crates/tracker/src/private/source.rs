@@ -300,6 +300,41 @@ impl Source {
         })
     }
 
+    /// Adds torrents `hashes` to the torrents table (XBT's `auto_register`) with `ctime` and
+    /// `mtime` `now`, as XBT adds them; one already there is left as it is.
+    pub fn register(
+        &self,
+        db: &mut dyn Backend,
+        hashes: &[[u8; 20]],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let d = db.dialect();
+        let created = match self.torrent_cols[3].strip_prefix('#') {
+            Some(_) => "ctime".to_string(),
+            None => self.torrent_cols[3].clone(),
+        };
+        for chunk in hashes.chunks(500) {
+            let values = vec!["(?, ?, ?)"; chunk.len()].join(", ");
+            let cols = format!(
+                "{} ({}, {}, {})",
+                d.quote(&self.torrents),
+                d.quote(&self.torrent_cols[1]),
+                d.quote("mtime"),
+                d.quote(&created)
+            );
+            let sql = match d {
+                Dialect::Mysql => format!("INSERT IGNORE INTO {cols} VALUES {values}"),
+                _ => format!("INSERT INTO {cols} VALUES {values} ON CONFLICT DO NOTHING"),
+            };
+            let params: Vec<Value> = chunk
+                .iter()
+                .flat_map(|h| [Value::Blob((*h).into()), Value::Int(now), Value::Int(now)])
+                .collect();
+            db.execute_with(&sql, &params)?;
+        }
+        Ok(())
+    }
+
     /// Reads an XBT users table (whole: it has no updated_at column) with columns `cols`:
     /// users with a stored passkey into `users`, every user into `derived`'s. A row whose
     /// stored passkey is malformed is counted, and still served by derived passkeys.

@@ -84,12 +84,15 @@ pub struct Settings {
     pub log_announce: bool,
     /// `log_scrape`: each scrape of a known user is written into `xbt_scrape_log`.
     pub log_scrape: bool,
+    /// `auto_register`: an announce of a known user for an unknown torrent is served, and
+    /// the torrent added to the torrents table.
+    pub auto_register: bool,
     /// Settings present that hotpath takes from its own config instead, each with the key.
     pub not_applied: Vec<(String, &'static str)>,
 }
 
 /// XBT's settings that hotpath's own config keys stand for, with those keys.
-const OWN_KEYS: [(&str, &str); 9] = [
+const OWN_KEYS: [(&str, &str); 8] = [
     ("read_db_interval", "private.poll_secs"),
     ("write_db_interval", "store.flush_interval_ms"),
     ("full_scrape", "tracker.full_scrape"),
@@ -101,7 +104,6 @@ const OWN_KEYS: [(&str, &str); 9] = [
         "(hotpath's scrapes are small: not compressed)",
     ),
     ("anonymous_announce", "(a private tracker needs a passkey)"),
-    ("auto_register", "(private torrents are the site's rows)"),
 ];
 
 impl Settings {
@@ -120,6 +122,7 @@ impl Settings {
                 }
                 "log_announce" => s.log_announce = text == Some("1"),
                 "log_scrape" => s.log_scrape = text == Some("1"),
+                "auto_register" => s.auto_register = text == Some("1"),
                 "offline_message" => {
                     s.offline_message = text
                         .filter(|t| {
