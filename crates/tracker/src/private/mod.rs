@@ -253,6 +253,11 @@ mod m {
         "hotpath_private_ratio_limited_users",
         "Users whose ratio puts them under one of private.ratio_tiers.",
     );
+    pub static REGISTER_FULL: Desc = Desc::counter(
+        "hotpath_private_auto_register_full_total",
+        "Announces of unknown torrents refused under XBT's auto_register because 10,000 \
+         already waited for the next poll to add them.",
+    );
     pub static ROWS_SKIPPED: Desc = Desc::counter(
         "hotpath_private_rows_skipped_total",
         "Rows of the users and torrents tables left out: malformed (a bad passkey or info \
@@ -395,6 +400,7 @@ pub struct Private {
     polls: Counter,
     poll_errors: Counter,
     rows_skipped: Counter,
+    register_full: Counter,
     /// A full read of the tables is asked for (SIGHUP): the poller does it at once.
     reread: AtomicBool,
     /// Whether pushed users and torrents are written into the tables (hotpath's own preset).
@@ -467,6 +473,7 @@ impl Private {
             polls: Counter::default(),
             poll_errors: Counter::default(),
             rows_skipped: Counter::default(),
+            register_full: Counter::default(),
             reread: AtomicBool::new(false),
             writes_registry: c.schema == PrivateSchema::Hotpath,
             xbt_interval: AtomicU32::new(0),
@@ -553,6 +560,7 @@ impl Private {
         let mut waiting = self.registering.lock();
         if waiting.len() >= MAX_REGISTERING && !waiting.contains(info_hash) {
             drop(waiting);
+            self.register_full.add(1);
             return Err(self.refuse(Refusal::UnknownTorrent));
         }
         waiting.insert(*info_hash);
@@ -1148,7 +1156,8 @@ impl Private {
             .add(&m::LIMITED, self.slots.limited())
             .add(&m::POLLS, get(&self.polls))
             .add(&m::POLL_ERRORS, get(&self.poll_errors))
-            .add(&m::ROWS_SKIPPED, get(&self.rows_skipped));
+            .add(&m::ROWS_SKIPPED, get(&self.rows_skipped))
+            .add(&m::REGISTER_FULL, get(&self.register_full));
         for r in Refusal::ALL {
             out.labeled(&m::REFUSED, &[r.label()], get(&self.refused[r as usize]));
         }
@@ -1364,6 +1373,62 @@ mod tests {
         };
         assert!(p.check(later).is_ok());
         assert_eq!(p.refused[Refusal::Guessing as usize].get(), 1);
+    }
+
+    /// XBT's auto_register: unknown torrents are served unregistered (id 0) while at most
+    /// MAX_REGISTERING wait for the poll; past it they are refused and counted; the poll's
+    /// taking them frees the room. Off, an unknown torrent is refused.
+    #[test]
+    fn auto_register_queues_unknown_torrents_up_to_its_bound() {
+        let p = private();
+        let id = *b"-TR4060-abcdefghijkl";
+        let unknown = |i: u32| {
+            let mut h = [0u8; 20];
+            h[..4].copy_from_slice(&i.to_be_bytes());
+            h[19] = 0xee;
+            h
+        };
+        let h = unknown(0);
+        assert_eq!(
+            p.check(ask(b"goodkey", &h, &id)).map(|_| ()),
+            Err(Refusal::UnknownTorrent.reason())
+        );
+        p.apply_settings(xbt::Settings {
+            auto_register: true,
+            ..Default::default()
+        });
+        for i in 0..MAX_REGISTERING as u32 {
+            let h = unknown(i);
+            let (_, t) = p.check(ask(b"goodkey", &h, &id)).unwrap();
+            assert_eq!(t.id, 0);
+        }
+        let h = unknown(0);
+        assert!(
+            p.check(ask(b"goodkey", &h, &id)).is_ok(),
+            "one waiting already"
+        );
+        let past = unknown(MAX_REGISTERING as u32);
+        assert!(p.check(ask(b"goodkey", &past, &id)).is_err());
+        assert_eq!(p.register_full.get(), 1);
+        assert_eq!(p.take_registering().len(), MAX_REGISTERING);
+        assert!(p.check(ask(b"goodkey", &past, &id)).is_ok());
+        // Nothing is accounted on a torrent not registered yet.
+        let user = p.users.get(b"goodkey").unwrap();
+        let (_, t) = p.check(ask(b"goodkey", &past, &id)).unwrap();
+        let a = Accounted {
+            peer_id: &id,
+            ip: [127, 0, 0, 1].into(),
+            port: 6881,
+            uploaded: 500,
+            downloaded: 0,
+            left: 0,
+            stopped: false,
+            regular: true,
+            now: 1,
+            at: 1000,
+        };
+        let (c, _) = p.account(user, t, &a, 0).unwrap();
+        assert_eq!((c.torrent, c.uploaded), (0, 0));
     }
 
     #[test]
