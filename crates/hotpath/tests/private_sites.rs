@@ -138,9 +138,16 @@ fn xbt_tables_get_what_xbt_writes() {
         go(&mut http, K2, None, A, 2, 0, 1050, 0, Event::Completed),
         None
     );
-    // A torrent XBT flags deleted is not served; an unknown passkey changes nothing.
+    // A torrent XBT flags deleted is not served, and its row is deleted, as XBT deletes it;
+    // an unknown passkey changes nothing.
     let refused = go(&mut http, K1, None, GONE, 1, 0, 0, 0, Event::Started).unwrap();
     assert!(refused.contains("not registered"), "{refused}");
+    wait_until("the flagged row deleted", Duration::from_secs(10), || {
+        ints(
+            &mut *site,
+            "SELECT COUNT(*) FROM xbt_torrents WHERE tid = 12",
+        ) == [[0]]
+    });
     let bad = "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz";
     assert!(go(&mut http, bad, None, A, 3, 9, 9, 0, Event::Started).is_some());
     let users = "SELECT uid, uploaded, downloaded FROM xbt_users ORDER BY uid";

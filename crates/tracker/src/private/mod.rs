@@ -964,6 +964,11 @@ impl Private {
             }
             log::info!("private: {n} torrents registered (XBT's auto_register)");
         }
+        if !self.auto_register.load(Ordering::Relaxed) {
+            self.source
+                .delete_flagged(db)
+                .inspect_err(|_| self.poll_errors.add(1))?;
+        }
         let polled = self.source.read(
             db,
             full,

@@ -300,6 +300,20 @@ impl Source {
         })
     }
 
+    /// Deletes the torrents XBT's `flags` mark deleted (bit 1) from the torrents table, as
+    /// XBT does at each read of it (unless `auto_register` is on); the XBT presets only.
+    pub fn delete_flagged(&self, db: &mut dyn Backend) -> Result<(), StoreError> {
+        if self.xbt.is_none() || self.torrent_cols[2].starts_with('#') {
+            return Ok(());
+        }
+        let d = db.dialect();
+        let flags = d.quote(&self.torrent_cols[2]);
+        db.execute(&format!(
+            "DELETE FROM {} WHERE {flags} <> 0 AND {flags} & 1 <> 0",
+            d.quote(&self.torrents)
+        ))
+    }
+
     /// Adds torrents `hashes` to the torrents table (XBT's `auto_register`) with `ctime` and
     /// `mtime` `now`, as XBT adds them; one already there is left as it is.
     pub fn register(
