@@ -392,7 +392,7 @@ impl Encode for RegistryChange {
 /// `log_scrape` on, as XBT writes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogChange {
-    /// The client's address, 16 bytes (IPv4 mapped, as XBT keeps it).
+    /// The client's address, 16 bytes (IPv4 mapped; written in 4, as XBT writes it).
     pub ip: [u8; 16],
     /// The user's id.
     pub uid: u32,
@@ -799,7 +799,11 @@ impl AccountQueue {
         let mut announces = Rows::with_capacity(announce_t, 0);
         let mut scrapes = Rows::with_capacity(scrape_t, 0);
         for c in self.logs.drain(..) {
-            let ip = Value::Blob(c.ip.into());
+            // As XBT writes it: an IPv4 address in 4 bytes, an IPv6 one in 16.
+            let ip = match std::net::Ipv6Addr::from(c.ip).to_ipv4_mapped() {
+                Some(v4) => Value::Blob(v4.octets().into()),
+                None => Value::Blob(c.ip.into()),
+            };
             match c.announce {
                 Some(a) => announces.push([
                     ip,
@@ -1704,7 +1708,8 @@ mod tests {
         assert_eq!(a.row(0)[7], Value::Int(i64::MAX), "uploaded, saturated");
         assert_eq!(
             b.part(scrape_t).unwrap().row(0).to_vec(),
-            [Value::Blob([7; 16].into()), Value::Int(3), Value::Int(100)]
+            [Value::Blob([7; 16].into()), Value::Int(3), Value::Int(100)],
+            "an IPv6 address in 16 bytes (an IPv4 one in 4)"
         );
         // hotpath's own preset reads them (a journal of another run) and writes nothing.
         let mut q = Queues::new(&[&PRIVATE]).unwrap();
