@@ -507,6 +507,47 @@ pub enum TrackerMode {
     Private,
 }
 
+/// The names of an XBT preset, whose releases differ in the torrents table, its id and the
+/// peers table.
+macro_rules! xbt_names {
+    ($torrents:literal, $id:literal, $peers:literal) => {
+        [
+            ("users", "xbt_users"),
+            ("users.id", "uid"),
+            ("users.passkey", "torrent_pass"),
+            // XBT's derived passkeys: the user's version of them, and the site's secret in the
+            // settings table. A column or table the site lacks is read as absent.
+            ("users.passkey_version", "torrent_pass_version"),
+            ("config", "xbt_config"),
+            // Per user: seconds after a torrent's ctime before they may download it, and how
+            // many of their clients may download one torrent at once (0: no limit).
+            ("users.wait_time", "wait_time"),
+            ("users.peers_limit", "peers_limit"),
+            ("torrents.ctime", "ctime"),
+            // Written when xbt_config turns log_announce or log_scrape on.
+            ("announce_log", "xbt_announce_log"),
+            ("scrape_log", "xbt_scrape_log"),
+            // Commented out in XBT's own schema: a site that has it names it.
+            ("users.can_leech", ""),
+            ("torrents", $torrents),
+            ("torrents.id", $id),
+            ("torrents.info_hash", "info_hash"),
+            ("torrents.flags", "flags"),
+            ("users.uploaded", "uploaded"),
+            ("users.downloaded", "downloaded"),
+            ("torrents.seeders", "seeders"),
+            ("torrents.leechers", "leechers"),
+            ("torrents.completed", "completed"),
+            ("peers", $peers),
+            ("peers.torrent_id", $id),
+            ("totals", "xbt_users"),
+            ("totals.id", "uid"),
+            ("totals.uploaded", "uploaded"),
+            ("totals.downloaded", "downloaded"),
+        ]
+    };
+}
+
 /// Where a private tracker reads its users and torrents: a preset of table and column names
 /// (each overridable in `private.names`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -548,74 +589,8 @@ impl PrivateSchema {
                 ("totals.downloaded", "downloaded"),
                 ("totals.updated_at", "updated_at"),
             ],
-            PrivateSchema::Xbt => &[
-                ("users", "xbt_users"),
-                ("users.id", "uid"),
-                ("users.passkey", "torrent_pass"),
-                // XBT's derived passkeys: the user's version of them, and the site's secret
-                // in the settings table. A column or table the site lacks is read as absent.
-                ("users.passkey_version", "torrent_pass_version"),
-                ("config", "xbt_config"),
-                // Per user: seconds after a torrent's ctime before they may download it, and
-                // how many of their clients may download one torrent at once (0: no limit).
-                ("users.wait_time", "wait_time"),
-                ("users.peers_limit", "peers_limit"),
-                ("torrents.ctime", "ctime"),
-                // Written when xbt_config turns log_announce or log_scrape on.
-                ("announce_log", "xbt_announce_log"),
-                ("scrape_log", "xbt_scrape_log"),
-                // Commented out in XBT's own schema: a site that has it names it.
-                ("users.can_leech", ""),
-                ("torrents", "xbt_torrents"),
-                ("torrents.id", "tid"),
-                ("torrents.info_hash", "info_hash"),
-                ("torrents.flags", "flags"),
-                ("users.uploaded", "uploaded"),
-                ("users.downloaded", "downloaded"),
-                ("torrents.seeders", "seeders"),
-                ("torrents.leechers", "leechers"),
-                ("torrents.completed", "completed"),
-                ("peers", "xbt_peers"),
-                ("peers.torrent_id", "tid"),
-                ("totals", "xbt_users"),
-                ("totals.id", "uid"),
-                ("totals.uploaded", "uploaded"),
-                ("totals.downloaded", "downloaded"),
-            ],
-            PrivateSchema::XbtFiles => &[
-                ("users", "xbt_users"),
-                ("users.id", "uid"),
-                ("users.passkey", "torrent_pass"),
-                // XBT's derived passkeys: the user's version of them, and the site's secret
-                // in the settings table. A column or table the site lacks is read as absent.
-                ("users.passkey_version", "torrent_pass_version"),
-                ("config", "xbt_config"),
-                // Per user: seconds after a torrent's ctime before they may download it, and
-                // how many of their clients may download one torrent at once (0: no limit).
-                ("users.wait_time", "wait_time"),
-                ("users.peers_limit", "peers_limit"),
-                ("torrents.ctime", "ctime"),
-                // Written when xbt_config turns log_announce or log_scrape on.
-                ("announce_log", "xbt_announce_log"),
-                ("scrape_log", "xbt_scrape_log"),
-                // Commented out in XBT's own schema: a site that has it names it.
-                ("users.can_leech", ""),
-                ("torrents", "xbt_files"),
-                ("torrents.id", "fid"),
-                ("torrents.info_hash", "info_hash"),
-                ("torrents.flags", "flags"),
-                ("users.uploaded", "uploaded"),
-                ("users.downloaded", "downloaded"),
-                ("torrents.seeders", "seeders"),
-                ("torrents.leechers", "leechers"),
-                ("torrents.completed", "completed"),
-                ("peers", "xbt_files_users"),
-                ("peers.torrent_id", "fid"),
-                ("totals", "xbt_users"),
-                ("totals.id", "uid"),
-                ("totals.uploaded", "uploaded"),
-                ("totals.downloaded", "downloaded"),
-            ],
+            PrivateSchema::Xbt => &xbt_names!("xbt_torrents", "tid", "xbt_peers"),
+            PrivateSchema::XbtFiles => &xbt_names!("xbt_files", "fid", "xbt_files_users"),
             PrivateSchema::Torrentpier => &[
                 ("users", "bb_bt_users"),
                 ("users.id", "user_id"),
