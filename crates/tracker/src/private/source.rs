@@ -182,7 +182,7 @@ impl Source {
         let can_leech = !matches!(r[2], Value::Int(0));
         let v = Versioned {
             user: User { id, can_leech },
-            version: r[3].int(),
+            version: r[3].int().clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32,
             wait_time: r[5].int().clamp(0, i64::from(u32::MAX)) as u32,
             peers_limit: r[6].int().clamp(0, i64::from(u16::MAX)) as u16,
         };

@@ -19,8 +19,8 @@ use super::User;
 pub struct Versioned {
     /// The user.
     pub user: User,
-    /// Their `torrent_pass_version` (0 where the table has no such column).
-    pub version: i64,
+    /// Their `torrent_pass_version` (0 where the table has no such column; XBT's is an `INT`).
+    pub version: i32,
     /// Seconds after a torrent's `ctime` before they may download it (XBT's `wait_time`; 0:
     /// none).
     pub wait_time: u32,
@@ -163,7 +163,7 @@ fn hex(c: u8) -> u8 {
 }
 
 /// The 12 bytes a derived passkey carries after the user id.
-fn mac(secret: &[u8], version: i64, uid: u32, info_hash: &[u8; 20]) -> [u8; 12] {
+fn mac(secret: &[u8], version: i32, uid: u32, info_hash: &[u8; 20]) -> [u8; 12] {
     let mut h = Sha1::new();
     h.update(secret);
     h.update(format!(" {version} {uid} ").as_bytes());
@@ -175,7 +175,7 @@ fn mac(secret: &[u8], version: i64, uid: u32, info_hash: &[u8; 20]) -> [u8; 12] 
 }
 
 /// Whether `key` (32 hex digits) is user `uid`'s passkey at `version` for `info_hash`.
-fn matches(key: &[u8], secret: &[u8], version: i64, uid: u32, info_hash: &[u8; 20]) -> bool {
+fn matches(key: &[u8], secret: &[u8], version: i32, uid: u32, info_hash: &[u8; 20]) -> bool {
     let want = mac(secret, version, uid, info_hash);
     // Every byte is compared, whichever differs first.
     let differ = key[8..32].chunks(2).zip(want).fold(0u8, |acc, (pair, w)| {
@@ -186,7 +186,7 @@ fn matches(key: &[u8], secret: &[u8], version: i64, uid: u32, info_hash: &[u8; 2
 
 /// User `uid`'s passkey at `version` for `info_hash`: what an XBT site puts in the .torrent
 /// file it hands out (lowercase hex).
-pub fn passkey(secret: &[u8], version: i64, uid: u32, info_hash: &[u8; 20]) -> String {
+pub fn passkey(secret: &[u8], version: i32, uid: u32, info_hash: &[u8; 20]) -> String {
     let mut s = format!("{uid:08x}");
     for b in mac(secret, version, uid, info_hash) {
         s.push_str(&format!("{b:02x}"));
@@ -209,6 +209,13 @@ mod tests {
         assert_eq!(uid_of(k.as_bytes()), Some(1));
         assert!(matches(k.as_bytes(), b"s3cret", 0, 1, &HASH));
         assert!(matches(k.to_uppercase().as_bytes(), b"s3cret", 0, 1, &HASH));
+    }
+
+    /// A user by id is a 24-byte entry (plus the registry's 4-byte position and 8-byte id
+    /// index): README states it.
+    #[test]
+    fn a_user_by_id_takes_24_bytes() {
+        assert_eq!(std::mem::size_of::<([u8; 4], Versioned)>(), 24);
     }
 
     /// The settings hotpath takes from `xbt_config`, and what a hostile row gets.
