@@ -583,7 +583,7 @@ fn ledger(seeds: &mut Seeds) {
             downloaded: 0,
             stopped: false,
             leeching: user == 7,
-            leech_limit: 0,
+            leech_limit: &|_| 0,
             slots: &|_| 0,
             now,
         };

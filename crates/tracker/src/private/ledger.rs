@@ -224,9 +224,10 @@ pub struct Report<'a> {
     pub stopped: bool,
     /// It has something left to download.
     pub leeching: bool,
-    /// How many of the user's clients may download this torrent at once (XBT's
-    /// `peers_limit`; 0: no limit of their own): a new downloading client past it is refused.
-    pub leech_limit: u16,
+    /// How many of the user's clients may download one torrent at once (XBT's
+    /// `peers_limit`; 0: no limit of their own), asked only for a new downloading client: one
+    /// past it is refused.
+    pub leech_limit: &'a dyn Fn(u32) -> u16,
     /// The user's leech slots (0: no limit), asked only when the announce would start one
     /// more torrent downloading.
     pub slots: &'a dyn Fn(u32) -> u16,
@@ -378,8 +379,11 @@ impl Ledger {
             if peers >= u32::from(self.max_per_user) {
                 return Err(TooManyPeers::User);
             }
-            if leeching && r.leech_limit > 0 && downloading >= u32::from(r.leech_limit) {
-                return Err(TooManyPeers::User);
+            if leeching {
+                let limit = (r.leech_limit)(r.user);
+                if limit > 0 && downloading >= u32::from(limit) {
+                    return Err(TooManyPeers::User);
+                }
             }
         }
         let was = last.is_some_and(|s| s.leeching());
@@ -667,7 +671,7 @@ mod tests {
             downloaded: down,
             stopped: false,
             leeching: false,
-            leech_limit: 0,
+            leech_limit: &|_| 0,
             slots: &|_| 0,
             now,
         }
@@ -804,21 +808,26 @@ mod tests {
     #[test]
     fn a_users_own_limit_caps_their_downloading_clients() {
         let l = Ledger::new(5, 100, false);
-        let leech = |peer, limit| Report {
+        let (two, none): (&'static dyn Fn(u32) -> u16, &'static dyn Fn(u32) -> u16) =
+            (&|_| 2, &|_| 0);
+        let leech = |peer, limit: &'static dyn Fn(u32) -> u16| Report {
             leeching: true,
             leech_limit: limit,
             ..rep(peer, 0, 0, 1)
         };
         l.report(rep(1, 0, 0, 1)).unwrap();
-        l.report(leech(2, 2)).unwrap();
-        l.report(leech(3, 2)).unwrap();
-        assert_eq!(l.report(leech(4, 2)), Err(TooManyPeers::User));
-        assert!(l.report(leech(3, 2)).is_ok(), "a known client announces on");
+        l.report(leech(2, two)).unwrap();
+        l.report(leech(3, two)).unwrap();
+        assert_eq!(l.report(leech(4, two)), Err(TooManyPeers::User));
+        assert!(
+            l.report(leech(3, two)).is_ok(),
+            "a known client announces on"
+        );
         assert!(
             l.report(rep(4, 0, 0, 1)).is_ok(),
             "a seeder is not capped by it"
         );
-        assert!(l.report(leech(5, 0)).is_ok(), "0: no cap of their own");
+        assert!(l.report(leech(5, none)).is_ok(), "0: no cap of their own");
     }
 
     #[test]
@@ -919,7 +928,7 @@ mod tests {
         let leech = |torrent: u32, peer: u8, now: u32| Report {
             torrent,
             leeching: true,
-            leech_limit: 0,
+            leech_limit: &|_| 0,
             slots: &two,
             ..rep(peer, 0, 0, now)
         };

@@ -407,8 +407,10 @@ pub struct Private {
     writes_registry: bool,
     /// XBT's `announce_interval` (0: none set).
     xbt_interval: AtomicU32,
-    /// XBT's `offline_message`: every announce is refused with it.
+    /// XBT's `offline_message`: every announce is refused with it; `offline_on` says
+    /// whether one is set, so announces read one atomic and take no lock.
     offline: RwLock<Option<&'static str>>,
+    offline_on: AtomicBool,
     /// XBT's `log_announce` and `log_scrape`: announces and scrapes of known users are
     /// written into its log tables.
     log_announces: AtomicBool,
@@ -478,6 +480,7 @@ impl Private {
             writes_registry: c.schema == PrivateSchema::Hotpath,
             xbt_interval: AtomicU32::new(0),
             offline: RwLock::new(None),
+            offline_on: AtomicBool::new(false),
             log_announces: AtomicBool::new(false),
             log_scrapes: AtomicBool::new(false),
             auto_register: AtomicBool::new(false),
@@ -502,8 +505,10 @@ impl Private {
     /// user's traffic on it (freeleech applied), or the failure reason to answer with
     /// (counted).
     pub fn check(&self, a: Ask<'_>) -> Result<(User, Torrent), &'static str> {
-        if let Some(message) = *self.offline.read() {
-            return Err(message);
+        if self.offline_on.load(Ordering::Relaxed) {
+            if let Some(message) = *self.offline.read() {
+                return Err(message);
+            }
         }
         let key = match a.passkey {
             Ok(k) => k,
@@ -611,7 +616,7 @@ impl Private {
                 downloaded: a.downloaded,
                 stopped: a.stopped,
                 leeching: a.left > 0,
-                leech_limit: self.limits_of(user.id).1,
+                leech_limit: &|user| self.limits_of(user).1,
                 slots: &|user| self.slots.of(user),
                 now: a.now,
             })
@@ -715,6 +720,8 @@ impl Private {
         self.xbt_interval
             .store(s.announce_interval.unwrap_or(0), Ordering::Relaxed);
         *self.offline.write() = s.offline_message.as_deref().map(intern);
+        self.offline_on
+            .store(s.offline_message.is_some(), Ordering::Relaxed);
         self.log_announces.store(s.log_announce, Ordering::Relaxed);
         self.auto_register.store(s.auto_register, Ordering::Relaxed);
         self.log_scrapes.store(s.log_scrape, Ordering::Relaxed);
