@@ -68,7 +68,6 @@ fn main() {
             upload_pct: 100,
             poster: 0,
             tor_type: 0,
-            created: 0,
         };
         private
             .torrents

@@ -74,9 +74,6 @@ pub struct Torrent {
     /// TorrentPier's `tor_type` of it (0 normal, 1 gold, 2 silver), which its announcer
     /// copies into each peer row; 0 in the other presets.
     pub tor_type: u8,
-    /// Unix second it was added (XBT's `ctime`, which users' `wait_time` counts from; 0:
-    /// unknown, no wait).
-    pub created: u32,
 }
 
 impl Torrent {
@@ -418,6 +415,9 @@ pub struct Private {
     /// XBT's `auto_register`: unknown torrents are served (unaccounted) and added to the
     /// torrents table at the next poll.
     auto_register: AtomicBool,
+    /// XBT's torrents' `ctime` by id, held while some user has a `wait_time` (none
+    /// otherwise): a download of a torrent younger than a user's wait time is refused.
+    ctimes: RwLock<hashbrown::HashMap<u32, u32>>,
     /// Unknown torrents to add at the next poll (at most [`MAX_REGISTERING`]).
     registering: Mutex<hashbrown::HashSet<Id20>>,
     /// XBT's settings as last applied (a change is logged).
@@ -485,6 +485,7 @@ impl Private {
             log_scrapes: AtomicBool::new(false),
             auto_register: AtomicBool::new(false),
             registering: Mutex::new(hashbrown::HashSet::new()),
+            ctimes: RwLock::new(hashbrown::HashMap::new()),
             settings: Mutex::new(None),
         }
     }
@@ -545,10 +546,13 @@ impl Private {
         if a.leeching && !user.can_leech {
             return Err(self.refuse(Refusal::MayNotLeech));
         }
-        if a.leeching && torrent.created > 0 {
+        if a.leeching && self.derived.is_some() {
             let wait = self.limits_of(user.id).0;
-            if wait > 0 && u64::from(torrent.created) + u64::from(wait) > u64::from(a.at) {
-                return Err(self.refuse(Refusal::WaitTime));
+            if wait > 0 {
+                let created = self.ctimes.read().get(&torrent.id).copied().unwrap_or(0);
+                if created > 0 && u64::from(created) + u64::from(wait) > u64::from(a.at) {
+                    return Err(self.refuse(Refusal::WaitTime));
+                }
             }
         }
         Ok((user, torrent))
@@ -575,7 +579,6 @@ impl Private {
             upload_pct: 100,
             poster: 0,
             tor_type: 0,
-            created: 0,
         })
     }
 
@@ -924,7 +927,6 @@ impl Private {
                         upload_pct: *upload_pct,
                         poster: *poster_id,
                         tor_type: Torrent::tor_type_of(*download_pct),
-                        created: 0,
                     };
                     if self.torrents.put(&hash, torrent).is_err() {
                         self.push_errors.add(1);
@@ -989,6 +991,9 @@ impl Private {
         let mut polled = polled.inspect_err(|_| self.poll_errors.add(1))?;
         if let Some(s) = polled.settings.take() {
             self.apply_settings(s);
+        }
+        if let Some(ctimes) = polled.ctimes.take() {
+            *self.ctimes.write() = ctimes;
         }
         self.rows_skipped.add(polled.skipped as u64);
         let (u, t) = (polled.users, polled.torrents);
@@ -1276,7 +1281,6 @@ mod tests {
                     upload_pct: 100,
                     poster: 0,
                     tor_type: 0,
-                    created: 0,
                 },
             )
             .unwrap();
@@ -1453,7 +1457,6 @@ mod tests {
             upload_pct: 200,
             poster: 1,
             tor_type: 2,
-            created: 0,
         };
         let id = [1; 20];
         let at = |up: u64, down: u64, left: u64| Accounted {

@@ -222,19 +222,13 @@ impl Source {
             PrivateSchema::Torrentpier => Torrent::tor_type_of(download_pct),
             _ => 0,
         };
-        let created = match self.schema {
-            PrivateSchema::Xbt | PrivateSchema::XbtFiles => {
-                r[3].int().clamp(0, i64::from(u32::MAX)) as u32
-            }
-            _ => 0,
-        };
+
         let t = Torrent {
             id,
             download_pct,
             upload_pct,
             poster,
             tor_type,
-            created,
         };
         Some(Some((hash, t)))
     }
@@ -284,8 +278,20 @@ impl Source {
             cols: &self.torrent_cols,
             updated: self.torrents_updated.as_deref(),
         };
+        // XBT's ctime, kept only while some user has a wait time.
+        let waits = derived.is_some_and(|d| d.any_wait());
+        let ctimes = std::cell::RefCell::new(hashbrown::HashMap::new());
         let (t, torrents_since) =
-            torrent_table.read_into(db, torrents_since, full, torrents, |r| self.torrent(r))?;
+            torrent_table.read_into(db, torrents_since, full, torrents, |r| {
+                let row = self.torrent(r);
+                if let (true, Some(Some((_, t)))) = (waits, &row) {
+                    let ctime = r[3].int().clamp(0, i64::from(u32::MAX)) as u32;
+                    if ctime > 0 {
+                        ctimes.borrow_mut().insert(t.id, ctime);
+                    }
+                }
+                row
+            })?;
         let (c, totals_since) = if slots.reads_totals() {
             self.read_totals(db, totals_since, full, slots)?
         } else {
@@ -297,6 +303,7 @@ impl Source {
             users: u,
             torrents: t,
             settings,
+            ctimes: derived.map(|_| ctimes.into_inner()),
         })
     }
 
@@ -376,6 +383,7 @@ impl Source {
                 all.push((v.user.id.to_be_bytes(), v));
             }
         })?;
+        derived.set_any_wait(all.iter().any(|(_, v)| v.wait_time > 0));
         let a = users.replace_all(stored);
         let b = derived.users.replace_all(all);
         Ok(Read {
@@ -444,6 +452,8 @@ pub struct Polled {
     pub torrents: Read,
     /// XBT's settings, when this poll read them (the first and every full one).
     pub settings: Option<Settings>,
+    /// XBT's torrents' `ctime` by id (the XBT presets; empty while no user has a wait time).
+    pub ctimes: Option<hashbrown::HashMap<u32, u32>>,
 }
 
 /// What the XBT presets look at beside the rows: the users' columns and the site's secret.

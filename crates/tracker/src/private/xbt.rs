@@ -41,6 +41,8 @@ pub struct Derived {
     pub users: Registry<[u8; 4], Versioned>,
     /// The site's `torrent_pass_private_key`; `None` until read (no derived passkey holds).
     secret: RwLock<Option<Arc<[u8]>>>,
+    /// Whether some user has a wait time (the torrents' ctimes are kept only then).
+    waits: std::sync::atomic::AtomicBool,
 }
 
 impl Derived {
@@ -49,6 +51,7 @@ impl Derived {
         Derived {
             users: Registry::new(max),
             secret: RwLock::new(None),
+            waits: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -58,6 +61,16 @@ impl Derived {
         if s.as_deref() != secret {
             *s = secret.map(Arc::from);
         }
+    }
+
+    /// Whether some user has a wait time (XBT's `wait_time`).
+    pub fn any_wait(&self) -> bool {
+        self.waits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Notes whether some user has a wait time, after a read of the users.
+    pub fn set_any_wait(&self, any: bool) {
+        self.waits.store(any, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The user whose derived passkey for `info_hash` is `key`, if any.
