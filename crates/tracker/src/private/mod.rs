@@ -526,10 +526,10 @@ impl Private {
                 self.passkey_guesses.failed(a.from, a.at);
                 self.refuse(Refusal::UnknownPasskey)
             })?;
-        let mut torrent = match self.torrents.get(a.info_hash) {
-            Some(t) => t,
-            None => self.registering(a.info_hash)?,
-        };
+        let known = self.torrents.get(a.info_hash);
+        if known.is_none() && !self.auto_register.load(Ordering::Relaxed) {
+            return Err(self.refuse(Refusal::UnknownTorrent));
+        }
         let policy = self.policy.read();
         if !policy.rules.client_allowed(a.peer_id) {
             drop(policy);
@@ -539,6 +539,11 @@ impl Private {
             drop(policy);
             return Err(self.refuse(Refusal::Port));
         }
+        // An unknown torrent is queued for XBT's auto_register only once the client passed.
+        let mut torrent = match known {
+            Some(t) => t,
+            None => self.registering(a.info_hash)?,
+        };
         let pcts = (torrent.download_pct, torrent.upload_pct);
         (torrent.download_pct, torrent.upload_pct) =
             policy.factors(user.id, torrent.id, pcts, a.at);
@@ -1427,6 +1432,13 @@ mod tests {
         assert!(p.check(ask(b"goodkey", &past, &id)).is_err());
         assert_eq!(p.register_full.get(), 1);
         assert_eq!(p.take_registering().len(), MAX_REGISTERING);
+        // A client the rules deny queues nothing.
+        let denied = *b"-XX0001-abcdefghijkl";
+        assert_eq!(
+            p.check(ask(b"goodkey", &past, &denied)).map(|_| ()),
+            Err(Refusal::Client.reason())
+        );
+        assert!(p.take_registering().is_empty());
         assert!(p.check(ask(b"goodkey", &past, &id)).is_ok());
         // Nothing is accounted on a torrent not registered yet.
         let user = p.users.get(b"goodkey").unwrap();
