@@ -7,10 +7,10 @@
 //! is left out and counted, and never stops the rest.
 //!
 //! XBT's own tracker looks at its users table at start to see which of `torrent_pass`,
-//! `torrent_pass_version` and `can_leech` it has (its schema file has had each commented out
-//! at one time or another); the XBT presets do the same at the first read and every full one
-//! (a missing column is read as absent, and said once in the log), and read the site's
-//! secret for derived passkeys from `xbt_config`.
+//! `torrent_pass_version`, `can_leech`, `wait_time` and `peers_limit` it has (its schema file
+//! has had each commented out at one time or another); the XBT presets do the same at the
+//! first read and every full one (a missing column is read as absent, and a change said in
+//! the log), and read XBT's settings from `xbt_config`.
 //!
 //! Owns: [`Source`]. Must not: hold a connection (the caller lends one).
 
