@@ -423,6 +423,7 @@ impl TrackerWorker {
     ) -> Result<(), &'static str> {
         let private = self.shared.private.clone();
         let max = self.shared.cfg.max_scrape_hashes;
+        let mut parsed = false;
         if let Some(p) = &private {
             let known = key.map(|k| p.users.get(k).map(|u| u.id));
             let uid = match known {
@@ -432,6 +433,7 @@ impl TrackerWorker {
                     // An XBT derived passkey holds for one torrent: the first asked, as XBT
                     // takes it.
                     query::parse_scrape(req.query, max, &mut self.hashes)?;
+                    parsed = true;
                     let derived = p.derived.as_ref().zip(self.hashes.first());
                     let k = key.unwrap_or_default();
                     match derived.and_then(|(d, hash)| d.user(k, hash)) {
@@ -463,7 +465,9 @@ impl TrackerWorker {
         }
         // In private mode only registered torrents are shown.
         let hidden = |hash: &Id20| private.as_ref().is_some_and(|p| !p.scrapable(hash));
-        query::parse_scrape(req.query, max, &mut self.hashes)?;
+        if !parsed {
+            query::parse_scrape(req.query, max, &mut self.hashes)?;
+        }
         let out = &mut resp.body;
         out.extend_from_slice(b"d5:filesd");
         let entry = |out: &mut Vec<u8>, hash: &Id20, c: Counts| {

@@ -968,7 +968,10 @@ impl Private {
         let waiting = self.take_registering();
         if !waiting.is_empty() {
             let n = waiting.len();
-            if let Err(e) = self.source.register(db, &waiting, now_unix()) {
+            if let Err(e) = self
+                .source
+                .register(db, &waiting, hotpath_store::unix_now())
+            {
                 // Back for the next poll (new announces may have queued more meanwhile).
                 let mut w = self.registering.lock();
                 let room = MAX_REGISTERING.saturating_sub(w.len());
@@ -1189,10 +1192,6 @@ impl Private {
 /// Unknown torrents XBT's `auto_register` queues for the next poll at most: past it, an
 /// unknown torrent is refused until that poll.
 pub const MAX_REGISTERING: usize = 10_000;
-
-fn now_unix() -> i64 {
-    hotpath_store::unix_now()
-}
 
 /// `message` as a `&'static str` for a failure reason: the first 16 distinct messages are
 /// kept for good (a site sets an offline message now and then); past them, a fixed one.

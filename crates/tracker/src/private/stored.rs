@@ -293,8 +293,6 @@ pub enum RegistryChange {
 }
 
 impl RegistryChange {
-    /// Most bytes one takes in the journal.
-    pub const MAX_LEN: usize = 12 + hotpath_wire::passkey::MAX_LEN;
     const TORRENT: u8 = 1;
     const REMOVED: u8 = 2;
 
