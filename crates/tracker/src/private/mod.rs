@@ -748,7 +748,7 @@ impl Private {
             if s.secret.is_some() {
                 "on"
             } else {
-                "off (no torrent_pass_private_key)"
+                "off (no torrent_pass_private_key of 1 to 255 bytes)"
             },
             s.announce_interval
                 .map_or("not set (tracker.announce_interval)".into(), |i| format!(

@@ -286,7 +286,8 @@ impl Source {
                 let row = self.torrent(r);
                 if let (true, Some(Some((_, t)))) = (waits, &row) {
                     let ctime = r[3].int().clamp(0, i64::from(u32::MAX)) as u32;
-                    if ctime > 0 {
+                    // No more than the registry holds torrents.
+                    if ctime > 0 && ctimes.borrow().len() < torrents.max() {
                         ctimes.borrow_mut().insert(t.id, ctime);
                     }
                 }

@@ -104,6 +104,9 @@ pub struct Settings {
     pub not_applied: Vec<(String, &'static str)>,
 }
 
+/// The longest `torrent_pass_private_key` taken (XBT's `value` column is a `VARCHAR(255)`).
+const MAX_SECRET: usize = 255;
+
 /// XBT's settings that hotpath's own config keys stand for, with those keys.
 const OWN_KEYS: [(&str, &str); 8] = [
     ("read_db_interval", "private.poll_secs"),
@@ -127,7 +130,11 @@ impl Settings {
         for (name, value) in rows {
             let text = std::str::from_utf8(value).ok().map(str::trim);
             match name {
-                "torrent_pass_private_key" if !value.is_empty() => s.secret = Some(value.to_vec()),
+                // At most XBT's column (255 bytes): the secret is hashed by every derived
+                // passkey's check.
+                "torrent_pass_private_key" if (1..=MAX_SECRET).contains(&value.len()) => {
+                    s.secret = Some(value.to_vec())
+                }
                 "announce_interval" => {
                     s.announce_interval = text
                         .and_then(|t| t.parse::<u32>().ok())
@@ -263,6 +270,12 @@ mod tests {
             ("announce_interval", b"-1"),
         ];
         assert_eq!(Settings::of(hostile), Settings::default());
+        let huge = vec![b'k'; MAX_SECRET + 1];
+        assert_eq!(
+            Settings::of([("torrent_pass_private_key", &huge[..])]).secret,
+            None,
+            "a secret past XBT's column, which every derived check would hash"
+        );
         let long = "x".repeat(201);
         assert_eq!(
             Settings::of([("offline_message", long.as_bytes())]).offline_message,
