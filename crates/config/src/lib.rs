@@ -562,6 +562,9 @@ pub enum PrivateSchema {
     XbtFiles,
     /// TorrentPier's tables (`bb_bt_users`, `bb_bt_torrents`).
     Torrentpier,
+    /// Gazelle's tables, as its tracker Ocelot reads and writes them (`users_main`,
+    /// `torrents`, `users_leech_stats`, `torrents_leech_stats`, `xbt_files_users`, …).
+    Gazelle,
 }
 
 impl PrivateSchema {
@@ -609,6 +612,35 @@ impl PrivateSchema {
                 ("totals.uploaded_release", "u_up_release"),
                 ("totals.uploaded_bonus", "u_up_bonus"),
             ],
+            PrivateSchema::Gazelle => &[
+                // Served while `Enabled` is '1'; a user `Visible` '0' or whose `IP` is
+                // 127.0.0.1 is IP-protected: no address of theirs is written.
+                ("users", "users_main"),
+                ("users.id", "ID"),
+                ("users.passkey", "torrent_pass"),
+                ("users.can_leech", "can_leech"),
+                ("users.enabled", "Enabled"),
+                ("users.visible", "Visible"),
+                ("users.ip", "IP"),
+                // FreeTorrent: '0' normal, '1' freeleech, '2' neutral (nothing counted).
+                ("torrents", "torrents"),
+                ("torrents.id", "ID"),
+                ("torrents.info_hash", "info_hash"),
+                ("torrents.free", "FreeTorrent"),
+                ("totals", "users_leech_stats"),
+                ("totals.id", "UserID"),
+                ("totals.uploaded", "Uploaded"),
+                ("totals.downloaded", "Downloaded"),
+                // Seeders, leechers, snatches, balance and last_action per torrent.
+                ("torrent_stats", "torrents_leech_stats"),
+                // A row per client (uid, fid, peer_id), a row per snatch.
+                ("peers", "xbt_files_users"),
+                ("snatches", "xbt_snatched"),
+                // Freeleech tokens (rows with Expired 0), and what each saved.
+                ("tokens", "users_freeleeches"),
+                // Peer id prefixes of the only clients allowed (none listed: any).
+                ("clients", "xbt_client_whitelist"),
+            ],
         }
     }
 
@@ -642,6 +674,10 @@ impl PrivateSchema {
                 | "totals.updated_at"
                 | "totals.uploaded_release"
                 | "totals.uploaded_bonus"
+                | "users.enabled"
+                | "users.visible"
+                | "users.ip"
+                | "torrents.free"
         )
     }
 
@@ -732,8 +768,9 @@ section! {
     /// 41's URL data (`udp://host:port/PASSKEY/announce`).
     pub struct PrivateConfig {
         /// "hotpath" (hp_users, hp_private_torrents, made by hotpath's migrations), "xbt"
-        /// (xbt_users, xbt_torrents), "xbt_files" (XBT before 2019: xbt_users, xbt_files) or
-        /// "torrentpier" (bb_bt_users, bb_bt_torrents).
+        /// (xbt_users, xbt_torrents), "xbt_files" (XBT before 2019: xbt_users, xbt_files),
+        /// "torrentpier" (bb_bt_users, bb_bt_torrents) or "gazelle" (users_main, torrents,
+        /// as Ocelot has them).
         pub schema: PrivateSchema = PrivateSchema::Hotpath,
         /// Table and column names that differ from the preset's, by logical name, e.g.
         /// { users = "members", "users.passkey" = "pk" } (README lists each preset's names);
@@ -780,6 +817,11 @@ section! {
         /// users, passkeys, torrents, freeleech, tokens, client lists, intervals). Empty:
         /// the push API answers 403.
         pub admin_token: String = String::new(),
+        /// Gazelle's TRACKER_SECRET (Ocelot's site_password, 32 letters or digits): Ocelot's
+        /// update API answers at `/<site_secret>/update?action=…` on the admin listener,
+        /// so the site's own calls (users, passkeys, torrents, freeleech, tokens, the
+        /// client whitelist, the announce interval) reach hotpath unchanged. Empty: off.
+        pub site_secret: String = String::new(),
         /// Unknown passkeys and wrong push API tokens one client address (IPv6: one /64)
         /// may send in a minute. Past it, every passkey or token it sends is refused (a
         /// `failure reason`, or 429) until its minute is over, the right ones too, so
@@ -1512,6 +1554,18 @@ mod tests {
             ),
             ("[popups]\nadmin_token = \"short\"\n", "popups.admin_token"),
             ("[private]\nadmin_token = \"short\"\n", "private.admin_token"),
+            (
+                "[private]\nschema = \"gazelle\"\nsite_secret = \"short\"\n",
+                "private.site_secret",
+            ),
+            (
+                "[private]\nschema = \"gazelle\"\nsite_secret = \"has/slashes/in/it/0000\"\n",
+                "private.site_secret",
+            ),
+            (
+                "[private]\nsite_secret = \"0123456789abcdef0123456789abcdef\"\n",
+                "private.site_secret",
+            ),
             ("[popups]\nreload_ms = 5\n", "popups.reload_ms"),
             ("[popups]\nload_batch = 0\n", "popups.load_batch"),
             (

@@ -299,6 +299,28 @@ fn private(c: &Config, p: &mut Problems) {
             "must be at least 16 characters (or empty)",
         );
     }
+    if !pr.site_secret.is_empty()
+        && (pr.site_secret.len() < 16
+            || pr.site_secret.len() > 64
+            || !pr.site_secret.bytes().all(|b| b.is_ascii_alphanumeric()))
+    {
+        p.bad(
+            "private.site_secret",
+            "must be 16 to 64 letters or digits, as the site's TRACKER_SECRET (or empty)",
+        );
+    }
+    if !pr.site_secret.is_empty() && pr.schema != crate::PrivateSchema::Gazelle {
+        p.bad(
+            "private.site_secret",
+            "Ocelot's update API serves Gazelle's tables: set private.schema = \"gazelle\"",
+        );
+    }
+    if !pr.site_secret.is_empty() && pr.site_secret == pr.admin_token {
+        p.bad(
+            "private.site_secret",
+            "must differ from private.admin_token: each guards its own API",
+        );
+    }
     for (below, slots) in &pr.ratio_tiers {
         match below.parse::<f64>() {
             Ok(r) if r > 0.0 && r <= 1000.0 => {}

@@ -294,6 +294,7 @@ fn journal(seeds: &mut Seeds) {
                 downloaded: 10,
                 speed_up: 1,
                 speed_down: 1,
+                since: 2,
             }),
         },
         &CountsChange {
@@ -570,6 +571,50 @@ fn push_api(seeds: &mut Seeds) {
     seeds.put("push_api", "log_line", line);
 }
 
+fn ocelot_api(seeds: &mut Seeds) {
+    let hash = "%01%02%03%04%05%06%07%08%09%0A%0B%0C%0D%0E%0F%10%11%12%13%14";
+    let key = "a".repeat(32);
+    for (name, query) in [
+        (
+            "add_user",
+            format!("action=add_user&id=3&passkey={key}&visible=0"),
+        ),
+        (
+            "change_passkey",
+            format!(
+                "action=change_passkey&oldpasskey={key}&newpasskey={}",
+                "b".repeat(32)
+            ),
+        ),
+        (
+            "add_torrent",
+            format!("action=add_torrent&id=7&info_hash={hash}&freetorrent=1"),
+        ),
+        (
+            "update_torrents",
+            format!("action=update_torrents&info_hashes={hash}{hash}&freetorrent=2"),
+        ),
+        (
+            "add_token",
+            format!("action=add_token&info_hash={hash}&userid=3"),
+        ),
+        (
+            "delete_torrent",
+            format!("action=delete_torrent&info_hash={hash}&reason=4"),
+        ),
+        (
+            "whitelist",
+            "action=edit_whitelist&old_peer_id=-TR&new_peer_id=-qB".to_string(),
+        ),
+        (
+            "remove_users",
+            format!("action=remove_users&passkeys={key}{key}"),
+        ),
+    ] {
+        seeds.put("ocelot_api", name, query);
+    }
+}
+
 fn ledger(seeds: &mut Seeds) {
     use hotpath_tracker::private::ledger::{Ledger, Report, MAGIC};
     let l = Ledger::new(3, 100, true);
@@ -619,6 +664,7 @@ fn all() -> Seeds {
     snapshot(&mut seeds);
     popups(&mut seeds);
     push_api(&mut seeds);
+    ocelot_api(&mut seeds);
     ledger(&mut seeds);
     files(&mut seeds, &repo);
     seeds

@@ -726,3 +726,230 @@ fn hotpath_tables_on_postgresql() {
     );
     server.shutdown().unwrap();
 }
+
+const G1: &str = "g1g1g1g1g1g1g1g1g1g1g1g1g1g1g1g1";
+const G2: &str = "g2g2g2g2g2g2g2g2g2g2g2g2g2g2g2g2";
+const G3: &str = "g3g3g3g3g3g3g3g3g3g3g3g3g3g3g3g3";
+const G4: &str = "g4g4g4g4g4g4g4g4g4g4g4g4g4g4g4g4";
+const G5: &str = "g5g5g5g5g5g5g5g5g5g5g5g5g5g5g5g5";
+const SITE_SECRET: &str = "s3cr3ts3cr3ts3cr3ts3cr3ts3cr3t00";
+
+/// A call of Ocelot's update API as Gazelle's `Tracker::update_tracker` makes it (HTTP/1.1,
+/// `Connection: Close`, read to the end), and whether Gazelle takes the answer as done: the
+/// text after the response's last newline is `success`.
+fn gazelle_call(admin: std::net::SocketAddr, secret: &str, params: &str) -> (bool, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(admin).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET /{secret}/update?{params} HTTP/1.1\r\nHost: tracker\r\nConnection: Close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    let last = response.rfind('\n').map_or("", |i| &response[i + 1..]);
+    (last == "success", response)
+}
+
+fn pct(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("%{b:02X}")).collect()
+}
+
+#[test]
+fn gazelle_tables_get_what_ocelot_writes_and_the_sites_calls_apply_at_once() {
+    const C: [u8; 20] = [0xd4; 20];
+    let db = test_db(Dialect::Mysql, "gazelle");
+    let mut site = connect(&db);
+    for ddl in GAZELLE_SCHEMA {
+        site.execute(ddl).unwrap();
+    }
+    // User 2 is IP-protected (not visible); user 3 is disabled.
+    site.execute_with(
+        "INSERT INTO users_main (ID, Username, Enabled, Visible, torrent_pass) VALUES \
+         (1, 'one', '1', '1', ?), (2, 'two', '1', '0', ?), (3, 'three', '0', '1', ?)",
+        &[G1.into(), G2.into(), G3.into()],
+    )
+    .unwrap();
+    site.execute("INSERT INTO users_leech_stats (UserID) VALUES (1), (2), (3), (4)")
+        .unwrap();
+    // A normal torrent, a freeleech one and a neutral one.
+    site.execute_with(
+        "INSERT INTO torrents (ID, GroupID, info_hash, FreeTorrent) VALUES (10, 1, ?, '0'), \
+         (11, 1, ?, '1'), (12, 1, ?, '2')",
+        &[
+            Value::Blob(A.into()),
+            Value::Blob(B.into()),
+            Value::Blob(C.into()),
+        ],
+    )
+    .unwrap();
+    site.execute(
+        "INSERT INTO torrents_leech_stats (TorrentID, Seeders) VALUES (10, 5), (11, 0), (12, 0)",
+    )
+    .unwrap();
+    // User 2 holds a freeleech token on torrent 10; an expired one on 11 counts for nothing.
+    site.execute(
+        "INSERT INTO users_freeleeches (UserID, TorrentID, Time, Expired) VALUES \
+         (2, 10, NOW(), 0), (2, 11, NOW(), 1)",
+    )
+    .unwrap();
+    // A client row of a run long gone, which no swarm can hold: deleted at start.
+    site.execute_with(
+        "INSERT INTO xbt_files_users (uid, fid, peer_id, mtime) VALUES (1, 10, ?, 1)",
+        &[Value::Blob([7; 20].into())],
+    )
+    .unwrap();
+    let mut c = site_config(&db, PrivateSchema::Gazelle);
+    c.private.site_secret = SITE_SECRET.into();
+    // Only the start reads the tables: what changes after comes through the site's calls.
+    c.private.poll_secs = 3600;
+    let server = start(&c);
+    let mut http = Client::connect(server.http_addr().unwrap());
+    let admin = server.admin_addr().unwrap();
+    assert_eq!(
+        ints(
+            &mut *site,
+            "SELECT Seeders FROM torrents_leech_stats WHERE TorrentID = 10"
+        ),
+        [[0]],
+        "counts start from 0, as Ocelot starts them"
+    );
+    assert_eq!(
+        ints(&mut *site, "SELECT COUNT(*) FROM xbt_files_users"),
+        [[0]]
+    );
+    let refused = go(&mut http, G3, None, A, 3, 0, 0, 0, Event::Started).unwrap();
+    assert!(refused.contains("unknown passkey"), "{refused}");
+    // User 1 seeds A; user 2 downloads it on a token, uploading a little.
+    assert_eq!(go(&mut http, G1, None, A, 1, 0, 0, 0, Event::Started), None);
+    assert_eq!(
+        go(&mut http, G2, None, A, 2, 0, 0, 1000, Event::Started),
+        None
+    );
+    assert_eq!(go(&mut http, G1, None, A, 1, 600, 0, 0, Event::None), None);
+    assert_eq!(
+        go(&mut http, G2, None, A, 2, 100, 1000, 0, Event::Completed),
+        None
+    );
+    // User 1 downloads the freeleech torrent and the neutral one.
+    assert_eq!(
+        go(&mut http, G1, None, B, 1, 0, 0, 1000, Event::Started),
+        None
+    );
+    assert_eq!(
+        go(&mut http, G1, None, B, 1, 50, 400, 600, Event::None),
+        None
+    );
+    assert_eq!(
+        go(&mut http, G1, None, C, 1, 0, 0, 1000, Event::Started),
+        None
+    );
+    assert_eq!(
+        go(&mut http, G1, None, C, 1, 70, 30, 970, Event::None),
+        None
+    );
+    let users = "SELECT UserID, Uploaded, Downloaded FROM users_leech_stats ORDER BY UserID";
+    wait_until("the flush", Duration::from_secs(10), || {
+        ints(&mut *site, users)[..2] == [[1, 650, 0], [2, 100, 0]]
+    });
+    let stats = "SELECT TorrentID, Seeders, Leechers, Snatched, Balance, last_action IS NOT NULL \
+                 FROM torrents_leech_stats ORDER BY TorrentID";
+    wait_until("the snapshot", Duration::from_secs(10), || {
+        ints(&mut *site, stats)[0] == [10, 2, 0, 1, -300, 1]
+    });
+    assert_eq!(
+        ints(&mut *site, stats)[1..],
+        [[11, 0, 1, 0, -350, 0], [12, 0, 1, 0, 40, 0]]
+    );
+    let peers = "SELECT uid, fid, active, announced, uploaded, downloaded, remaining, \
+                 ip = '127.0.0.1', ip = '' FROM xbt_files_users ORDER BY fid, uid";
+    assert_eq!(
+        ints(&mut *site, peers),
+        [
+            vec![1, 10, 1, 2, 600, 0, 0, 1, 0],
+            // User 2 is protected: no address written.
+            vec![2, 10, 1, 2, 100, 1000, 0, 0, 1],
+            vec![1, 11, 1, 2, 50, 400, 600, 1, 0],
+            vec![1, 12, 1, 2, 70, 30, 970, 1, 0],
+        ]
+    );
+    assert_eq!(
+        ints(&mut *site, "SELECT uid, fid, IP = '' FROM xbt_snatched"),
+        [[2, 10, 1]]
+    );
+    // The token saved user 2's 1000 bytes, and the completion ended it.
+    assert_eq!(
+        ints(
+            &mut *site,
+            "SELECT UserID, TorrentID, Downloaded, Expired FROM users_freeleeches ORDER BY \
+             TorrentID"
+        ),
+        [[2, 10, 1000, 1], [2, 11, 0, 1]]
+    );
+
+    // The site's calls, as Gazelle makes them: each answered `success`, each in force at
+    // once (the tables are not read again in this test).
+    let (ok, text) = gazelle_call(admin, "wrongwrongwrongwrongwrongwrong00", "action=add_user");
+    assert!(!ok && text.starts_with("HTTP/1.1 403"), "{text}");
+    let call = |params: &str| {
+        let (ok, text) = gazelle_call(admin, SITE_SECRET, params);
+        assert!(ok, "{params}: {text}");
+    };
+    call(&format!("action=add_user&id=4&passkey={G4}&visible=1"));
+    assert_eq!(go(&mut http, G4, None, A, 4, 0, 0, 0, Event::Started), None);
+    call(&format!(
+        "action=change_passkey&oldpasskey={G4}&newpasskey={G5}"
+    ));
+    let refused = go(&mut http, G4, None, A, 4, 0, 0, 0, Event::None).unwrap();
+    assert!(refused.contains("unknown passkey"), "{refused}");
+    assert_eq!(go(&mut http, G5, None, A, 4, 0, 0, 0, Event::None), None);
+    call(&format!(
+        "action=update_user&passkey={G5}&can_leech=0&visible=1"
+    ));
+    let refused = go(&mut http, G5, None, B, 4, 0, 0, 10, Event::Started).unwrap();
+    assert!(refused.contains("may not download"), "{refused}");
+    call(&format!("action=remove_user&passkey={G5}"));
+    assert!(go(&mut http, G5, None, A, 4, 0, 0, 0, Event::None).is_some());
+    // A deleted torrent's announces are told why, as Ocelot tells them.
+    call(&format!(
+        "action=delete_torrent&info_hash={}&reason=1",
+        pct(&B)
+    ));
+    let refused = go(&mut http, G1, None, B, 1, 50, 400, 600, Event::None).unwrap();
+    assert_eq!(refused, "Unregistered torrent: Trump");
+    call(&format!(
+        "action=add_torrent&id=13&info_hash={}&freetorrent=1",
+        pct(&GONE)
+    ));
+    let (_, info) = gazelle_call(
+        admin,
+        SITE_SECRET,
+        &format!("action=info_torrent&info_hash={}", "c3".repeat(20)),
+    );
+    assert!(info.contains("\"id\":13,\"free\":1"), "{info}");
+    // The whitelist: a client not on it is refused.
+    call("action=add_whitelist&peer_id=-TR");
+    let refused = go(&mut http, G1, None, A, 1, 600, 0, 0, Event::None).unwrap();
+    assert!(refused.contains("client is not allowed"), "{refused}");
+    call("action=edit_whitelist&old_peer_id=-TR&new_peer_id=-HP");
+    assert_eq!(go(&mut http, G1, None, A, 1, 600, 0, 0, Event::None), None);
+    call("action=remove_whitelist&peer_id=-HP");
+    call("action=update_announce_interval&new_announce_interval=1200");
+    let r = http.get(&format!(
+        "/{G1}{}",
+        announce_target(&announce(A, 1, 40001, 0, Event::None))
+    ));
+    let interval = int(&r.body, "interval");
+    assert!(
+        (1200..=1320).contains(&interval),
+        "{interval}: 1200 and its jitter"
+    );
+    // Bad calls are refused, naming what is wrong.
+    let (ok, text) = gazelle_call(admin, SITE_SECRET, "action=add_torrent&id=x");
+    assert!(
+        !ok && text.contains("400") && text.contains("id: must be"),
+        "{text}"
+    );
+    server.shutdown().unwrap();
+}

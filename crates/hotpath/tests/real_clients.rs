@@ -177,31 +177,50 @@ const LEECH_KEY: &str = "1eec1eec1eec1eec1eec";
 /// A private tracker on a site's tables in MariaDB: a seeder (libtorrent, or Transmission)
 /// announcing over HTTP with one passkey (in the path, or TorrentPier's `uk` parameter) and a
 /// libtorrent leecher over UDP with another (BEP 41 URL data) move a file. Returns each user's
-/// (uploaded, downloaded) as the site's tables credit them, and the clients' own counters.
+/// (uploaded, downloaded) as the site's tables credit them, the clients' own counters, and
+/// the site's database (dropped with the first).
 fn private_swarm(
     schema: hotpath_config::PrivateSchema,
     seeder: &str,
     credited: impl Fn(&mut dyn hotpath_store::Backend) -> Vec<[i64; 3]>,
-) -> (Vec<[i64; 3]>, serde_json::Value) {
+) -> (
+    Vec<[i64; 3]>,
+    serde_json::Value,
+    hotpath_store::testing::TestDb,
+    Box<dyn hotpath_store::Backend>,
+) {
     use hotpath_config::PrivateSchema;
     use hotpath_store::backend::{self, Dialect};
     use hotpath_store::table::Value;
     let db = hotpath_store::testing::test_db(Dialect::Mysql, "clients");
     let mut site = backend::connect(&db.url, &db.dir).unwrap();
-    let (ddl, users, torrents) = match schema {
+    let (ddl, users, torrents): (&[&str], _, _) = match schema {
         PrivateSchema::Torrentpier => (
-            TORRENTPIER_SCHEMA,
+            &TORRENTPIER_SCHEMA,
             "INSERT INTO bb_bt_users (user_id, auth_key) VALUES (1, ?), (2, ?)",
             "INSERT INTO bb_bt_torrents (topic_id, info_hash) VALUES (5, ?)",
         ),
+        PrivateSchema::Gazelle => (
+            &GAZELLE_SCHEMA,
+            "INSERT INTO users_main (ID, Username, Enabled, torrent_pass) VALUES \
+             (1, 'seeder', '1', ?), (2, 'leecher', '1', ?)",
+            "INSERT INTO torrents (ID, GroupID, info_hash) VALUES (5, 1, ?)",
+        ),
         _ => (
-            XBT_SCHEMA,
+            &XBT_SCHEMA,
             "INSERT INTO xbt_users (uid, torrent_pass) VALUES (1, ?), (2, ?)",
             "INSERT INTO xbt_torrents (tid, info_hash, mtime, ctime) VALUES (5, ?, 0, 0)",
         ),
     };
     for sql in ddl {
         site.execute(sql).unwrap();
+    }
+    if schema == PrivateSchema::Gazelle {
+        // Gazelle makes these rows with the user and the torrent.
+        site.execute("INSERT INTO users_leech_stats (UserID) VALUES (1), (2)")
+            .unwrap();
+        site.execute("INSERT INTO torrents_leech_stats (TorrentID) VALUES (5)")
+            .unwrap();
     }
     site.execute_with(users, &[SEED_KEY.into(), LEECH_KEY.into()])
         .unwrap();
@@ -288,7 +307,7 @@ fn private_swarm(
         "leecher credited {users:?}, reported {v}"
     );
     assert_eq!((users[0][2], users[1][1]), (0, 0), "{users:?}");
-    (users, v)
+    (users, v, db, site)
 }
 
 /// Every row's first three integers.
@@ -309,6 +328,35 @@ fn libtorrent_private_on_xbt_tables() {
             "SELECT uid, uploaded, downloaded FROM xbt_users ORDER BY uid",
         )
     });
+}
+
+#[test]
+fn libtorrent_private_on_gazelle_tables() {
+    let (_, v, _db, mut site) =
+        private_swarm(hotpath_config::PrivateSchema::Gazelle, "libtorrent", |db| {
+            ints3(
+                db,
+                "SELECT UserID, Uploaded, Downloaded FROM users_leech_stats ORDER BY UserID",
+            )
+        });
+    // Each client's row holds its own counters as it last reported them, as Ocelot writes
+    // them, and the leecher's download is a snatch.
+    let rows = ints3(
+        &mut *site,
+        "SELECT uid, uploaded, downloaded FROM xbt_files_users ORDER BY uid",
+    );
+    let reported = |who: &str, what: &str| v["counters"][who][what].as_i64().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0][1], reported("seeder", "uploaded"), "{rows:?} {v}");
+    assert_eq!(
+        rows[1][2],
+        reported("leecher", "downloaded"),
+        "{rows:?} {v}"
+    );
+    assert_eq!(
+        ints3(&mut *site, "SELECT uid, fid, tstamp > 0 FROM xbt_snatched"),
+        [[2, 5, 1]]
+    );
 }
 
 #[test]

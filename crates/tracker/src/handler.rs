@@ -19,6 +19,7 @@ use hotpath_wire::query::{self, is_global_unicast, Event, Id20};
 use hotpath_wire::udp;
 
 use crate::access::AccessView;
+use crate::private::gazelle;
 use crate::private::push::{self, ApiError, Call};
 use crate::private::stored::{AccountChange, LogChange, LoggedAnnounce, ACCOUNT_MAX_LEN};
 use crate::private::{Accounted, Ask, Private, Refusal, Torrent, User};
@@ -197,9 +198,22 @@ impl TrackerWorker {
             .announce(peer, now as u16, &mut self.rng, &mut self.sel);
         // A torrent not registered yet (XBT's auto_register) accounts nothing.
         let account = account.filter(|c| c.torrent != 0);
-        if let (Some(mut change), Some(j)) = (account, &mut self.journal) {
+        if let Some(mut change) = account {
             change.completed = u64::from(matches!(result, Ok((_, true))));
-            j.push(&change);
+            if change.completed > 0 && change.flags & AccountChange::TOKEN != 0 {
+                // The download a Gazelle freeleech token covered is done: the token is.
+                if let Some(g) = self
+                    .shared
+                    .private
+                    .as_ref()
+                    .and_then(|p| p.gazelle.as_ref())
+                {
+                    g.spend(change.user, change.torrent);
+                }
+            }
+            if let Some(j) = &mut self.journal {
+                j.push(&change);
+            }
         }
         let (c, snatched) = result?;
         let at = self.unix(now);
@@ -612,6 +626,63 @@ impl TrackerWorker {
         })
     }
 
+    /// Ocelot's update API for a Gazelle site, `/<private.site_secret>/update?action=…` on
+    /// the admin listener: the site's calls, answered `success` as Ocelot answers them. A
+    /// wrong secret counts against the address as a wrong push token does.
+    fn ocelot(
+        &mut self,
+        p: &Private,
+        req: &Request<'_, '_>,
+        ctx: &Context,
+        resp: &mut HttpResponse,
+    ) -> Option<Handled> {
+        let g = p.gazelle.as_ref()?;
+        let secret = req.path.strip_prefix('/')?.strip_suffix("/update")?;
+        if secret.contains('/') {
+            return None;
+        }
+        let error = |resp: &mut HttpResponse, status, text: &str| {
+            Some(hotpath_service::json_error(resp, status, Kind::ADMIN, text))
+        };
+        if g.secret.is_empty() {
+            return error(
+                resp,
+                403,
+                "Ocelot's update API is off: set private.site_secret",
+            );
+        }
+        let from = ctx.peer.ip();
+        if !p.token_guesses.allows(from, ctx.now) {
+            resp.extra_headers.extend_from_slice(b"Retry-After: 60\r\n");
+            return error(
+                resp,
+                429,
+                "too many wrong secrets from your address: wait a minute",
+            );
+        }
+        if !hotpath_service::same_secret(secret.as_bytes(), g.secret.as_bytes()) {
+            p.token_guesses.failed(from, ctx.now);
+            return error(resp, 403, "Authentication failure");
+        }
+        if req.method != "GET" {
+            resp.extra_headers.extend_from_slice(b"Allow: GET\r\n");
+            return error(resp, 405, "use GET, as Gazelle does");
+        }
+        let at = self.unix(ctx.now);
+        let cfg = (
+            self.shared.cfg.interval_secs,
+            self.shared.cfg.min_interval_secs,
+        );
+        match gazelle::decode(req.query).and_then(|a| p.ocelot(a, at, cfg)) {
+            Ok(body) => {
+                resp.content_type = "text/plain";
+                resp.body = body.into_bytes();
+                Some(Handled::Answered(Kind::ADMIN, Outcome::Ok))
+            }
+            Err(e) => error(resp, e.status, &e.message),
+        }
+    }
+
     fn bad_connection_id(&self, transaction_id: u32, out: &mut Vec<u8>, len: usize) -> Outcome {
         self.shared.counters.bad_connection_ids.add(1);
         udp::write_error(out, transaction_id, "connection id expired or invalid", len);
@@ -686,6 +757,9 @@ impl ServiceWorker for TrackerWorker {
         resp: &mut HttpResponse,
     ) -> Option<Handled> {
         let p = self.shared.private.clone()?;
+        if let Some(answered) = self.ocelot(&p, req, ctx, resp) {
+            return Some(answered);
+        }
         if req.path != "/admin/tracker" && !req.path.starts_with("/admin/tracker/") {
             return None;
         }

@@ -347,6 +347,11 @@ fn first_poll(
     if let Some(sql) = p.source.reset_counts(conn.dialect()) {
         conn.execute(&sql).map_err(err)?;
     }
+    if let Some(sql) = p.source.clear_stale(conn.dialect()) {
+        let before = hotpath_store::unix_now() - i64::from(p.peer_timeout());
+        conn.execute_with(&sql, &[hotpath_store::table::Value::Int(before)])
+            .map_err(err)?;
+    }
     Ok(held)
 }
 

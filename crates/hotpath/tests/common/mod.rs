@@ -561,6 +561,39 @@ pub const XBT_SCHEMA: [&str; 3] = [
 
 /// TorrentPier's tracker tables as its schema has them (MariaDB), the columns hotpath reads
 /// and writes with those beside them.
+/// Gazelle's tables as its schema has them (the columns Ocelot reads and writes, and NOT
+/// NULL ones it never fills).
+pub const GAZELLE_SCHEMA: [&str; 8] = [
+    "CREATE TABLE users_main (ID INT UNSIGNED NOT NULL AUTO_INCREMENT, Username VARCHAR(20) \
+     NOT NULL, IP VARCHAR(15) NOT NULL DEFAULT '0.0.0.0', Enabled ENUM('0','1','2') NOT NULL \
+     DEFAULT '0', Visible ENUM('1','0') NOT NULL DEFAULT '1', can_leech TINYINT NOT NULL \
+     DEFAULT 1, torrent_pass CHAR(32) NOT NULL, PRIMARY KEY (ID))",
+    "CREATE TABLE torrents (ID INT NOT NULL AUTO_INCREMENT, GroupID INT NOT NULL, info_hash \
+     BLOB NOT NULL, FreeTorrent ENUM('0','1','2') NOT NULL DEFAULT '0', Size BIGINT NOT NULL \
+     DEFAULT 0, PRIMARY KEY (ID), UNIQUE KEY InfoHash (info_hash(40)))",
+    "CREATE TABLE users_leech_stats (UserID INT UNSIGNED NOT NULL, Uploaded BIGINT UNSIGNED \
+     NOT NULL DEFAULT 0, Downloaded BIGINT UNSIGNED NOT NULL DEFAULT 0, PRIMARY KEY (UserID))",
+    "CREATE TABLE torrents_leech_stats (TorrentID INT NOT NULL, Seeders INT UNSIGNED NOT NULL \
+     DEFAULT 0, Leechers INT UNSIGNED NOT NULL DEFAULT 0, Snatched INT UNSIGNED NOT NULL \
+     DEFAULT 0, Balance BIGINT NOT NULL DEFAULT 0, last_action DATETIME NULL, PRIMARY KEY \
+     (TorrentID))",
+    "CREATE TABLE users_freeleeches (UserID INT NOT NULL, TorrentID INT NOT NULL, Time \
+     DATETIME NOT NULL, Expired TINYINT(1) NOT NULL DEFAULT 0, Downloaded BIGINT NOT NULL \
+     DEFAULT 0, Uses INT NOT NULL DEFAULT 1, PRIMARY KEY (UserID, TorrentID))",
+    "CREATE TABLE xbt_files_users (uid INT NOT NULL, active TINYINT(1) NOT NULL DEFAULT 1, \
+     announced INT NOT NULL DEFAULT 0, completed TINYINT(1) NOT NULL DEFAULT 0, downloaded \
+     BIGINT NOT NULL DEFAULT 0, remaining BIGINT NOT NULL DEFAULT 0, uploaded BIGINT NOT NULL \
+     DEFAULT 0, upspeed INT UNSIGNED NOT NULL DEFAULT 0, downspeed INT UNSIGNED NOT NULL \
+     DEFAULT 0, corrupt BIGINT NOT NULL DEFAULT 0, timespent INT UNSIGNED NOT NULL DEFAULT 0, \
+     useragent VARCHAR(51) NOT NULL DEFAULT '', connectable TINYINT NOT NULL DEFAULT 1, \
+     peer_id BINARY(20) NOT NULL, fid INT NOT NULL, mtime INT NOT NULL DEFAULT 0, ip \
+     VARCHAR(15) NOT NULL DEFAULT '', PRIMARY KEY (peer_id, fid, uid))",
+    "CREATE TABLE xbt_snatched (uid INT NOT NULL DEFAULT 0, tstamp INT NOT NULL, fid INT NOT \
+     NULL, IP VARCHAR(15) NOT NULL, seedtime INT NOT NULL DEFAULT 0)",
+    "CREATE TABLE xbt_client_whitelist (id INT UNSIGNED NOT NULL AUTO_INCREMENT, peer_id \
+     VARCHAR(20), vstring VARCHAR(200) DEFAULT '', PRIMARY KEY (id), UNIQUE KEY (peer_id))",
+];
+
 pub const TORRENTPIER_SCHEMA: [&str; 3] = [
     "CREATE TABLE bb_bt_users (user_id MEDIUMINT NOT NULL DEFAULT 0, auth_key CHAR(20) \
      CHARACTER SET utf8mb3 COLLATE utf8mb3_bin NOT NULL DEFAULT '', u_up_total BIGINT \

@@ -6,6 +6,7 @@
 //! Owns: [`Private`] (the registries, the rules, their counters) and [`Refusal`]. Must not:
 //! open sockets, or read the database outside [`source`] and its poller.
 
+pub mod gazelle;
 pub mod ledger;
 pub mod policy;
 pub mod push;
@@ -236,7 +237,8 @@ mod m {
     );
     pub static TOKENS: Desc = Desc::gauge(
         "hotpath_private_freeleech_tokens",
-        "Freeleech tokens held (private.max_tokens).",
+        "Freeleech tokens held (private.max_tokens): pushed, and Gazelle's read from its \
+         table or added by its calls.",
     );
     pub static POLLS: Desc = Desc::counter(
         "hotpath_private_polls_total",
@@ -422,6 +424,9 @@ pub struct Private {
     registering: Mutex<hashbrown::HashSet<Id20>>,
     /// XBT's settings as last applied (a change is logged).
     settings: Mutex<Option<xbt::Settings>>,
+    /// The Gazelle preset: IP-protected users, freeleech tokens, deleted torrents' reasons,
+    /// the site's secret for Ocelot's update API.
+    pub gazelle: Option<gazelle::Gazelle>,
 }
 
 impl Private {
@@ -451,8 +456,14 @@ impl Private {
                 }),
             slots: LeechSlots::new(c),
             poll_secs: c.poll_secs,
-            client_rows: c.schema == PrivateSchema::Torrentpier,
-            torrent_counts: matches!(c.schema, PrivateSchema::Xbt | PrivateSchema::XbtFiles),
+            client_rows: matches!(
+                c.schema,
+                PrivateSchema::Torrentpier | PrivateSchema::Gazelle
+            ),
+            torrent_counts: matches!(
+                c.schema,
+                PrivateSchema::Xbt | PrivateSchema::XbtFiles | PrivateSchema::Gazelle
+            ),
             refused: Default::default(),
             too_soon: Counter::default(),
             credit_cut: Counter::default(),
@@ -487,6 +498,7 @@ impl Private {
             registering: Mutex::new(hashbrown::HashSet::new()),
             ctimes: RwLock::new(hashbrown::HashMap::new()),
             settings: Mutex::new(None),
+            gazelle: (c.schema == PrivateSchema::Gazelle).then(|| gazelle::Gazelle::new(c)),
         }
     }
 
@@ -528,7 +540,15 @@ impl Private {
             })?;
         let known = self.torrents.get(a.info_hash);
         if known.is_none() && !self.auto_register.load(Ordering::Relaxed) {
-            return Err(self.refuse(Refusal::UnknownTorrent));
+            // A torrent Gazelle deleted is told why, as Ocelot tells it.
+            let why = self
+                .gazelle
+                .as_ref()
+                .and_then(|g| g.deleted_reason(a.info_hash, a.at));
+            return Err(match why {
+                Some(reason) => self.refuse_with(Refusal::UnknownTorrent, reason),
+                None => self.refuse(Refusal::UnknownTorrent),
+            });
         }
         let policy = self.policy.read();
         if !policy.rules.client_allowed(a.peer_id) {
@@ -653,6 +673,18 @@ impl Private {
         if torrent.poster == user.id {
             flags |= AccountChange::RELEASER;
         }
+        let (mut download_pct, upload_pct) = (torrent.download_pct, torrent.upload_pct);
+        if let Some(g) = &self.gazelle {
+            if g.is_protected(user.id) {
+                flags |= AccountChange::PROTECTED;
+            }
+            // A freeleech token counts nothing downloaded (on a neutral torrent nothing
+            // counts anyway, and the token is not used), and what it saved is written to it.
+            if upload_pct > 0 && g.token(user.id, torrent.id) {
+                flags |= AccountChange::TOKEN;
+                download_pct = 0;
+            }
+        }
         flags |= (torrent.tor_type & 3) << AccountChange::TOR_TYPE_SHIFT;
         if d.cut() {
             flags |= AccountChange::SUSPICIOUS;
@@ -679,8 +711,8 @@ impl Private {
         let change = AccountChange {
             user: user.id,
             torrent: torrent.id,
-            uploaded: credit(d.uploaded, torrent.upload_pct),
-            downloaded: credit(d.downloaded, torrent.download_pct),
+            uploaded: credit(d.uploaded, upload_pct),
+            downloaded: credit(d.downloaded, download_pct),
             uploaded_raw: d.uploaded,
             downloaded_raw: d.downloaded,
             remaining: a.left,
@@ -698,6 +730,7 @@ impl Private {
                     downloaded: a.downloaded,
                     speed_up: speed(d.uploaded),
                     speed_down: speed(d.downloaded),
+                    since: d.since,
                 }
             }),
         };
@@ -952,6 +985,11 @@ impl Private {
         }
     }
 
+    /// `tracker.peer_timeout_secs`.
+    pub fn peer_timeout(&self) -> u32 {
+        self.peer_timeout
+    }
+
     /// Whether a scrape may see `info_hash` (a registered torrent).
     pub fn scrapable(&self, info_hash: &Id20) -> bool {
         self.torrents.get(info_hash).is_some()
@@ -1002,6 +1040,25 @@ impl Private {
         }
         if let Some(ctimes) = polled.ctimes.take() {
             *self.ctimes.write() = ctimes;
+        }
+        if let (Some(site), Some(g)) = (polled.site.take(), &self.gazelle) {
+            *g.protected.write() = site.protected;
+            *g.tokens.write() = site.tokens;
+            // The whitelist is the allow list (none listed: the config's).
+            let allow = if site.clients.is_empty() {
+                g.config_allow.clone()
+            } else {
+                site.clients
+            };
+            let mut policy = self.policy.write();
+            if policy.rules.peer_id_allow != allow {
+                log::info!(
+                    "private: the client whitelist has {} prefixes{}",
+                    allow.len(),
+                    if allow.is_empty() { ": any client" } else { "" }
+                );
+                policy.rules.peer_id_allow = allow;
+            }
         }
         self.rows_skipped.add(polled.skipped as u64);
         let (u, t) = (polled.users, polled.torrents);
@@ -1177,7 +1234,11 @@ impl Private {
             .add(&m::PUSHES, get(&self.pushes))
             .add(&m::PUSH_ERRORS, get(&self.push_errors))
             .add(&m::RESTORE_SKIPPED, get(&self.restore_skipped))
-            .add(&m::TOKENS, self.policy.read().tokens())
+            .add(
+                &m::TOKENS,
+                self.policy.read().tokens()
+                    + self.gazelle.as_ref().map_or(0, |g| g.tokens.read().len()),
+            )
             .add(&m::LIMITED, self.slots.limited())
             .add(&m::POLLS, get(&self.polls))
             .add(&m::POLL_ERRORS, get(&self.poll_errors))

@@ -5,7 +5,8 @@
 //!
 //! Factors combine as the most generous: a download counts at the lowest of the torrent's,
 //! the site's and 0 for a user with personal freeleech or a token on the torrent; an upload
-//! at the highest of the torrent's and the site's.
+//! at the highest of the torrent's and the site's, except on a neutral torrent (its own
+//! upload factor 0), where nothing counts.
 //!
 //! Owns: [`Policy`], [`PushLog`]. Must not: touch the registries (the caller applies user
 //! and torrent changes), or do I/O outside [`PushLog`].
@@ -72,7 +73,12 @@ impl Policy {
     /// (`download_pct`, `upload_pct`), at unix second `at`.
     pub fn factors(&self, user: u32, torrent: u32, pcts: (u16, u16), at: u32) -> (u16, u16) {
         let mut down = pcts.0.min(self.download_pct);
-        let up = pcts.1.max(self.upload_pct);
+        // A neutral torrent (upload 0, Gazelle's FreeTorrent '2') counts nothing, whatever
+        // the site-wide factors.
+        let up = match pcts.1 {
+            0 => 0,
+            own => own.max(self.upload_pct),
+        };
         if down > 0 {
             let free = self.personal.get(&user).is_some_and(|&u| live(u, at))
                 || self
@@ -368,6 +374,7 @@ mod tests {
         });
         assert_eq!(p.factors(1, 2, (50, 200), 10), (0, 200));
         assert_eq!(p.factors(1, 2, (100, 100), 10), (0, 150));
+        assert_eq!(p.factors(1, 2, (0, 0), 10), (0, 0), "neutral stays neutral");
         p.apply(&Push::Freeleech {
             download_pct: 100,
             upload_pct: 100,

@@ -24,14 +24,14 @@ use super::slots::LeechSlots;
 use super::xbt::{Derived, Settings, Versioned};
 use super::{Torrent, User};
 
-/// The users' columns: id, passkey, can_leech, passkey version, removed, wait time, peers
-/// limit.
-const USER_COLS: usize = 7;
+/// The users' columns: id, passkey, can_leech, passkey version, removed (Gazelle:
+/// `Enabled`), wait time, peers limit, and Gazelle's `Visible` and `IP`.
+const USER_COLS: usize = 9;
 /// Of the users' columns, those an XBT site may lack: passkey, can_leech, passkey version,
 /// wait time, peers limit.
 const PROBED: [usize; 5] = [1, 2, 3, 5, 6];
 /// What a column an XBT site lacks is read as (by position in the users' columns).
-const ABSENT: [&str; USER_COLS] = ["", "#''", "#1", "#0", "#0", "#0", "#0"];
+const ABSENT: [&str; USER_COLS] = ["", "#''", "#1", "#0", "#0", "#0", "#0", "#'1'", "#''"];
 /// The most rows of `xbt_config` read (XBT knows about 40 settings).
 const MAX_SETTINGS: usize = 1_000;
 
@@ -58,6 +58,15 @@ pub struct Source {
     /// The largest `updated_at` of each table's last read (users, torrents, totals); `None`
     /// until a full read.
     since: Mutex<[Option<i64>; 3]>,
+    /// Gazelle's tokens and whitelist tables.
+    gazelle: Option<[String; 2]>,
+    /// The table holding the torrents' seeders and leechers (Gazelle's stats table, else the
+    /// torrents table).
+    counts_table: String,
+    /// The table of a row per client, where the preset has one.
+    peers: Option<String>,
+    /// Whether a table of the site's could not be read last time (said once in the log).
+    site_missing: std::sync::atomic::AtomicBool,
 }
 
 impl Source {
@@ -78,7 +87,9 @@ impl Source {
             PrivateSchema::Torrentpier => {
                 (or("torrents.tor_type", "0"), or("torrents.poster_id", "0"))
             }
+            PrivateSchema::Gazelle => (or("torrents.free", "'0'"), "#0".into()),
         };
+        let gazelle = c.schema == PrivateSchema::Gazelle;
         Source {
             schema: c.schema,
             users: must("users"),
@@ -87,9 +98,15 @@ impl Source {
                 or("users.passkey", "''"),
                 or("users.can_leech", "1"),
                 or("users.passkey_version", "0"),
-                or("users.removed", "0"),
+                if gazelle {
+                    or("users.enabled", "'1'")
+                } else {
+                    or("users.removed", "0")
+                },
                 or("users.wait_time", "0"),
                 or("users.peers_limit", "0"),
+                or("users.visible", "'1'"),
+                or("users.ip", "''"),
             ],
             users_updated: name("users.updated_at"),
             xbt: matches!(c.schema, PrivateSchema::Xbt | PrivateSchema::XbtFiles).then(|| Xbt {
@@ -107,9 +124,13 @@ impl Source {
                 or("torrents.removed", "0"),
             ],
             torrents_updated: name("torrents.updated_at"),
-            counts: name("torrents.seeders")
-                .zip(name("torrents.leechers"))
-                .map(|(s, l)| [s, l]),
+            counts: if gazelle {
+                Some(["Seeders".into(), "Leechers".into()])
+            } else {
+                name("torrents.seeders")
+                    .zip(name("torrents.leechers"))
+                    .map(|(s, l)| [s, l])
+            },
             totals: must("totals"),
             total_cols: [
                 must("totals.id"),
@@ -120,6 +141,10 @@ impl Source {
             ],
             totals_updated: name("totals.updated_at"),
             since: Mutex::new([None; 3]),
+            gazelle: gazelle.then(|| [must("tokens"), must("clients")]),
+            counts_table: name("torrent_stats").unwrap_or_else(|| must("torrents")),
+            peers: name("peers"),
+            site_missing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -152,7 +177,20 @@ impl Source {
         let [s, l] = self.counts.as_ref()?.each_ref().map(|c| dialect.quote(c));
         Some(format!(
             "UPDATE {} SET {s} = 0, {l} = 0 WHERE {s} <> 0 OR {l} <> 0",
-            dialect.quote(&self.torrents)
+            dialect.quote(&self.counts_table)
+        ))
+    }
+
+    /// Gazelle: the statement that deletes the rows of clients silent since before unix
+    /// second `?` (Ocelot empties the table at start, having lost its peers; hotpath keeps
+    /// its swarms across restarts, so only rows no swarm can hold any more go).
+    pub fn clear_stale(&self, dialect: Dialect) -> Option<String> {
+        self.gazelle.as_ref()?;
+        let peers = self.peers.as_ref()?;
+        Some(format!(
+            "DELETE FROM {} WHERE {} < ?",
+            dialect.quote(peers),
+            dialect.quote("mtime")
         ))
     }
 
@@ -213,6 +251,12 @@ impl Source {
                 2 => (50, 100),
                 _ => (100, 100),
             },
+            // Gazelle's FreeTorrent: '1' freeleech, '2' neutral.
+            PrivateSchema::Gazelle => match number(&r[2]) {
+                0 => (100, 100),
+                1 => (0, 100),
+                _ => (0, 0),
+            },
         };
         let poster = match self.schema {
             PrivateSchema::Torrentpier => u32::try_from(r[3].int()).unwrap_or(0),
@@ -249,6 +293,7 @@ impl Source {
     ) -> Result<Polled, StoreError> {
         let [users_since, torrents_since, totals_since] = *self.since.lock();
         let mut settings = None;
+        let protected = std::cell::RefCell::new(std::collections::HashSet::new());
         let (u, users_since) = match (&self.xbt, derived) {
             (Some(xbt), Some(derived)) => {
                 let first = xbt.present.lock().is_none();
@@ -265,11 +310,23 @@ impl Source {
                     updated: self.users_updated.as_deref(),
                 };
                 user_table.read_into(db, users_since, full, users, |r| {
-                    // A removed user's row is kept, marked: the user goes.
-                    if r[4].int() != 0 {
+                    // A removed user's row is kept, marked: the user goes (Gazelle: served
+                    // while Enabled is '1').
+                    let removed = match self.gazelle {
+                        Some(_) => number(&r[4]) != 1,
+                        None => r[4].int() != 0,
+                    };
+                    if removed {
                         return Some(None);
                     }
-                    Self::user(r).map(Some)
+                    let user = Self::user(r)?;
+                    // Gazelle's IP-protected users: not Visible, or at 127.0.0.1.
+                    if self.gazelle.is_some()
+                        && (number(&r[7]) == 0 || r[8].bytes() == b"127.0.0.1")
+                    {
+                        protected.borrow_mut().insert(user.1.id);
+                    }
+                    Some(Some(user))
                 })?
             }
         };
@@ -298,6 +355,14 @@ impl Source {
         } else {
             (0, None)
         };
+        let site = match &self.gazelle {
+            Some([tokens, clients]) => Some(Site {
+                protected: protected.into_inner(),
+                tokens: self.read_tokens(db, tokens, torrents.max())?,
+                clients: self.read_clients(db, clients)?,
+            }),
+            None => None,
+        };
         *self.since.lock() = [users_since, torrents_since, totals_since];
         Ok(Polled {
             skipped: u.skipped + t.skipped + c,
@@ -305,6 +370,7 @@ impl Source {
             torrents: t,
             settings,
             ctimes: derived.map(|_| ctimes.into_inner()),
+            site,
         })
     }
 
@@ -439,8 +505,111 @@ impl Source {
     }
 }
 
+/// A number a column holds as an integer or as text (an ENUM of digits, as Gazelle's
+/// `Enabled`, `Visible` and `FreeTorrent`); -1 for anything else.
+fn number(v: &Value) -> i64 {
+    match v {
+        Value::Int(i) => *i,
+        Value::Text(_) | Value::Blob(_) => std::str::from_utf8(v.bytes())
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(-1),
+        _ => -1,
+    }
+}
+
 /// What a read of one table did to its registry.
 pub type Read = Replaced;
+
+/// What Gazelle's tables hold beside users and torrents, as one poll read them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Site {
+    /// IP-protected users.
+    pub protected: std::collections::HashSet<u32>,
+    /// Freeleech tokens not expired (user, torrent).
+    pub tokens: std::collections::HashSet<(u32, u32)>,
+    /// The whitelist's peer id prefixes (empty: any client).
+    pub clients: Vec<Box<[u8]>>,
+}
+
+/// Most whitelist rows read (the push API's own cap on a client list).
+const MAX_CLIENT_ROWS: usize = super::push::MAX_CLIENTS;
+
+impl Source {
+    /// Reads a table of the site's that may be missing: a transient error is an error, any
+    /// other leaves `rows` as read so far, said once in the log.
+    fn read_optional(
+        &self,
+        db: &mut dyn Backend,
+        sql: &str,
+        table: &str,
+        row: &mut dyn FnMut(&[Value]),
+    ) -> Result<(), StoreError> {
+        match db.query(sql, &[], row) {
+            Ok(()) => Ok(()),
+            Err(
+                e @ StoreError::Db {
+                    fault: Fault::Transient,
+                    ..
+                },
+            ) => Err(e),
+            Err(e) => {
+                use std::sync::atomic::Ordering::Relaxed;
+                if !self.site_missing.swap(true, Relaxed) {
+                    log::warn!("private: {table} not read ({e}): taken as empty");
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Gazelle's freeleech tokens not expired, at most `max` (a row past it, or malformed,
+    /// is left out).
+    fn read_tokens(
+        &self,
+        db: &mut dyn Backend,
+        table: &str,
+        max: usize,
+    ) -> Result<std::collections::HashSet<(u32, u32)>, StoreError> {
+        let d = db.dialect();
+        let sql = format!(
+            "SELECT {}, {} FROM {} WHERE {} = 0",
+            d.quote("UserID"),
+            d.quote("TorrentID"),
+            d.quote(table),
+            d.quote("Expired")
+        );
+        let mut tokens = std::collections::HashSet::new();
+        self.read_optional(db, &sql, table, &mut |r| {
+            let id = |v: &Value| u32::try_from(v.int()).ok().filter(|&i| i > 0);
+            if let (Some(u), Some(t)) = (id(&r[0]), id(&r[1])) {
+                if tokens.len() < max {
+                    tokens.insert((u, t));
+                }
+            }
+        })?;
+        Ok(tokens)
+    }
+
+    /// Gazelle's whitelist: its peer id prefixes (1 to 20 bytes), at most
+    /// [`MAX_CLIENT_ROWS`].
+    fn read_clients(
+        &self,
+        db: &mut dyn Backend,
+        table: &str,
+    ) -> Result<Vec<Box<[u8]>>, StoreError> {
+        let d = db.dialect();
+        let sql = format!("SELECT {} FROM {}", d.quote("peer_id"), d.quote(table));
+        let mut clients: Vec<Box<[u8]>> = Vec::new();
+        self.read_optional(db, &sql, table, &mut |r| {
+            let p = r[0].bytes();
+            if !p.is_empty() && p.len() <= 20 && clients.len() < MAX_CLIENT_ROWS {
+                clients.push(p.into());
+            }
+        })?;
+        Ok(clients)
+    }
+}
 
 /// What one poll of the users and torrents tables did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -455,6 +624,8 @@ pub struct Polled {
     pub settings: Option<Settings>,
     /// XBT's torrents' `ctime` by id (the XBT presets; empty while no user has a wait time).
     pub ctimes: Option<hashbrown::HashMap<u32, u32>>,
+    /// Gazelle's protected users, tokens and whitelist (the Gazelle preset).
+    pub site: Option<Site>,
 }
 
 /// What the XBT presets look at beside the rows: the users' columns and the site's secret.
@@ -695,7 +866,7 @@ mod tests {
         // XBT's own schema has no can_leech: everyone may leech unless the site names one.
         assert_eq!(
             u,
-            "SELECT `uid`, `torrent_pass`, 1, `torrent_pass_version`, 0, `wait_time`, `peers_limit` FROM `xbt_users`"
+            "SELECT `uid`, `torrent_pass`, 1, `torrent_pass_version`, 0, `wait_time`, `peers_limit`, '1', '' FROM `xbt_users`"
         );
         assert_eq!(
             Source::new(&c).reset_counts(Dialect::Mysql).unwrap(),
@@ -709,7 +880,7 @@ mod tests {
         let [u, _] = Source::new(&named).statements(Dialect::Mysql);
         assert_eq!(
             u,
-            "SELECT `uid`, `torrent_pass`, `can_leech`, `torrent_pass_version`, 0, `wait_time`, `peers_limit` FROM `xbt_users`"
+            "SELECT `uid`, `torrent_pass`, `can_leech`, `torrent_pass_version`, 0, `wait_time`, `peers_limit`, '1', '' FROM `xbt_users`"
         );
         assert_eq!(
             t,
@@ -723,7 +894,7 @@ mod tests {
         let [u, t] = Source::new(&c).statements(Dialect::Postgres);
         assert_eq!(
             u,
-            r#"SELECT "user_id", "auth_key", 1, 0, 0, 0, 0 FROM "site"."bb_bt_users""#
+            r#"SELECT "user_id", "auth_key", 1, 0, 0, 0, 0, '1', '' FROM "site"."bb_bt_users""#
         );
         assert_eq!(
             t,
@@ -739,7 +910,37 @@ mod tests {
         );
         assert_eq!(
             sql,
-            r#"SELECT "user_id", "passkey", "can_leech", 0, "removed", 0, 0, "updated_at" FROM "hp_users" WHERE "updated_at" >= ?"#
+            r#"SELECT "user_id", "passkey", "can_leech", 0, "removed", 0, 0, '1', '', "updated_at" FROM "hp_users" WHERE "updated_at" >= ?"#
+        );
+        // Gazelle: users served while Enabled is '1', IP-protected by Visible and IP; the
+        // counts live in torrents_leech_stats, and stale client rows go at start.
+        let g = Source::new(&PrivateConfig {
+            schema: PrivateSchema::Gazelle,
+            ..Default::default()
+        });
+        let [u, t] = g.statements(Dialect::Mysql);
+        assert_eq!(
+            u,
+            "SELECT `ID`, `torrent_pass`, `can_leech`, 0, `Enabled`, 0, 0, `Visible`, `IP` \
+             FROM `users_main`"
+        );
+        assert_eq!(
+            t,
+            "SELECT `ID`, `info_hash`, `FreeTorrent`, 0, 0 FROM `torrents`"
+        );
+        assert_eq!(
+            g.reset_counts(Dialect::Mysql).unwrap(),
+            "UPDATE `torrents_leech_stats` SET `Seeders` = 0, `Leechers` = 0 WHERE `Seeders` \
+             <> 0 OR `Leechers` <> 0"
+        );
+        assert_eq!(
+            g.clear_stale(Dialect::Mysql).unwrap(),
+            "DELETE FROM `xbt_files_users` WHERE `mtime` < ?"
+        );
+        assert_eq!(
+            s.clear_stale(Dialect::Mysql),
+            None,
+            "hotpath's own keeps none"
         );
     }
 
@@ -847,5 +1048,28 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((t.1.download_pct, t.1.upload_pct), (0, 1000));
+        // Gazelle's FreeTorrent, an ENUM read as text: '1' freeleech, '2' neutral, and
+        // anything it does not know counts nothing either, as Ocelot reads it.
+        let g = Source::new(&PrivateConfig {
+            schema: PrivateSchema::Gazelle,
+            ..Default::default()
+        });
+        let hash = Value::Blob([1; 20].into());
+        for (free, pcts) in [
+            (Value::Text("0".into()), (100, 100)),
+            (Value::Text("1".into()), (0, 100)),
+            (Value::Text("2".into()), (0, 0)),
+            (Value::Blob(b"1".as_slice().into()), (0, 100)),
+            (Value::Int(0), (100, 100)),
+            (Value::Text("x".into()), (0, 0)),
+        ] {
+            let t = g
+                .torrent(&[v(5), hash.clone(), free.clone(), v(0), v(0)])
+                .unwrap()
+                .unwrap();
+            assert_eq!((t.1.download_pct, t.1.upload_pct), pcts, "{free:?}");
+        }
+        assert_eq!(number(&Value::Text(" 1 ".into())), 1);
+        assert_eq!(number(&Value::Null), -1);
     }
 }

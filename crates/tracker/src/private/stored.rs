@@ -36,13 +36,16 @@ const TAG_COUNTS: u8 = 7;
 const TAG_REGISTRY: u8 = 9;
 /// An announce or a scrape for XBT's logs (`log_announce`, `log_scrape`).
 const TAG_LOG: u8 = 10;
+/// An accounted announce with its client and the seconds since the client's last announce
+/// (what tag 6 carries, and Gazelle's `timespent`).
+const TAG_CLIENT_SINCE: u8 = 11;
 
 /// Encoded size of an [`AccountChange`] without its client.
 pub const ACCOUNT_LEN: usize = 1 + 4 + 4 + 6 * 8 + 1 + 4;
 /// Encoded size of a [`Client`].
 const CLIENT_LEN: usize = 20 + 16 + 1 + 2 + 8 + 8 + 4 + 4;
-/// Most bytes an [`AccountChange`] takes in the journal (with its client).
-pub const ACCOUNT_MAX_LEN: usize = ACCOUNT_LEN + CLIENT_LEN;
+/// Most bytes an [`AccountChange`] takes in the journal (with its client and its seconds).
+pub const ACCOUNT_MAX_LEN: usize = ACCOUNT_LEN + CLIENT_LEN + 4;
 /// Encoded size of a [`CountsChange`].
 const COUNTS_LEN: usize = 1 + 4 * 4;
 
@@ -64,6 +67,9 @@ pub struct Client {
     pub speed_up: u32,
     /// Bytes per second downloaded since.
     pub speed_down: u32,
+    /// Seconds since its last announce (0 for a new client, and in a change journaled
+    /// before they were kept).
+    pub since: u32,
 }
 
 /// One accounted announce.
@@ -107,13 +113,19 @@ impl AccountChange {
     pub const SUSPICIOUS: u8 = 8;
     /// Where the torrent's TorrentPier `tor_type` sits in the flags (two bits).
     pub const TOR_TYPE_SHIFT: u8 = 4;
+    /// The user is IP-protected (Gazelle): no address of theirs is written.
+    pub const PROTECTED: u8 = 64;
+    /// A freeleech token of the site's (Gazelle) made the download free: what it saved is
+    /// written to the token, and a completion ends it.
+    pub const TOKEN: u8 = 128;
 
     /// Decodes the change at the start of `b` and its length; `None` when it is not one.
     pub fn decode(b: &[u8]) -> Option<(AccountChange, usize)> {
         let tag = *b.first()?;
         let len = match tag {
             TAG => ACCOUNT_LEN,
-            TAG_CLIENT => ACCOUNT_MAX_LEN,
+            TAG_CLIENT => ACCOUNT_LEN + CLIENT_LEN,
+            TAG_CLIENT_SINCE => ACCOUNT_MAX_LEN,
             _ => return None,
         };
         if b.len() < len {
@@ -121,7 +133,7 @@ impl AccountChange {
         }
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
-        let client = if tag == TAG_CLIENT {
+        let client = if tag != TAG {
             let c = ACCOUNT_LEN;
             let ip: [u8; 16] = b[c + 20..c + 36].try_into().unwrap();
             // One encoding per client: an IPv4 address padded with zeros, a family of 0 or 1.
@@ -140,6 +152,11 @@ impl AccountChange {
                 downloaded: u64_at(c + 47),
                 speed_up: u32_at(c + 55),
                 speed_down: u32_at(c + 59),
+                since: if tag == TAG_CLIENT_SINCE {
+                    u32_at(c + 63)
+                } else {
+                    0
+                },
             })
         } else {
             None
@@ -172,7 +189,7 @@ impl Encode for AccountChange {
 
     fn encode(&self, out: &mut Vec<u8>) {
         out.push(if self.client.is_some() {
-            TAG_CLIENT
+            TAG_CLIENT_SINCE
         } else {
             TAG
         });
@@ -207,6 +224,7 @@ impl Encode for AccountChange {
             out.extend_from_slice(&c.downloaded.to_le_bytes());
             out.extend_from_slice(&c.speed_up.to_le_bytes());
             out.extend_from_slice(&c.speed_down.to_le_bytes());
+            out.extend_from_slice(&c.since.to_le_bytes());
         }
     }
 }
@@ -551,12 +569,14 @@ struct OnTorrent {
     at: u32,
 }
 
-/// A torrent's merged counts (XBT's torrents table).
+/// A torrent's merged counts (XBT's torrents table, Gazelle's `torrents_leech_stats`).
 #[derive(Debug, Clone, Copy, Default)]
 struct TorrentState {
     /// Seeders and leechers of the latest snapshot, if one came.
     counts: Option<(u32, u32)>,
     completed: u64,
+    /// Bytes uploaded less bytes downloaded, as reported (Gazelle's `Balance`).
+    balance: i64,
     at: u32,
 }
 
@@ -565,6 +585,10 @@ struct TorrentState {
 struct ClientRow {
     client: Option<Client>,
     counts: Counts,
+    /// Announces merged (Gazelle's `announced`), and their seconds since the client's last
+    /// (its `timespent`).
+    announces: u64,
+    timespent: u64,
     remaining: u64,
     flags: u8,
     at: u32,
@@ -586,6 +610,15 @@ enum Writes {
     /// TorrentPier's `bb_bt_tracker`, a row per client (upserted); the site's cron adds
     /// `up_add`/`down_add` to the users' totals and deletes rows whose `update_time` is old.
     Torrentpier { tracker: &'static Table },
+    /// Gazelle's, as Ocelot writes them: users' totals (`+=`), torrents' stats, a row per
+    /// client (upserted), a row per snatch, and what each freeleech token saved.
+    Gazelle {
+        users: &'static Table,
+        stats: &'static Table,
+        peers: &'static Table,
+        snatches: &'static Table,
+        tokens: &'static Table,
+    },
 }
 
 /// The merge queue: totals per user, state per (user, torrent), counts per torrent and rows
@@ -601,6 +634,12 @@ pub struct AccountQueue {
     pushed: HashMap<(bool, u32), RegistryChange>,
     /// Announces and scrapes for XBT's logs, in order.
     logs: Vec<LogChange>,
+    /// Gazelle's snatches (user, torrent, unix second, address or "" when protected), in
+    /// order.
+    snatches: Vec<(u32, u32, u32, String)>,
+    /// Gazelle's freeleech tokens used: bytes downloaded under each, and whether a
+    /// completion ended it.
+    tokens: HashMap<(u32, u32), (u64, bool)>,
 }
 
 impl Default for AccountQueue {
@@ -619,6 +658,8 @@ impl AccountQueue {
             clients: HashMap::new(),
             pushed: HashMap::new(),
             logs: Vec::new(),
+            snatches: Vec::new(),
+            tokens: HashMap::new(),
         }
     }
 
@@ -626,9 +667,10 @@ impl AccountQueue {
     /// workers' commits: nothing a preset does not write is kept).
     fn account(&mut self, c: &AccountChange) {
         let counts = Counts::of(c);
-        if matches!(self.writes, Writes::Torrentpier { .. }) {
-            self.client_row(c, counts);
-            return;
+        match self.writes {
+            Writes::Torrentpier { .. } => return self.client_row(c, counts),
+            Writes::Gazelle { .. } => return self.gazelle(c, counts),
+            _ => {}
         }
         let u = self.users.entry(c.user).or_default();
         u.0.add(counts);
@@ -665,11 +707,17 @@ impl AccountQueue {
             .or_insert(ClientRow {
                 client: None,
                 counts: Counts::default(),
+                announces: 0,
+                timespent: 0,
                 remaining: 0,
                 flags: AccountChange::STOPPED,
                 at: 0,
             });
         r.counts.add(counts);
+        r.announces = r.announces.saturating_add(1);
+        r.timespent = r
+            .timespent
+            .saturating_add(c.client.map_or(0, |k| u64::from(k.since)));
         if c.at >= r.at {
             r.client = c.client;
             r.remaining = c.remaining;
@@ -681,6 +729,109 @@ impl AccountQueue {
                 };
             r.at = c.at;
         }
+    }
+
+    /// Gazelle: merges an accounted announce into the user's totals, the client's row, the
+    /// torrent's stats, its snatch and the token it used.
+    fn gazelle(&mut self, c: &AccountChange, counts: Counts) {
+        let u = self.users.entry(c.user).or_default();
+        u.0.add(counts);
+        u.1 = u.1.max(c.at);
+        self.client_row(c, counts);
+        let t = self.torrents.entry(c.torrent).or_default();
+        t.completed = t.completed.saturating_add(c.completed);
+        let signed = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        t.balance = t
+            .balance
+            .saturating_add(signed(c.uploaded_raw))
+            .saturating_sub(signed(c.downloaded_raw));
+        t.at = t.at.max(c.at);
+        if c.flags & AccountChange::TOKEN != 0 {
+            let k = self.tokens.entry((c.user, c.torrent)).or_default();
+            k.0 = k.0.saturating_add(c.downloaded_raw);
+            k.1 |= c.completed > 0;
+        }
+        if c.completed > 0 {
+            let ip = gazelle_ip(c);
+            self.snatches.push((c.user, c.torrent, c.at, ip));
+        }
+    }
+
+    fn gazelle_rows(
+        &mut self,
+        [users_t, stats_t, peers_t, snatches_t, tokens_t]: [&'static Table; 5],
+    ) -> Vec<Rows> {
+        let mut users: Vec<_> = self.users.drain().collect();
+        users.sort_unstable_by_key(|u| u.0);
+        let mut urows = Rows::with_capacity(users_t, users.len());
+        for (id, (c, _)) in users {
+            urows.push([id.into(), int(c.uploaded), int(c.downloaded)]);
+        }
+        let mut tors: Vec<_> = self.torrents.drain().collect();
+        tors.sort_unstable_by_key(|t| t.0);
+        let mut trows = Rows::with_capacity(stats_t, tors.len());
+        for (id, t) in tors {
+            let (s, l) = t
+                .counts
+                .map_or((Value::Null, Value::Null), |(s, l)| (s.into(), l.into()));
+            // As Ocelot sets it: the time of a count with seeders (UTC), else as it was.
+            let last_action = match t.counts {
+                Some((seeders, _)) if seeders > 0 => Value::from(&*datetime(t.at)),
+                _ => Value::Null,
+            };
+            trows.push([
+                id.into(),
+                s,
+                l,
+                int(t.completed),
+                Value::Int(t.balance),
+                last_action,
+            ]);
+        }
+        let mut cs: Vec<_> = self.clients.drain().collect();
+        cs.sort_unstable_by_key(|c| c.0);
+        let mut prows = Rows::with_capacity(peers_t, cs.len());
+        for ((torrent, user, peer_id), r) in cs {
+            let (up, down, su, sd) = r.client.map_or((0, 0, 0, 0), |k| {
+                (k.uploaded, k.downloaded, k.speed_up, k.speed_down)
+            });
+            let change = AccountChange {
+                flags: r.flags,
+                client: r.client,
+                ..AccountChange::default()
+            };
+            prows.push([
+                user.into(),
+                torrent.into(),
+                Value::Blob(peer_id.into()),
+                Value::Int(i64::from(r.flags & AccountChange::STOPPED == 0)),
+                int(r.announces),
+                int(up),
+                int(down),
+                int(r.remaining),
+                su.into(),
+                sd.into(),
+                int(r.timespent),
+                Value::from(&*gazelle_ip(&change)),
+                r.at.into(),
+            ]);
+        }
+        let mut srows = Rows::with_capacity(snatches_t, self.snatches.len());
+        for (user, torrent, at, ip) in self.snatches.drain(..) {
+            srows.push([user.into(), torrent.into(), at.into(), Value::from(&*ip)]);
+        }
+        let mut ks: Vec<_> = self.tokens.drain().collect();
+        ks.sort_unstable_by_key(|k| k.0);
+        let mut krows = Rows::with_capacity(tokens_t, ks.len());
+        for ((user, torrent), (downloaded, ended)) in ks {
+            krows.push([
+                user.into(),
+                torrent.into(),
+                int(downloaded),
+                if ended { Value::Int(1) } else { Value::Null },
+            ]);
+        }
+        vec![urows, trows, prows, srows, krows]
     }
 
     fn hotpath_rows(&mut self) -> Vec<Rows> {
@@ -889,6 +1040,30 @@ impl AccountQueue {
     }
 }
 
+/// The address Gazelle's tables get for a change's client: its IPv4 address as text, or ""
+/// for an IP-protected user, an IPv6 address (Gazelle's column holds 15 characters; Ocelot
+/// serves IPv4 only) and a change without its client.
+fn gazelle_ip(c: &AccountChange) -> String {
+    match c.client {
+        Some(Client {
+            ip: IpAddr::V4(a), ..
+        }) if c.flags & AccountChange::PROTECTED == 0 => a.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// Unix second `at` as a UTC `YYYY-MM-DD HH:MM:SS`, as a DATETIME column takes it.
+fn datetime(at: u32) -> String {
+    let (days, secs) = (i64::from(at) / 86_400, at % 86_400);
+    let (y, m, d) = hotpath_wire::http::civil_date(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
 /// A client's key in `bb_bt_tracker` (32 characters): its torrent and user in hex, then a
 /// hash of its peer id, so rows of two users never meet and one client keeps its row across
 /// restarts.
@@ -918,8 +1093,9 @@ fn printable(peer_id: &[u8; 20]) -> String {
 impl Queue for AccountQueue {
     fn apply(&mut self, bytes: &[u8]) -> Option<usize> {
         if let Some((c, len)) = CountsChange::decode(bytes) {
-            // Only XBT's torrents table keeps them; another preset reads them and drops them.
-            if !matches!(self.writes, Writes::Xbt { .. }) {
+            // Only XBT's torrents table and Gazelle's stats keep them; another preset reads
+            // them and drops them.
+            if !matches!(self.writes, Writes::Xbt { .. } | Writes::Gazelle { .. }) {
                 return Some(len);
             }
             let s = self.torrents.entry(c.torrent).or_default();
@@ -955,6 +1131,13 @@ impl Queue for AccountQueue {
                 self.users.len() + self.on_torrents.len() + self.torrents.len() + self.logs.len()
             }
             Writes::Torrentpier { .. } => self.clients.len(),
+            Writes::Gazelle { .. } => {
+                self.users.len()
+                    + self.torrents.len()
+                    + self.clients.len()
+                    + self.snatches.len()
+                    + self.tokens.len()
+            }
         }
     }
 
@@ -973,6 +1156,13 @@ impl Queue for AccountQueue {
                 rows
             }
             Writes::Torrentpier { tracker } => self.torrentpier_rows(tracker),
+            Writes::Gazelle {
+                users,
+                stats,
+                peers,
+                snatches,
+                tokens,
+            } => self.gazelle_rows([users, stats, peers, snatches, tokens]),
         }
     }
 
@@ -985,6 +1175,8 @@ impl Queue for AccountQueue {
             clients: HashMap::with_capacity(self.clients.len()),
             pushed: HashMap::new(),
             logs: Vec::new(),
+            snatches: Vec::new(),
+            tokens: HashMap::new(),
         })
     }
 
@@ -1123,11 +1315,94 @@ fn site_service(c: &PrivateConfig) -> &'static Service {
                 vec![tracker],
             )
         }
+        PrivateSchema::Gazelle => {
+            let (r, add) = (Merge::Replace, Merge::Add);
+            // Rows the site makes with the user and the torrent: only updated.
+            let users = table(
+                name("totals"),
+                vec![
+                    col(leak(name("totals.id")), Type::Int, Merge::Key),
+                    col(leak(name("totals.uploaded")), Type::Int, add),
+                    col(leak(name("totals.downloaded")), Type::Int, add),
+                ],
+                true,
+            );
+            let stats = table(
+                name("torrent_stats"),
+                vec![
+                    col("TorrentID", Type::Int, Merge::Key),
+                    col("Seeders", Type::Int, r),
+                    col("Leechers", Type::Int, r),
+                    col("Snatched", Type::Int, add),
+                    col("Balance", Type::Int, add),
+                    col("last_action", Type::Text, r),
+                ],
+                true,
+            );
+            let peers = table(
+                name("peers"),
+                vec![
+                    col("uid", Type::Int, Merge::Key),
+                    col("fid", Type::Int, Merge::Key),
+                    col("peer_id", Type::Blob, Merge::Key).max_bytes(20),
+                    col("active", Type::Int, r),
+                    col("announced", Type::Int, add),
+                    col("uploaded", Type::Int, r),
+                    col("downloaded", Type::Int, r),
+                    col("remaining", Type::Int, r),
+                    col("upspeed", Type::Int, r),
+                    col("downspeed", Type::Int, r),
+                    col("timespent", Type::Int, add),
+                    col("ip", Type::Text, r).max_bytes(15),
+                    col("mtime", Type::Int, Merge::Max),
+                ],
+                false,
+            );
+            let keep = Merge::Keep;
+            let snatches = table(
+                name("snatches"),
+                vec![
+                    col("uid", Type::Int, keep),
+                    col("fid", Type::Int, keep),
+                    col("tstamp", Type::Int, keep),
+                    col("IP", Type::Text, keep).max_bytes(15),
+                ],
+                false,
+            );
+            let tokens = table(
+                name("tokens"),
+                vec![
+                    col("UserID", Type::Int, Merge::Key),
+                    col("TorrentID", Type::Int, Merge::Key),
+                    col("Downloaded", Type::Int, add),
+                    col("Expired", Type::Int, r),
+                ],
+                true,
+            );
+            (
+                "private_gazelle",
+                Writes::Gazelle {
+                    users,
+                    stats,
+                    peers,
+                    snatches,
+                    tokens,
+                },
+                vec![users, stats, peers, snatches, tokens],
+            )
+        }
     };
     let writes: &'static Writes = Box::leak(Box::new(writes));
     Box::leak(Box::new(Service {
         name: service_name,
-        tags: &[TAG, TAG_CLIENT, TAG_COUNTS, TAG_REGISTRY, TAG_LOG],
+        tags: &[
+            TAG,
+            TAG_CLIENT,
+            TAG_COUNTS,
+            TAG_REGISTRY,
+            TAG_LOG,
+            TAG_CLIENT_SINCE,
+        ],
         tables: Box::leak(tables.into_boxed_slice()),
         // The site's tables are the site's: no migration.
         migrations: &[],
@@ -1232,7 +1507,14 @@ pub static TORRENTS: Table = Table {
 /// Private mode, as the store knows it.
 pub static PRIVATE: Service = Service {
     name: "private",
-    tags: &[TAG, TAG_CLIENT, TAG_COUNTS, TAG_REGISTRY, TAG_LOG],
+    tags: &[
+        TAG,
+        TAG_CLIENT,
+        TAG_COUNTS,
+        TAG_REGISTRY,
+        TAG_LOG,
+        TAG_CLIENT_SINCE,
+    ],
     tables: &[&USER_TOTALS, &USER_TORRENTS, &USERS, &TORRENTS],
     queue: &|| Box::<AccountQueue>::default(),
     migrations: &[Migration {
@@ -1365,6 +1647,7 @@ mod tests {
             downloaded: 7,
             speed_up: 3,
             speed_down: 4,
+            since: 30,
         }
     }
 
@@ -1559,6 +1842,170 @@ mod tests {
         let orphan = by_hash(10, 2, &[0; 20]);
         assert_eq!(orphan[15..18], [40i64, 20, 0].map(Value::Int));
         assert_eq!(orphan[8], Value::Int(0), "not the releaser");
+    }
+
+    #[test]
+    fn a_client_journaled_before_its_seconds_were_kept_still_decodes() {
+        let c = AccountChange {
+            client: Some(client("203.0.113.5", 9)),
+            ..change(7, 9, 100, 1234)
+        };
+        let mut b = Vec::new();
+        c.encode(&mut b);
+        assert_eq!(b[0], TAG_CLIENT_SINCE);
+        // Tag 6: the same without the last four bytes.
+        let mut old = b[..ACCOUNT_MAX_LEN - 4].to_vec();
+        old[0] = TAG_CLIENT;
+        let (d, len) = AccountChange::decode(&old).unwrap();
+        assert_eq!(len, ACCOUNT_MAX_LEN - 4);
+        assert_eq!(d.client.unwrap().since, 0);
+        assert_eq!(
+            AccountChange {
+                client: c.client.map(|k| Client { since: 0, ..k }),
+                ..c
+            },
+            d
+        );
+    }
+
+    #[test]
+    fn gazelle_gets_totals_stats_client_rows_snatches_and_tokens() {
+        let s = service(&config("gazelle"));
+        let names: Vec<&str> = s.tables.iter().map(|t| t.name).collect();
+        assert_eq!(
+            names,
+            [
+                "users_leech_stats",
+                "torrents_leech_stats",
+                "xbt_files_users",
+                "xbt_snatched",
+                "users_freeleeches"
+            ]
+        );
+        let mut q = Queues::new(&[s]).unwrap();
+        let c = client("203.0.113.5", 1000);
+        q.push(&AccountChange {
+            client: Some(c),
+            ..change(1, 10, 100, 50)
+        })
+        .unwrap();
+        // The same client again, completing under a freeleech token; then an IP-protected
+        // user's client, and one over IPv6 (which Gazelle's 15-character column cannot hold).
+        q.push(&AccountChange {
+            client: Some(Client {
+                uploaded: 1100,
+                ..c
+            }),
+            completed: 1,
+            flags: AccountChange::SEEDING | AccountChange::TOKEN,
+            ..change(1, 10, 10, 60)
+        })
+        .unwrap();
+        q.push(&AccountChange {
+            client: Some(c),
+            flags: AccountChange::PROTECTED,
+            completed: 1,
+            ..change(2, 10, 4, 61)
+        })
+        .unwrap();
+        q.push(&AccountChange {
+            client: Some(client("2001:db8::7", 5)),
+            flags: AccountChange::STOPPED,
+            ..change(3, 11, 2, 62)
+        })
+        .unwrap();
+        q.push(&CountsChange {
+            torrent: 10,
+            seeders: 2,
+            leechers: 0,
+            at: 86_400 + 3661,
+        })
+        .unwrap();
+        let b = q.take();
+        let part = |i: usize| b.part(s.tables[i]).unwrap();
+        let users = part(0);
+        assert_eq!(
+            users.iter().map(|r| r.to_vec()).collect::<Vec<_>>(),
+            [[1i64, 110, 55], [2, 4, 2], [3, 2, 1]].map(|r| r.map(Value::Int).to_vec())
+        );
+        let stats: Vec<Vec<Value>> = part(1).iter().map(|r| r.to_vec()).collect();
+        // Torrent 10: its counts, two snatches, raw up less raw down, and the time of a
+        // count with seeders; torrent 11: no count came, so nothing replaces it.
+        assert_eq!(
+            stats[0],
+            [
+                Value::Int(10),
+                Value::Int(2),
+                Value::Int(0),
+                Value::Int(2),
+                Value::Int(220 + 8 - 110 - 4),
+                Value::from("1970-01-02 01:01:01"),
+            ]
+        );
+        assert_eq!(
+            stats[1],
+            [
+                Value::Int(11),
+                Value::Null,
+                Value::Null,
+                Value::Int(0),
+                Value::Int(2),
+                Value::Null
+            ]
+        );
+        let peers = part(2);
+        assert_eq!(peers.len(), 3);
+        let row = |user: i64| {
+            peers
+                .iter()
+                .find(|r| r[0] == Value::Int(user))
+                .unwrap()
+                .to_vec()
+        };
+        assert_eq!(
+            row(1)[3..],
+            [
+                Value::Int(1),
+                Value::Int(2),
+                Value::Int(1100),
+                Value::Int(7),
+                Value::Int(60),
+                Value::Int(3),
+                Value::Int(4),
+                Value::Int(60),
+                Value::from("203.0.113.5"),
+                Value::Int(60),
+            ],
+            "active, announced, uploaded, downloaded, remaining, speeds, timespent, ip, mtime"
+        );
+        assert_eq!(row(2)[11], Value::from(""), "protected: no address");
+        assert_eq!(row(3)[3], Value::Int(0), "stopped");
+        assert_eq!(row(3)[11], Value::from(""), "IPv6: no address");
+        let snatches = part(3);
+        assert_eq!(
+            snatches.iter().map(|r| r.to_vec()).collect::<Vec<_>>(),
+            [
+                vec![
+                    Value::Int(1),
+                    Value::Int(10),
+                    Value::Int(60),
+                    Value::from("203.0.113.5")
+                ],
+                vec![
+                    Value::Int(2),
+                    Value::Int(10),
+                    Value::Int(61),
+                    Value::from("")
+                ],
+            ]
+        );
+        let tokens: Vec<Vec<Value>> = part(4).iter().map(|r| r.to_vec()).collect();
+        assert_eq!(
+            tokens[0],
+            [1i64, 10, 10, 1].map(Value::Int),
+            "what the token saved (raw), and ended by the completion"
+        );
+        assert_eq!(tokens.len(), 1);
     }
 
     #[test]
