@@ -35,6 +35,7 @@ pub fn site_services() -> Vec<[&'static hotpath_store::Service; 4]> {
         PrivateSchema::Xbt,
         PrivateSchema::XbtFiles,
         PrivateSchema::Torrentpier,
+        PrivateSchema::Gazelle,
     ]
     .map(|schema| {
         let site = hotpath_tracker::private::stored::service(&PrivateConfig {

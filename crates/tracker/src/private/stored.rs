@@ -37,7 +37,8 @@ const TAG_REGISTRY: u8 = 9;
 /// An announce or a scrape for XBT's logs (`log_announce`, `log_scrape`).
 const TAG_LOG: u8 = 10;
 /// An accounted announce with its client and the seconds since the client's last announce
-/// (what tag 6 carries, and Gazelle's `timespent`).
+/// (what tag 6 carries, and Gazelle's `timespent`), when there are some: a client's first
+/// announce, with none, is tag 6, so each change has one encoding.
 const TAG_CLIENT_SINCE: u8 = 11;
 
 /// Encoded size of an [`AccountChange`] without its client.
@@ -152,10 +153,11 @@ impl AccountChange {
                 downloaded: u64_at(c + 47),
                 speed_up: u32_at(c + 55),
                 speed_down: u32_at(c + 59),
-                since: if tag == TAG_CLIENT_SINCE {
-                    u32_at(c + 63)
-                } else {
-                    0
+                since: match tag {
+                    // One encoding per change: seconds of 0 are tag 6's.
+                    TAG_CLIENT_SINCE if u32_at(c + 63) == 0 => return None,
+                    TAG_CLIENT_SINCE => u32_at(c + 63),
+                    _ => 0,
                 },
             })
         } else {
@@ -180,18 +182,18 @@ impl AccountChange {
 
 impl Encode for AccountChange {
     fn encoded_len(&self) -> usize {
-        if self.client.is_some() {
-            ACCOUNT_MAX_LEN
-        } else {
-            ACCOUNT_LEN
+        match self.client {
+            Some(c) if c.since > 0 => ACCOUNT_MAX_LEN,
+            Some(_) => ACCOUNT_LEN + CLIENT_LEN,
+            None => ACCOUNT_LEN,
         }
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
-        out.push(if self.client.is_some() {
-            TAG_CLIENT_SINCE
-        } else {
-            TAG
+        out.push(match self.client {
+            Some(c) if c.since > 0 => TAG_CLIENT_SINCE,
+            Some(_) => TAG_CLIENT,
+            None => TAG,
         });
         out.extend_from_slice(&self.user.to_le_bytes());
         out.extend_from_slice(&self.torrent.to_le_bytes());
@@ -224,7 +226,9 @@ impl Encode for AccountChange {
             out.extend_from_slice(&c.downloaded.to_le_bytes());
             out.extend_from_slice(&c.speed_up.to_le_bytes());
             out.extend_from_slice(&c.speed_down.to_le_bytes());
-            out.extend_from_slice(&c.since.to_le_bytes());
+            if c.since > 0 {
+                out.extend_from_slice(&c.since.to_le_bytes());
+            }
         }
     }
 }
@@ -1853,19 +1857,25 @@ mod tests {
         let mut b = Vec::new();
         c.encode(&mut b);
         assert_eq!(b[0], TAG_CLIENT_SINCE);
-        // Tag 6: the same without the last four bytes.
+        // Tag 6: the same without the last four bytes, as a change journaled before the
+        // seconds were kept, and as a client's first announce (no seconds) is still written.
         let mut old = b[..ACCOUNT_MAX_LEN - 4].to_vec();
         old[0] = TAG_CLIENT;
         let (d, len) = AccountChange::decode(&old).unwrap();
         assert_eq!(len, ACCOUNT_MAX_LEN - 4);
-        assert_eq!(d.client.unwrap().since, 0);
-        assert_eq!(
-            AccountChange {
-                client: c.client.map(|k| Client { since: 0, ..k }),
-                ..c
-            },
-            d
-        );
+        let first = AccountChange {
+            client: c.client.map(|k| Client { since: 0, ..k }),
+            ..c
+        };
+        assert_eq!(first, d);
+        let mut again = Vec::new();
+        first.encode(&mut again);
+        assert_eq!(again, old, "one encoding per change");
+        assert_eq!(first.encoded_len(), old.len());
+        // Tag 11 with no seconds is not a change: that one is tag 6's.
+        let mut zero = b.clone();
+        zero[ACCOUNT_MAX_LEN - 4..].fill(0);
+        assert!(AccountChange::decode(&zero).is_none());
     }
 
     #[test]
