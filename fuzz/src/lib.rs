@@ -36,6 +36,7 @@ pub fn site_services() -> Vec<[&'static hotpath_store::Service; 4]> {
         PrivateSchema::XbtFiles,
         PrivateSchema::Torrentpier,
         PrivateSchema::Gazelle,
+        PrivateSchema::Unit3d,
     ]
     .map(|schema| {
         let site = hotpath_tracker::private::stored::service(&PrivateConfig {

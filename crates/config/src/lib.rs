@@ -565,6 +565,9 @@ pub enum PrivateSchema {
     /// Gazelle's tables, as its tracker Ocelot reads and writes them (`users_main`,
     /// `torrents`, `users_leech_stats`, `torrents_leech_stats`, `xbt_files_users`, …).
     Gazelle,
+    /// UNIT3D's tables, as its tracker UNIT3D-Announce reads and writes them (`users`,
+    /// `groups`, `torrents`, `peers`, `history`, …).
+    Unit3d,
 }
 
 impl PrivateSchema {
@@ -641,6 +644,44 @@ impl PrivateSchema {
                 // Peer id prefixes of the only clients allowed (none listed: any).
                 ("clients", "xbt_client_whitelist"),
             ],
+            PrivateSchema::Unit3d => &[
+                // Served while `deleted_at` is NULL and the user's group is not banned,
+                // validating or disabled.
+                ("users", "users"),
+                ("users.id", "id"),
+                ("users.passkey", "passkey"),
+                ("users.can_leech", "can_download"),
+                ("users.group_id", "group_id"),
+                ("users.deleted_at", "deleted_at"),
+                // Group rules: download slots, immunity, freeleech and double upload.
+                ("groups", "groups"),
+                // Served while `status` is 1 (approved) and `deleted_at` is NULL; `free` is
+                // the percent of freeleech (0 to 100), `doubleup` double upload.
+                ("torrents", "torrents"),
+                ("torrents.id", "id"),
+                ("torrents.info_hash", "info_hash"),
+                ("torrents.free", "free"),
+                ("torrents.doubleup", "doubleup"),
+                ("torrents.status", "status"),
+                ("torrents.deleted_at", "deleted_at"),
+                ("torrents.seeders", "seeders"),
+                ("torrents.leechers", "leechers"),
+                ("torrents.completed", "times_completed"),
+                ("totals", "users"),
+                ("totals.id", "id"),
+                ("totals.uploaded", "uploaded"),
+                ("totals.downloaded", "downloaded"),
+                // A row per client, and per user and torrent (what hit-and-run rules read).
+                ("peers", "peers"),
+                ("history", "history"),
+                // Freeleech on one torrent for a user, for a user everywhere, and featured
+                // torrents (freeleech and double upload for everyone).
+                ("tokens", "freeleech_tokens"),
+                ("personal", "personal_freeleeches"),
+                ("featured", "featured_torrents"),
+                // Peer id prefixes refused.
+                ("clients", "blacklist_clients"),
+            ],
         }
     }
 
@@ -678,6 +719,11 @@ impl PrivateSchema {
                 | "users.visible"
                 | "users.ip"
                 | "torrents.free"
+                | "torrents.doubleup"
+                | "torrents.status"
+                | "torrents.deleted_at"
+                | "users.group_id"
+                | "users.deleted_at"
         )
     }
 
@@ -769,8 +815,9 @@ section! {
     pub struct PrivateConfig {
         /// "hotpath" (hp_users, hp_private_torrents, made by hotpath's migrations), "xbt"
         /// (xbt_users, xbt_torrents), "xbt_files" (XBT before 2019: xbt_users, xbt_files),
-        /// "torrentpier" (bb_bt_users, bb_bt_torrents) or "gazelle" (users_main, torrents,
-        /// as Ocelot has them).
+        /// "torrentpier" (bb_bt_users, bb_bt_torrents), "gazelle" (users_main, torrents, as
+        /// Ocelot has them) or "unit3d" (users, groups, torrents, as UNIT3D-Announce has
+        /// them).
         pub schema: PrivateSchema = PrivateSchema::Hotpath,
         /// Table and column names that differ from the preset's, by logical name, e.g.
         /// { users = "members", "users.passkey" = "pk" } (README lists each preset's names);
@@ -817,10 +864,12 @@ section! {
         /// users, passkeys, torrents, freeleech, tokens, client lists, intervals). Empty:
         /// the push API answers 403.
         pub admin_token: String = String::new(),
-        /// Gazelle's TRACKER_SECRET (Ocelot's site_password, 32 letters or digits): Ocelot's
-        /// update API answers at `/<site_secret>/update?action=…` on the admin listener,
-        /// so the site's own calls (users, passkeys, torrents, freeleech, tokens, the
-        /// client whitelist, the announce interval) reach hotpath unchanged. Empty: off.
+        /// The site's secret for its own tracker API on the admin listener, so the site's
+        /// calls reach hotpath unchanged. Gazelle: its TRACKER_SECRET (Ocelot's
+        /// site_password), for Ocelot's update API at `/<site_secret>/update?action=…`.
+        /// UNIT3D: UNIT3D-Announce's APIKEY (its TRACKER_KEY), for its JSON API at
+        /// `/announce/<site_secret>/…`. 16 to 128 letters, digits, `-`, `.`, `_` or `~`.
+        /// Empty: off.
         pub site_secret: String = String::new(),
         /// Unknown passkeys and wrong push API tokens one client address (IPv6: one /64)
         /// may send in a minute. Past it, every passkey or token it sends is refused (a

@@ -299,20 +299,28 @@ fn private(c: &Config, p: &mut Problems) {
             "must be at least 16 characters (or empty)",
         );
     }
+    let path_safe = |b: u8| b.is_ascii_alphanumeric() || b"-._~".contains(&b);
     if !pr.site_secret.is_empty()
         && (pr.site_secret.len() < 16
-            || pr.site_secret.len() > 64
-            || !pr.site_secret.bytes().all(|b| b.is_ascii_alphanumeric()))
+            || pr.site_secret.len() > 128
+            || !pr.site_secret.bytes().all(path_safe))
     {
         p.bad(
             "private.site_secret",
-            "must be 16 to 64 letters or digits, as the site's TRACKER_SECRET (or empty)",
+            "must be 16 to 128 letters, digits, '-', '.', '_' or '~', as the site's secret \
+             (or empty)",
         );
     }
-    if !pr.site_secret.is_empty() && pr.schema != crate::PrivateSchema::Gazelle {
+    if !pr.site_secret.is_empty()
+        && !matches!(
+            pr.schema,
+            crate::PrivateSchema::Gazelle | crate::PrivateSchema::Unit3d
+        )
+    {
         p.bad(
             "private.site_secret",
-            "Ocelot's update API serves Gazelle's tables: set private.schema = \"gazelle\"",
+            "the site's own API serves Gazelle's or UNIT3D's tables: set private.schema = \
+             \"gazelle\" or \"unit3d\"",
         );
     }
     if !pr.site_secret.is_empty() && pr.site_secret == pr.admin_token {

@@ -615,6 +615,41 @@ fn ocelot_api(seeds: &mut Seeds) {
     }
 }
 
+fn unit3d_api(seeds: &mut Seeds) {
+    let req = |method: u8, path: &str, body: &str| {
+        [&[method], path.as_bytes(), b"\0", body.as_bytes()].concat()
+    };
+    let hash = "0123456789abcdef0123456789abcdef01234567";
+    for (name, method, path, body) in [
+        (
+            "torrent",
+            0,
+            "/torrents",
+            format!(
+                r#"{{"id":7,"status":1,"info_hash":"{hash}","is_deleted":false,"seeders":0,"leechers":0,"times_completed":0,"download_factor":50,"upload_factor":200}}"#
+            ),
+        ),
+        (
+            "user",
+            0,
+            "/users",
+            r#"{"id":3,"group_id":4,"passkey":"abc","can_download":true,"num_seeding":0,"num_leeching":0}"#.to_string(),
+        ),
+        (
+            "group",
+            0,
+            "/groups",
+            r#"{"id":4,"slug":"vip","download_slots":2,"is_immune":true,"is_freeleech":true,"is_double_upload":false}"#.to_string(),
+        ),
+        ("blacklist", 1, "/blacklisted-agents", r#"{"peer_id_prefix":"-XL"}"#.to_string()),
+        ("token", 0, "/freeleech-tokens", r#"{"user_id":3,"torrent_id":7}"#.to_string()),
+        ("featured", 0, "/featured-torrents", r#"{"torrent_id":7}"#.to_string()),
+        ("show", 2, "/users/3", String::new()),
+    ] {
+        seeds.put("unit3d_api", name, req(method, path, &body));
+    }
+}
+
 fn ledger(seeds: &mut Seeds) {
     use hotpath_tracker::private::ledger::{Ledger, Report, MAGIC};
     let l = Ledger::new(3, 100, true);
@@ -665,6 +700,7 @@ fn all() -> Seeds {
     popups(&mut seeds);
     push_api(&mut seeds);
     ocelot_api(&mut seeds);
+    unit3d_api(&mut seeds);
     ledger(&mut seeds);
     files(&mut seeds, &repo);
     seeds

@@ -953,3 +953,279 @@ fn gazelle_tables_get_what_ocelot_writes_and_the_sites_calls_apply_at_once() {
     );
     server.shutdown().unwrap();
 }
+
+const V1: &str = "v1v1v1v1v1v1v1v1v1v1v1v1v1v1v1v1";
+const V2: &str = "v2v2v2v2v2v2v2v2v2v2v2v2v2v2v2v2";
+const V3: &str = "v3v3v3v3v3v3v3v3v3v3v3v3v3v3v3v3";
+const V4: &str = "v4v4v4v4v4v4v4v4v4v4v4v4v4v4v4v4";
+const V5: &str = "v5v5v5v5v5v5v5v5v5v5v5v5v5v5v5v5";
+const V6: &str = "v6v6v6v6v6v6v6v6v6v6v6v6v6v6v6v6";
+const API_KEY: &str = "unit3d-api-key-unit3d-api-key-0123456789";
+
+/// An announce as UNIT3D hands out its URL: `/announce/PASSKEY`.
+#[allow(clippy::too_many_arguments)]
+fn u3(
+    http: &mut Client,
+    key: &str,
+    hash: [u8; 20],
+    n: u8,
+    up: u64,
+    down: u64,
+    left: u64,
+    event: Event,
+) -> Option<String> {
+    let mut a = announce(hash, n, 40000 + u16::from(n), left, event);
+    a.uploaded = up;
+    a.downloaded = down;
+    let mut q = Vec::new();
+    write_announce(&mut q, &a);
+    let q = String::from_utf8(q).unwrap();
+    failure(&http.get(&format!("/announce/{key}?{q}")).body)
+}
+
+/// A call of UNIT3D-Announce's API as UNIT3D makes it: `method` on `/announce/KEY/what` with a
+/// JSON body; its status.
+fn unit3d_call(admin: std::net::SocketAddr, method: &str, what: &str, body: &str) -> u16 {
+    let mut c = Client::connect(admin);
+    let r = c.request(method, &format!("/announce/{API_KEY}/{what}"), None, body);
+    assert!(
+        r.status != 200 || r.body.is_empty() || method == "GET",
+        "{:?}",
+        r.body
+    );
+    r.status
+}
+
+#[test]
+fn unit3d_tables_get_what_unit3d_announce_writes_and_its_api_applies_at_once() {
+    const C: [u8; 20] = [0xd5; 20];
+    const D: [u8; 20] = [0xd6; 20];
+    const E: [u8; 20] = [0xd7; 20];
+    let db = test_db(Dialect::Mysql, "unit3d");
+    let mut site = connect(&db);
+    for ddl in UNIT3D_SCHEMA {
+        site.execute(ddl).unwrap();
+    }
+    // Groups: plain users; VIPs (freeleech, double upload, immune); banned; one download
+    // at a time.
+    site.execute(
+        "INSERT INTO `groups` (id, name, slug, download_slots, is_immune, is_freeleech, \
+         is_double_upload) VALUES (1, 'User', 'user', NULL, 0, 0, 0), (2, 'VIP', 'vip', NULL, \
+         1, 1, 1), (3, 'Banned', 'banned', NULL, 0, 0, 0), (4, 'Leech', 'leech', 1, 0, 0, 0)",
+    )
+    .unwrap();
+    // User 5 is deleted.
+    site.execute_with(
+        "INSERT INTO users (id, username, passkey, group_id, deleted_at) VALUES \
+         (1, 'one', ?, 1, NULL), (2, 'two', ?, 2, NULL), (3, 'three', ?, 3, NULL), \
+         (4, 'four', ?, 4, NULL), (5, 'five', ?, 1, NOW())",
+        &[V1.into(), V2.into(), V3.into(), V4.into(), V5.into()],
+    )
+    .unwrap();
+    // Normal, half freeleech, pending moderation, featured, double upload (with user 1's
+    // freeleech token).
+    site.execute_with(
+        "INSERT INTO torrents (id, name, user_id, info_hash, free, doubleup, status) VALUES \
+         (10, 'a', 1, ?, 0, 0, 1), (11, 'b', 1, ?, 50, 0, 1), (12, 'c', 1, ?, 0, 0, 0), \
+         (13, 'd', 1, ?, 0, 0, 1), (14, 'e', 1, ?, 0, 1, 1)",
+        &[
+            Value::Blob(A.into()),
+            Value::Blob(B.into()),
+            Value::Blob(C.into()),
+            Value::Blob(D.into()),
+            Value::Blob(E.into()),
+        ],
+    )
+    .unwrap();
+    site.execute("INSERT INTO featured_torrents (user_id, torrent_id) VALUES (1, 13)")
+        .unwrap();
+    site.execute("INSERT INTO freeleech_tokens (user_id, torrent_id) VALUES (1, 14)")
+        .unwrap();
+    let mut c = site_config(&db, PrivateSchema::Unit3d);
+    c.private.site_secret = API_KEY.into();
+    c.private.poll_secs = 3600;
+    let server = start(&c);
+    let mut http = Client::connect(server.http_addr().unwrap());
+    let admin = server.admin_addr().unwrap();
+    #[track_caller]
+    fn refused(r: Option<String>, words: &str) {
+        let r = r.expect("refused");
+        assert!(r.contains(words), "{r}");
+    }
+    refused(u3(&mut http, V3, A, 3, 0, 0, 0, Event::Started), "group");
+    refused(
+        u3(&mut http, V5, A, 5, 0, 0, 0, Event::Started),
+        "unknown passkey",
+    );
+    refused(
+        u3(&mut http, V1, C, 1, 0, 0, 0, Event::Started),
+        "not registered",
+    );
+    // User 1 seeds A; VIP user 2 downloads it and uploads a little.
+    assert_eq!(u3(&mut http, V1, A, 1, 0, 0, 0, Event::Started), None);
+    assert_eq!(u3(&mut http, V2, A, 2, 0, 0, 1000, Event::Started), None);
+    assert_eq!(u3(&mut http, V1, A, 1, 1000, 0, 0, Event::None), None);
+    assert_eq!(
+        u3(&mut http, V2, A, 2, 100, 1000, 0, Event::Completed),
+        None
+    );
+    // User 1 downloads the half-free torrent, the featured one and the double-upload one on a
+    // token.
+    for (hash, n) in [(B, 11), (D, 13), (E, 14)] {
+        assert_eq!(u3(&mut http, V1, hash, n, 0, 0, 1000, Event::Started), None);
+        assert_eq!(u3(&mut http, V1, hash, n, 100, 400, 600, Event::None), None);
+    }
+    // User 4 may download one torrent at a time.
+    assert_eq!(u3(&mut http, V4, A, 4, 0, 0, 1000, Event::Started), None);
+    refused(
+        u3(&mut http, V4, B, 4, 0, 0, 1000, Event::Started),
+        "ratio allows",
+    );
+    let users = "SELECT id, uploaded, downloaded FROM users ORDER BY id";
+    wait_until("the flush", Duration::from_secs(10), || {
+        ints(&mut *site, users)[..2] == [[1, 1000 + 100 + 200 + 200, 200], [2, 200, 0]]
+    });
+    let history = "SELECT user_id, torrent_id, uploaded, actual_uploaded, client_uploaded, \
+                   downloaded, actual_downloaded, client_downloaded, seeder, active, immune, \
+                   completed_at IS NOT NULL FROM history ORDER BY user_id, torrent_id";
+    assert_eq!(
+        ints(&mut *site, history),
+        [
+            vec![1, 10, 1000, 1000, 1000, 0, 0, 0, 1, 1, 0, 0],
+            vec![1, 11, 100, 100, 100, 200, 400, 400, 0, 1, 0, 0],
+            vec![1, 13, 200, 100, 100, 0, 400, 400, 0, 1, 0, 0],
+            vec![1, 14, 200, 100, 100, 0, 400, 400, 0, 1, 0, 0],
+            vec![2, 10, 200, 100, 100, 0, 1000, 1000, 1, 1, 1, 1],
+            vec![4, 10, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0],
+        ]
+    );
+    let peers = "SELECT user_id, torrent_id, port, uploaded, downloaded, `left`, seeder, active, \
+                 visible, LENGTH(ip) FROM peers ORDER BY user_id, torrent_id";
+    let rows = ints(&mut *site, peers);
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    assert_eq!(rows[4], [2, 10, 40002, 100, 1000, 0, 1, 1, 1, 4]);
+    let mut agent = String::new();
+    site.query("SELECT agent FROM peers WHERE user_id = 2", &[], &mut |r| {
+        agent = r[0].text().to_string()
+    })
+    .unwrap();
+    assert_eq!(agent, "-HP0001-", "the client its peer id names");
+    let torrents = "SELECT id, seeders, leechers, times_completed FROM torrents ORDER BY id";
+    wait_until("the snapshot", Duration::from_secs(10), || {
+        ints(&mut *site, torrents)[0] == [10, 2, 1, 1]
+    });
+
+    // The site's calls, as UNIT3D makes them: each answered 200, each in force at once.
+    assert_eq!(
+        unit3d_call(admin, "PUT", "users", "{}").to_string()[..1],
+        *"4"
+    );
+    let wrong =
+        Client::connect(admin).request("PUT", "/announce/wrongkeywrongkey/users", None, "{}");
+    assert_eq!(wrong.status, 403);
+    assert_eq!(
+        unit3d_call(
+            admin,
+            "PUT",
+            "users",
+            &format!(
+                r#"{{"id":6,"group_id":1,"passkey":"{V6}","can_download":true,"num_seeding":0,"num_leeching":0}}"#
+            )
+        ),
+        200
+    );
+    assert_eq!(u3(&mut http, V6, A, 6, 0, 0, 0, Event::Started), None);
+    assert_eq!(
+        unit3d_call(
+            admin,
+            "PUT",
+            "groups",
+            r#"{"id":1,"slug":"banned","download_slots":null,"is_immune":false,"is_freeleech":false,"is_double_upload":false}"#
+        ),
+        200
+    );
+    refused(u3(&mut http, V6, A, 6, 0, 0, 0, Event::None), "group");
+    assert_eq!(
+        unit3d_call(
+            admin,
+            "PUT",
+            "groups",
+            r#"{"id":1,"slug":"user","download_slots":null,"is_immune":false,"is_freeleech":false,"is_double_upload":false}"#
+        ),
+        200
+    );
+    assert_eq!(
+        unit3d_call(
+            admin,
+            "PUT",
+            "blacklisted-agents",
+            r#"{"peer_id_prefix":"-HP"}"#
+        ),
+        200
+    );
+    refused(
+        u3(&mut http, V6, A, 6, 0, 0, 0, Event::None),
+        "client is not allowed",
+    );
+    assert_eq!(
+        unit3d_call(
+            admin,
+            "DELETE",
+            "blacklisted-agents",
+            r#"{"peer_id_prefix":"-HP"}"#
+        ),
+        200
+    );
+    assert_eq!(u3(&mut http, V6, A, 6, 0, 0, 0, Event::None), None);
+    let hash = "d8".repeat(20);
+    assert_eq!(
+        unit3d_call(
+            admin,
+            "PUT",
+            "torrents",
+            &format!(
+                r#"{{"id":15,"status":1,"info_hash":"{hash}","is_deleted":false,"seeders":0,"leechers":0,"times_completed":0,"download_factor":100,"upload_factor":100}}"#
+            )
+        ),
+        200
+    );
+    assert_eq!(
+        u3(&mut http, V6, [0xd8; 20], 6, 0, 0, 10, Event::Started),
+        None
+    );
+    assert_eq!(
+        unit3d_call(admin, "DELETE", "torrents", r#"{"id":15,"info_hash":""}"#),
+        200
+    );
+    refused(
+        u3(&mut http, V6, [0xd8; 20], 6, 0, 0, 10, Event::None),
+        "not registered",
+    );
+    assert_eq!(
+        unit3d_call(
+            admin,
+            "DELETE",
+            "users",
+            &format!(r#"{{"id":6,"passkey":"{V6}"}}"#)
+        ),
+        200
+    );
+    refused(
+        u3(&mut http, V6, A, 6, 0, 0, 0, Event::None),
+        "unknown passkey",
+    );
+    let mut c = Client::connect(admin);
+    let shown = c.request("GET", &format!("/announce/{API_KEY}/users/2"), None, "");
+    assert_eq!(shown.status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&shown.body).unwrap();
+    assert_eq!(v["group_id"], 2, "{v}");
+    server.shutdown().unwrap();
+    // Completed once, and kept through the later announces.
+    assert_eq!(
+        ints(
+            &mut *site,
+            "SELECT COUNT(*) FROM history WHERE completed_at IS NOT NULL"
+        ),
+        [[1]]
+    );
+}

@@ -98,6 +98,9 @@ pub enum Merge {
     Add,
     /// The larger stays (a last-seen time, a journal position).
     Max,
+    /// The first value that is not NULL stays: a NULL is filled once, then kept (a
+    /// `completed_at` set by the first download that finishes).
+    First,
 }
 
 /// One column of a [`Table`].
@@ -193,6 +196,12 @@ impl Table {
                 Merge::Add => *o = Value::Int(o.int().saturating_add(n.int())),
                 Merge::Max => {
                     if *n > *o {
+                        std::mem::swap(o, n);
+                    }
+                }
+                Merge::First if keep => {}
+                Merge::First => {
+                    if *o == Value::Null {
                         std::mem::swap(o, n);
                     }
                 }
@@ -480,6 +489,35 @@ mod tests {
             "an append-only table keeps every row, in order"
         );
         assert_eq!(log.row(2)[0], Value::from("a"));
+    }
+
+    #[test]
+    fn a_first_column_is_filled_once_then_kept() {
+        static DONE: Table = Table {
+            name: "t_done",
+            columns: &[
+                col("k", Type::Int, Merge::Key),
+                col("done_at", Type::Int, Merge::First),
+            ],
+            update_only: false,
+            keeps_older: None,
+        };
+        let rows = |at: &[Value]| {
+            let mut r = Rows::new(&DONE);
+            for v in at {
+                r.push([Value::Int(1), v.clone()]);
+            }
+            r
+        };
+        let mut r = rows(&[Value::Null]);
+        r.merge(rows(&[
+            Value::Null,
+            Value::Int(7),
+            Value::Null,
+            Value::Int(9),
+        ]));
+        assert_eq!(r.len(), 1);
+        assert_eq!(r.row(0)[1], Value::Int(7), "the first value, then kept");
     }
 
     #[test]

@@ -19,9 +19,9 @@ use hotpath_wire::query::{self, is_global_unicast, Event, Id20};
 use hotpath_wire::udp;
 
 use crate::access::AccessView;
-use crate::private::gazelle;
 use crate::private::push::{self, ApiError, Call};
 use crate::private::stored::{AccountChange, LogChange, LoggedAnnounce, ACCOUNT_MAX_LEN};
+use crate::private::{gazelle, unit3d};
 use crate::private::{Accounted, Ask, Private, Refusal, Torrent, User};
 use crate::table::{Counts, PeerAnnounce, Selection};
 use crate::{Shared, ANNOUNCE, CONNECT, SCRAPE};
@@ -683,6 +683,56 @@ impl TrackerWorker {
         }
     }
 
+    /// UNIT3D-Announce's JSON API for a UNIT3D site, `/announce/<private.site_secret>/…` on
+    /// the admin listener: the site's calls, answered 200 with an empty body as
+    /// UNIT3D-Announce answers them. A wrong key counts against the address as a wrong push
+    /// token does.
+    fn unit3d_api(
+        &mut self,
+        p: &Private,
+        req: &Request<'_, '_>,
+        ctx: &Context,
+        resp: &mut HttpResponse,
+    ) -> Option<Handled> {
+        let u = p.unit3d.as_ref()?;
+        let (key, rest) = req.path.strip_prefix("/announce/")?.split_once('/')?;
+        let error = |resp: &mut HttpResponse, status, text: &str| {
+            Some(hotpath_service::json_error(resp, status, Kind::ADMIN, text))
+        };
+        if u.secret.is_empty() {
+            return error(
+                resp,
+                403,
+                "UNIT3D-Announce's API is off: set private.site_secret",
+            );
+        }
+        let from = ctx.peer.ip();
+        if !p.token_guesses.allows(from, ctx.now) {
+            resp.extra_headers.extend_from_slice(b"Retry-After: 60\r\n");
+            return error(
+                resp,
+                429,
+                "too many wrong keys from your address: wait a minute",
+            );
+        }
+        if !hotpath_service::same_secret(key.as_bytes(), u.secret.as_bytes()) {
+            p.token_guesses.failed(from, ctx.now);
+            return error(resp, 403, "wrong key");
+        }
+        let at = self.unix(ctx.now);
+        let rest = format!("/{rest}");
+        match unit3d::decode(req.method, &rest, req.body).and_then(|c| p.unit3d_call(c, at)) {
+            Ok(body) => {
+                if !body.is_empty() {
+                    resp.content_type = "application/json";
+                }
+                resp.body = body;
+                Some(Handled::Answered(Kind::ADMIN, Outcome::Ok))
+            }
+            Err(e) => error(resp, e.status, &e.message),
+        }
+    }
+
     fn bad_connection_id(&self, transaction_id: u32, out: &mut Vec<u8>, len: usize) -> Outcome {
         self.shared.counters.bad_connection_ids.add(1);
         udp::write_error(out, transaction_id, "connection id expired or invalid", len);
@@ -758,6 +808,9 @@ impl ServiceWorker for TrackerWorker {
     ) -> Option<Handled> {
         let p = self.shared.private.clone()?;
         if let Some(answered) = self.ocelot(&p, req, ctx, resp) {
+            return Some(answered);
+        }
+        if let Some(answered) = self.unit3d_api(&p, req, ctx, resp) {
             return Some(answered);
         }
         if req.path != "/admin/tracker" && !req.path.starts_with("/admin/tracker/") {

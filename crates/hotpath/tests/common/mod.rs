@@ -639,3 +639,48 @@ pub fn torrentpier_cron(site: &mut dyn hotpath_store::Backend, expire: i64) {
     ))
     .unwrap();
 }
+
+/// UNIT3D's tables as its schema file has them (the columns UNIT3D-Announce reads and writes,
+/// and NOT NULL ones it never fills).
+pub const UNIT3D_SCHEMA: [&str; 9] = [
+    "CREATE TABLE users (id INT UNSIGNED NOT NULL AUTO_INCREMENT, username VARCHAR(255) NOT \
+     NULL, passkey VARCHAR(255) NOT NULL, group_id INT NOT NULL, uploaded BIGINT UNSIGNED NOT \
+     NULL DEFAULT 0, downloaded BIGINT UNSIGNED NOT NULL DEFAULT 0, can_download TINYINT(1) \
+     NOT NULL DEFAULT 1, deleted_at TIMESTAMP NULL DEFAULT NULL, PRIMARY KEY (id), UNIQUE KEY \
+     (passkey))",
+    "CREATE TABLE `groups` (id INT NOT NULL AUTO_INCREMENT, name VARCHAR(255) NOT NULL, slug \
+     VARCHAR(255) NOT NULL, download_slots INT DEFAULT NULL, is_immune TINYINT(1) NOT NULL \
+     DEFAULT 0, is_freeleech TINYINT(1) NOT NULL DEFAULT 0, is_double_upload TINYINT(1) NOT \
+     NULL DEFAULT 0, PRIMARY KEY (id), UNIQUE KEY (slug))",
+    "CREATE TABLE torrents (id INT UNSIGNED NOT NULL AUTO_INCREMENT, name VARCHAR(255) NOT \
+     NULL, leechers INT NOT NULL DEFAULT 0, seeders INT NOT NULL DEFAULT 0, times_completed \
+     INT NOT NULL DEFAULT 0, user_id INT UNSIGNED NOT NULL, free SMALLINT NOT NULL DEFAULT 0, \
+     doubleup TINYINT(1) NOT NULL DEFAULT 0, status SMALLINT NOT NULL DEFAULT 0, deleted_at \
+     TIMESTAMP NULL DEFAULT NULL, balance BIGINT NOT NULL DEFAULT 0, info_hash BINARY(20) NOT \
+     NULL, PRIMARY KEY (id))",
+    "CREATE TABLE peers (peer_id BINARY(20) NOT NULL, ip VARBINARY(16) NOT NULL, port SMALLINT \
+     UNSIGNED NOT NULL, agent VARCHAR(64) NOT NULL, uploaded BIGINT UNSIGNED NOT NULL, \
+     downloaded BIGINT UNSIGNED NOT NULL, `left` BIGINT UNSIGNED NOT NULL, seeder TINYINT(1) \
+     NOT NULL, created_at TIMESTAMP NULL DEFAULT NULL, updated_at TIMESTAMP NULL DEFAULT NULL, \
+     torrent_id INT UNSIGNED NOT NULL, user_id INT UNSIGNED NOT NULL, connectable TINYINT(1) \
+     NOT NULL DEFAULT 0, active TINYINT(1) NOT NULL, visible TINYINT(1) NOT NULL, PRIMARY KEY \
+     (user_id, torrent_id, peer_id))",
+    "CREATE TABLE history (user_id INT UNSIGNED NOT NULL, torrent_id INT UNSIGNED NOT NULL, \
+     agent VARCHAR(64) NOT NULL, uploaded BIGINT UNSIGNED NOT NULL DEFAULT 0, actual_uploaded \
+     BIGINT UNSIGNED NOT NULL DEFAULT 0, client_uploaded BIGINT UNSIGNED NOT NULL, downloaded \
+     BIGINT UNSIGNED NOT NULL DEFAULT 0, actual_downloaded BIGINT UNSIGNED NOT NULL DEFAULT 0, \
+     client_downloaded BIGINT UNSIGNED NOT NULL, seeder TINYINT(1) NOT NULL, active TINYINT(1) \
+     NOT NULL DEFAULT 1, seedtime BIGINT UNSIGNED NOT NULL DEFAULT 0, immune TINYINT(1) NOT \
+     NULL, hitrun TINYINT(1) NOT NULL DEFAULT 0, prewarned_at TIMESTAMP NULL DEFAULT NULL, \
+     created_at TIMESTAMP NULL DEFAULT NULL, updated_at TIMESTAMP NULL DEFAULT NULL, \
+     deleted_at TIMESTAMP NULL DEFAULT NULL, completed_at DATETIME DEFAULT NULL, PRIMARY KEY \
+     (user_id, torrent_id))",
+    "CREATE TABLE featured_torrents (id INT UNSIGNED NOT NULL AUTO_INCREMENT, user_id INT \
+     UNSIGNED NOT NULL, torrent_id INT UNSIGNED NOT NULL, PRIMARY KEY (id))",
+    "CREATE TABLE freeleech_tokens (id INT UNSIGNED NOT NULL AUTO_INCREMENT, user_id INT \
+     UNSIGNED NOT NULL, torrent_id INT UNSIGNED NOT NULL, PRIMARY KEY (id))",
+    "CREATE TABLE personal_freeleeches (id INT UNSIGNED NOT NULL AUTO_INCREMENT, user_id INT \
+     UNSIGNED NOT NULL, PRIMARY KEY (id))",
+    "CREATE TABLE blacklist_clients (id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT, name \
+     VARCHAR(255) NOT NULL, peer_id_prefix VARCHAR(255) NOT NULL, PRIMARY KEY (id))",
+];

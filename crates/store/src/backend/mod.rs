@@ -168,6 +168,8 @@ impl Dialect {
                 (_, Merge::Add) => format!("{n} = {t}.{n} + excluded.{n}"),
                 (Dialect::Sqlite, Merge::Max) => format!("{n} = max({t}.{n}, excluded.{n})"),
                 (_, Merge::Max) => format!("{n} = GREATEST({t}.{n}, excluded.{n})"),
+                (Dialect::Mysql, Merge::First) => format!("{n} = COALESCE({n}, VALUES({n}))"),
+                (_, Merge::First) => format!("{n} = COALESCE({t}.{n}, excluded.{n})"),
             };
             set.push(expr);
         }
@@ -210,6 +212,7 @@ impl Dialect {
                         format!("max({t}, COALESCE({v}, {t}))")
                     }
                     Merge::Max => format!("GREATEST({t}, COALESCE({v}, {t}))"),
+                    Merge::First => format!("COALESCE({t}, {v})"),
                     _ => format!("COALESCE({v}, {t})"),
                 };
                 format!("{target}{n} = {expr}")
@@ -636,6 +639,33 @@ mod tests {
         assert!(!sq.contains(r#""first_seen" ="#), "first_seen is kept");
         let events = Dialect::Postgres.insert(&LOG, 1);
         assert!(events.ends_with("VALUES ($1,$2,$3,$4) "), "{events}");
+    }
+
+    #[test]
+    fn a_first_column_is_set_only_where_it_is_null() {
+        static DONE: Table = Table {
+            name: "t_done",
+            columns: &[
+                crate::table::col("k", Type::Int, Merge::Key),
+                crate::table::col("done_at", Type::Int, Merge::First),
+            ],
+            update_only: false,
+            keeps_older: None,
+        };
+        assert_eq!(
+            Dialect::Mysql.conflict(&DONE),
+            "ON DUPLICATE KEY UPDATE `done_at` = COALESCE(`done_at`, VALUES(`done_at`))"
+        );
+        assert_eq!(
+            Dialect::Postgres.conflict(&DONE),
+            "ON CONFLICT (\"k\") DO UPDATE SET \"done_at\" = COALESCE(\"t_done\".\"done_at\", \
+             excluded.\"done_at\")"
+        );
+        let (set, _) = Dialect::Sqlite.update_set(&DONE);
+        assert_eq!(
+            set,
+            "\"done_at\" = COALESCE(hp_t.\"done_at\", hp_v.\"done_at\")"
+        );
     }
 
     /// A site's table: the store updates rows that are there and fills no other column.

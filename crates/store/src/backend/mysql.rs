@@ -117,7 +117,8 @@ fn to_mysql(params: &[Value]) -> Vec<mysql::Value> {
 }
 
 /// A value read back: integers as integers, binary columns (character set 63) as bytes,
-/// other strings as text.
+/// other strings as text, dates and times as text as MySQL writes them
+/// (`YYYY-MM-DD HH:MM:SS`, `[-]HHH:MM:SS`; a site's `deleted_at` is read as "set").
 fn from_mysql(v: Option<&mysql::Value>, col: &mysql::Column) -> Value {
     match v {
         None | Some(mysql::Value::NULL) => Value::Null,
@@ -127,7 +128,14 @@ fn from_mysql(v: Option<&mysql::Value>, col: &mysql::Column) -> Value {
         Some(mysql::Value::Double(f)) => Value::Int(*f as i64),
         Some(mysql::Value::Bytes(b)) if col.character_set() == 63 => Value::Blob(b[..].into()),
         Some(mysql::Value::Bytes(b)) => Value::Text(String::from_utf8_lossy(b).into()),
-        Some(_) => Value::Null,
+        Some(mysql::Value::Date(y, mo, d, h, mi, s, _)) => {
+            Value::Text(format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}").into())
+        }
+        Some(mysql::Value::Time(neg, days, h, mi, s, _)) => {
+            let hours = u64::from(*days) * 24 + u64::from(*h);
+            let sign = if *neg { "-" } else { "" };
+            Value::Text(format!("{sign}{hours:02}:{mi:02}:{s:02}").into())
+        }
     }
 }
 

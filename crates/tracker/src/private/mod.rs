@@ -14,6 +14,7 @@ pub mod registry;
 pub mod slots;
 pub mod source;
 pub mod stored;
+pub mod unit3d;
 pub mod xbt;
 
 use std::net::IpAddr;
@@ -120,11 +121,13 @@ pub enum Refusal {
     Guessing,
     /// A download by a user with a wait time (XBT's `wait_time`) of a torrent newer than it.
     WaitTime,
+    /// A user whose group (UNIT3D's) is banned, validating or disabled, or unknown.
+    Group,
 }
 
 impl Refusal {
     /// Every refusal, in the order of their counters.
-    pub const ALL: [Refusal; 11] = [
+    pub const ALL: [Refusal; 12] = [
         Refusal::Passkey,
         Refusal::UnknownPasskey,
         Refusal::UnknownTorrent,
@@ -136,6 +139,7 @@ impl Refusal {
         Refusal::LeechSlots,
         Refusal::Guessing,
         Refusal::WaitTime,
+        Refusal::Group,
     ];
 
     /// The `reason` label of its counter.
@@ -152,6 +156,7 @@ impl Refusal {
             Refusal::LeechSlots => "leech_slots",
             Refusal::Guessing => "guessing",
             Refusal::WaitTime => "wait_time",
+            Refusal::Group => "group",
         }
     }
 
@@ -179,6 +184,9 @@ impl Refusal {
             Refusal::WaitTime => {
                 "access denied, wait time in effect: your account may download this torrent \
                  later (seeding is allowed)"
+            }
+            Refusal::Group => {
+                "your account's group may not use the tracker (banned, validating or disabled)"
             }
         }
     }
@@ -427,6 +435,9 @@ pub struct Private {
     /// The Gazelle preset: IP-protected users, freeleech tokens, deleted torrents' reasons,
     /// the site's secret for Ocelot's update API.
     pub gazelle: Option<gazelle::Gazelle>,
+    /// The UNIT3D preset: groups and each user's, tokens, personal freeleech, featured
+    /// torrents, the site's key for UNIT3D-Announce's API.
+    pub unit3d: Option<unit3d::Unit3d>,
 }
 
 impl Private {
@@ -449,20 +460,28 @@ impl Private {
             enforce_min_interval: c.enforce_min_interval,
             passkey_param: c.passkey_param().as_bytes().into(),
             source: Source::new(c),
-            ledger: Ledger::new(c.max_peers_per_user_torrent, max_peers, c.limits_leeching())
-                .bounded(CreditBound {
-                    rate: c.max_rate_bytes_per_sec,
-                    per_announce: c.max_credit_per_announce_bytes,
-                }),
+            // UNIT3D's groups may have download slots: the ledger counts downloads.
+            ledger: Ledger::new(
+                c.max_peers_per_user_torrent,
+                max_peers,
+                c.limits_leeching() || c.schema == PrivateSchema::Unit3d,
+            )
+            .bounded(CreditBound {
+                rate: c.max_rate_bytes_per_sec,
+                per_announce: c.max_credit_per_announce_bytes,
+            }),
             slots: LeechSlots::new(c),
             poll_secs: c.poll_secs,
             client_rows: matches!(
                 c.schema,
-                PrivateSchema::Torrentpier | PrivateSchema::Gazelle
+                PrivateSchema::Torrentpier | PrivateSchema::Gazelle | PrivateSchema::Unit3d
             ),
             torrent_counts: matches!(
                 c.schema,
-                PrivateSchema::Xbt | PrivateSchema::XbtFiles | PrivateSchema::Gazelle
+                PrivateSchema::Xbt
+                    | PrivateSchema::XbtFiles
+                    | PrivateSchema::Gazelle
+                    | PrivateSchema::Unit3d
             ),
             refused: Default::default(),
             too_soon: Counter::default(),
@@ -499,6 +518,7 @@ impl Private {
             ctimes: RwLock::new(hashbrown::HashMap::new()),
             settings: Mutex::new(None),
             gazelle: (c.schema == PrivateSchema::Gazelle).then(|| gazelle::Gazelle::new(c)),
+            unit3d: (c.schema == PrivateSchema::Unit3d).then(|| unit3d::Unit3d::new(c)),
         }
     }
 
@@ -538,6 +558,12 @@ impl Private {
                 self.passkey_guesses.failed(a.from, a.at);
                 self.refuse(Refusal::UnknownPasskey)
             })?;
+        if let Some(u) = &self.unit3d {
+            // As UNIT3D-Announce: a group it does not know, or one barred, is refused.
+            if u.group(user.id).is_none_or(|g| g.refused) {
+                return Err(self.refuse(Refusal::Group));
+            }
+        }
         let known = self.torrents.get(a.info_hash);
         if known.is_none() && !self.auto_register.load(Ordering::Relaxed) {
             // A torrent Gazelle deleted is told why, as Ocelot tells it.
@@ -645,7 +671,7 @@ impl Private {
                 stopped: a.stopped,
                 leeching: a.left > 0,
                 leech_limit: &|user| self.limits_of(user).1,
-                slots: &|user| self.slots.of(user),
+                slots: &|user| self.slots_of(user),
                 now: a.now,
             })
             .map_err(|e| {
@@ -673,7 +699,7 @@ impl Private {
         if torrent.poster == user.id {
             flags |= AccountChange::RELEASER;
         }
-        let (mut download_pct, upload_pct) = (torrent.download_pct, torrent.upload_pct);
+        let (mut download_pct, mut upload_pct) = (torrent.download_pct, torrent.upload_pct);
         if let Some(g) = &self.gazelle {
             if g.is_protected(user.id) {
                 flags |= AccountChange::PROTECTED;
@@ -684,6 +710,14 @@ impl Private {
                 flags |= AccountChange::TOKEN;
                 download_pct = 0;
             }
+        }
+        if let Some(u) = &self.unit3d {
+            let group = u.group(user.id).unwrap_or_default();
+            if group.immune {
+                flags |= AccountChange::IMMUNE;
+            }
+            (download_pct, upload_pct) =
+                u.factors(user.id, torrent.id, (download_pct, upload_pct), group);
         }
         flags |= (torrent.tor_type & 3) << AccountChange::TOR_TYPE_SHIFT;
         if d.cut() {
@@ -985,6 +1019,15 @@ impl Private {
         }
     }
 
+    /// The torrents `user` may download at once (0: no limit): their UNIT3D group's download
+    /// slots, else the leech slots of `[private]`.
+    pub fn slots_of(&self, user: u32) -> u16 {
+        match &self.unit3d {
+            Some(u) => u.group(user).map_or(0, |g| g.slots),
+            None => self.slots.of(user),
+        }
+    }
+
     /// `tracker.peer_timeout_secs`.
     pub fn peer_timeout(&self) -> u32 {
         self.peer_timeout
@@ -1040,6 +1083,21 @@ impl Private {
         }
         if let Some(ctimes) = polled.ctimes.take() {
             *self.ctimes.write() = ctimes;
+        }
+        if let (Some(site), Some(u)) = (polled.site.as_mut(), &self.unit3d) {
+            *u.groups.write() = std::mem::take(&mut site.groups);
+            *u.user_groups.write() = std::mem::take(&mut site.user_groups);
+            *u.tokens.write() = std::mem::take(&mut site.tokens);
+            *u.personal.write() = std::mem::take(&mut site.personal);
+            *u.featured.write() = std::mem::take(&mut site.featured);
+            // The blacklist adds to the config's deny list.
+            let mut deny = u.config_deny.clone();
+            deny.extend(std::mem::take(&mut site.clients));
+            let mut policy = self.policy.write();
+            if policy.rules.peer_id_deny != deny {
+                log::info!("private: the client blacklist has {} prefixes", deny.len());
+                policy.rules.peer_id_deny = deny;
+            }
         }
         if let (Some(site), Some(g)) = (polled.site.take(), &self.gazelle) {
             *g.protected.write() = site.protected;
@@ -1237,7 +1295,8 @@ impl Private {
             .add(
                 &m::TOKENS,
                 self.policy.read().tokens()
-                    + self.gazelle.as_ref().map_or(0, |g| g.tokens.read().len()),
+                    + self.gazelle.as_ref().map_or(0, |g| g.tokens.read().len())
+                    + self.unit3d.as_ref().map_or(0, |u| u.tokens.read().len()),
             )
             .add(&m::LIMITED, self.slots.limited())
             .add(&m::POLLS, get(&self.polls))

@@ -25,13 +25,14 @@ use super::xbt::{Derived, Settings, Versioned};
 use super::{Torrent, User};
 
 /// The users' columns: id, passkey, can_leech, passkey version, removed (Gazelle:
-/// `Enabled`), wait time, peers limit, and Gazelle's `Visible` and `IP`.
-const USER_COLS: usize = 9;
+/// `Enabled`; UNIT3D: `deleted_at`), wait time, peers limit, Gazelle's `Visible` and `IP`, and
+/// UNIT3D's `group_id`.
+const USER_COLS: usize = 10;
 /// Of the users' columns, those an XBT site may lack: passkey, can_leech, passkey version,
 /// wait time, peers limit.
 const PROBED: [usize; 5] = [1, 2, 3, 5, 6];
 /// What a column an XBT site lacks is read as (by position in the users' columns).
-const ABSENT: [&str; USER_COLS] = ["", "#''", "#1", "#0", "#0", "#0", "#0", "#'1'", "#''"];
+const ABSENT: [&str; USER_COLS] = ["", "#''", "#1", "#0", "#0", "#0", "#0", "#'1'", "#''", "#0"];
 /// The most rows of `xbt_config` read (XBT knows about 40 settings).
 const MAX_SETTINGS: usize = 1_000;
 
@@ -46,7 +47,8 @@ pub struct Source {
     /// the first read), and the settings table that holds the site's secret.
     xbt: Option<Xbt>,
     torrents: String,
-    torrent_cols: [String; 5],
+    /// id, info hash, two preset columns, removed (UNIT3D: `status`), `deleted_at`.
+    torrent_cols: [String; 6],
     torrents_updated: Option<String>,
     /// The torrents table's seeders and leechers columns, where the preset keeps them.
     counts: Option<[String; 2]>,
@@ -58,8 +60,8 @@ pub struct Source {
     /// The largest `updated_at` of each table's last read (users, torrents, totals); `None`
     /// until a full read.
     since: Mutex<[Option<i64>; 3]>,
-    /// Gazelle's tokens and whitelist tables.
-    gazelle: Option<[String; 2]>,
+    /// The site's tables beside users and torrents (Gazelle's, UNIT3D's).
+    site: Option<SiteTables>,
     /// The table holding the torrents' seeders and leechers (Gazelle's stats table, else the
     /// torrents table).
     counts_table: String,
@@ -67,6 +69,10 @@ pub struct Source {
     peers: Option<String>,
     /// Whether a table of the site's could not be read last time (said once in the log).
     site_missing: std::sync::atomic::AtomicBool,
+    /// Most freeleech tokens and users with personal freeleech read (`private.max_tokens`,
+    /// `private.max_personal_freeleech`).
+    max_tokens: usize,
+    max_personal: usize,
 }
 
 impl Source {
@@ -88,8 +94,10 @@ impl Source {
                 (or("torrents.tor_type", "0"), or("torrents.poster_id", "0"))
             }
             PrivateSchema::Gazelle => (or("torrents.free", "'0'"), "#0".into()),
+            PrivateSchema::Unit3d => (or("torrents.free", "0"), or("torrents.doubleup", "0")),
         };
         let gazelle = c.schema == PrivateSchema::Gazelle;
+        let unit3d = c.schema == PrivateSchema::Unit3d;
         Source {
             schema: c.schema,
             users: must("users"),
@@ -100,6 +108,8 @@ impl Source {
                 or("users.passkey_version", "0"),
                 if gazelle {
                     or("users.enabled", "'1'")
+                } else if unit3d {
+                    or("users.deleted_at", "NULL")
                 } else {
                     or("users.removed", "0")
                 },
@@ -107,6 +117,7 @@ impl Source {
                 or("users.peers_limit", "0"),
                 or("users.visible", "'1'"),
                 or("users.ip", "''"),
+                or("users.group_id", "0"),
             ],
             users_updated: name("users.updated_at"),
             xbt: matches!(c.schema, PrivateSchema::Xbt | PrivateSchema::XbtFiles).then(|| Xbt {
@@ -121,7 +132,12 @@ impl Source {
                 must("torrents.info_hash"),
                 a,
                 b,
-                or("torrents.removed", "0"),
+                if unit3d {
+                    or("torrents.status", "1")
+                } else {
+                    or("torrents.removed", "0")
+                },
+                or("torrents.deleted_at", "NULL"),
             ],
             torrents_updated: name("torrents.updated_at"),
             counts: if gazelle {
@@ -141,10 +157,25 @@ impl Source {
             ],
             totals_updated: name("totals.updated_at"),
             since: Mutex::new([None; 3]),
-            gazelle: gazelle.then(|| [must("tokens"), must("clients")]),
+            site: match c.schema {
+                PrivateSchema::Gazelle => Some(SiteTables::Gazelle {
+                    tokens: must("tokens"),
+                    clients: must("clients"),
+                }),
+                PrivateSchema::Unit3d => Some(SiteTables::Unit3d {
+                    groups: must("groups"),
+                    tokens: must("tokens"),
+                    personal: must("personal"),
+                    featured: must("featured"),
+                    clients: must("clients"),
+                }),
+                _ => None,
+            },
             counts_table: name("torrent_stats").unwrap_or_else(|| must("torrents")),
             peers: name("peers"),
             site_missing: std::sync::atomic::AtomicBool::new(false),
+            max_tokens: c.max_tokens,
+            max_personal: c.max_personal_freeleech,
         }
     }
 
@@ -185,7 +216,9 @@ impl Source {
     /// second `?` (Ocelot empties the table at start, having lost its peers; hotpath keeps
     /// its swarms across restarts, so only rows no swarm can hold any more go).
     pub fn clear_stale(&self, dialect: Dialect) -> Option<String> {
-        self.gazelle.as_ref()?;
+        let Some(SiteTables::Gazelle { .. }) = &self.site else {
+            return None;
+        };
         let peers = self.peers.as_ref()?;
         Some(format!(
             "DELETE FROM {} WHERE {} < ?",
@@ -231,8 +264,13 @@ impl Source {
     /// row; `Some(None)` for one the preset says is not served (XBT's deleted flag).
     fn torrent(&self, r: &[Value]) -> Option<Option<([u8; 20], Torrent)>> {
         let id = u32::try_from(r[0].int()).ok().filter(|&id| id > 0)?;
-        if r[4].int() != 0 {
-            // Removed (hotpath's own tables): not served.
+        let removed = match self.schema {
+            // UNIT3D: served while approved (status 1).
+            PrivateSchema::Unit3d => number(&r[4]) != 1,
+            _ => r[4].int() != 0,
+        };
+        if removed || r[5] != Value::Null {
+            // Removed (hotpath's own tables), or deleted (UNIT3D): not served.
             return Some(None);
         }
         let hash: [u8; 20] = r[1].bytes().try_into().ok()?;
@@ -257,6 +295,11 @@ impl Source {
                 1 => (0, 100),
                 _ => (0, 0),
             },
+            // UNIT3D's free: the percent not counted; doubleup: double upload.
+            PrivateSchema::Unit3d => (
+                100 - r[2].int().clamp(0, 100) as u16,
+                if r[3].int() != 0 { 200 } else { 100 },
+            ),
         };
         let poster = match self.schema {
             PrivateSchema::Torrentpier => u32::try_from(r[3].int()).unwrap_or(0),
@@ -294,6 +337,7 @@ impl Source {
         let [users_since, torrents_since, totals_since] = *self.since.lock();
         let mut settings = None;
         let protected = std::cell::RefCell::new(std::collections::HashSet::new());
+        let user_groups = std::cell::RefCell::new(std::collections::HashMap::new());
         let (u, users_since) = match (&self.xbt, derived) {
             (Some(xbt), Some(derived)) => {
                 let first = xbt.present.lock().is_none();
@@ -312,19 +356,28 @@ impl Source {
                 user_table.read_into(db, users_since, full, users, |r| {
                     // A removed user's row is kept, marked: the user goes (Gazelle: served
                     // while Enabled is '1').
-                    let removed = match self.gazelle {
-                        Some(_) => number(&r[4]) != 1,
+                    let removed = match self.site {
+                        Some(SiteTables::Gazelle { .. }) => number(&r[4]) != 1,
+                        Some(SiteTables::Unit3d { .. }) => r[4] != Value::Null,
                         None => r[4].int() != 0,
                     };
                     if removed {
                         return Some(None);
                     }
                     let user = Self::user(r)?;
-                    // Gazelle's IP-protected users: not Visible, or at 127.0.0.1.
-                    if self.gazelle.is_some()
-                        && (number(&r[7]) == 0 || r[8].bytes() == b"127.0.0.1")
-                    {
-                        protected.borrow_mut().insert(user.1.id);
+                    match self.site {
+                        // Gazelle's IP-protected users: not Visible, or at 127.0.0.1.
+                        Some(SiteTables::Gazelle { .. })
+                            if number(&r[7]) == 0 || r[8].bytes() == b"127.0.0.1" =>
+                        {
+                            protected.borrow_mut().insert(user.1.id);
+                        }
+                        // UNIT3D: each user's group.
+                        Some(SiteTables::Unit3d { .. }) => {
+                            let group = r[9].int().clamp(i64::from(i32::MIN), i64::from(i32::MAX));
+                            user_groups.borrow_mut().insert(user.1.id, group as i32);
+                        }
+                        _ => {}
                     }
                     Some(Some(user))
                 })?
@@ -355,11 +408,39 @@ impl Source {
         } else {
             (0, None)
         };
-        let site = match &self.gazelle {
-            Some([tokens, clients]) => Some(Site {
+        let site = match &self.site {
+            Some(SiteTables::Gazelle { tokens, clients }) => Some(Site {
                 protected: protected.into_inner(),
-                tokens: self.read_tokens(db, tokens, torrents.max())?,
-                clients: self.read_clients(db, clients)?,
+                tokens: self.read_pairs(
+                    db,
+                    tokens,
+                    ["UserID", "TorrentID"],
+                    "Expired",
+                    self.max_tokens,
+                )?,
+                clients: self.read_clients(db, clients, "peer_id")?,
+                ..Site::default()
+            }),
+            Some(SiteTables::Unit3d {
+                groups,
+                tokens,
+                personal,
+                featured,
+                clients,
+            }) => Some(Site {
+                tokens: self.read_pairs(
+                    db,
+                    tokens,
+                    ["user_id", "torrent_id"],
+                    "",
+                    self.max_tokens,
+                )?,
+                clients: self.read_clients(db, clients, "peer_id_prefix")?,
+                groups: self.read_groups(db, groups)?,
+                user_groups: user_groups.into_inner(),
+                personal: self.read_ids(db, personal, "user_id", self.max_personal)?,
+                featured: self.read_ids(db, featured, "torrent_id", torrents.max())?,
+                ..Site::default()
             }),
             None => None,
         };
@@ -521,15 +602,39 @@ fn number(v: &Value) -> i64 {
 /// What a read of one table did to its registry.
 pub type Read = Replaced;
 
-/// What Gazelle's tables hold beside users and torrents, as one poll read them.
+/// The tables a site preset reads beside users and torrents.
+#[derive(Debug)]
+enum SiteTables {
+    /// Gazelle's freeleech tokens and client whitelist.
+    Gazelle { tokens: String, clients: String },
+    /// UNIT3D's groups, freeleech tokens, personal freeleech, featured torrents and client
+    /// blacklist.
+    Unit3d {
+        groups: String,
+        tokens: String,
+        personal: String,
+        featured: String,
+        clients: String,
+    },
+}
+
+/// What a site's tables hold beside users and torrents, as one poll read them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Site {
-    /// IP-protected users.
+    /// IP-protected users (Gazelle).
     pub protected: std::collections::HashSet<u32>,
-    /// Freeleech tokens not expired (user, torrent).
+    /// Freeleech tokens (user, torrent): Gazelle's not expired, UNIT3D's.
     pub tokens: std::collections::HashSet<(u32, u32)>,
-    /// The whitelist's peer id prefixes (empty: any client).
+    /// Peer id prefixes: Gazelle's whitelist (empty: any client), UNIT3D's blacklist.
     pub clients: Vec<Box<[u8]>>,
+    /// UNIT3D's groups, by id.
+    pub groups: std::collections::HashMap<i32, super::unit3d::Group>,
+    /// UNIT3D: each user's group.
+    pub user_groups: std::collections::HashMap<u32, i32>,
+    /// UNIT3D: users with personal freeleech.
+    pub personal: std::collections::HashSet<u32>,
+    /// UNIT3D: featured torrents.
+    pub featured: std::collections::HashSet<u32>,
 }
 
 /// Most whitelist rows read (the push API's own cap on a client list).
@@ -563,22 +668,27 @@ impl Source {
         }
     }
 
-    /// Gazelle's freeleech tokens not expired, at most `max` (a row past it, or malformed,
-    /// is left out).
-    fn read_tokens(
+    /// Pairs of ids (freeleech tokens: user, torrent) of columns `cols` (those whose column
+    /// `live` is 0, unless it is ""), at most `max` (a row past it, or malformed, is left
+    /// out).
+    fn read_pairs(
         &self,
         db: &mut dyn Backend,
         table: &str,
+        cols: [&str; 2],
+        live: &str,
         max: usize,
     ) -> Result<std::collections::HashSet<(u32, u32)>, StoreError> {
         let d = db.dialect();
-        let sql = format!(
-            "SELECT {}, {} FROM {} WHERE {} = 0",
-            d.quote("UserID"),
-            d.quote("TorrentID"),
-            d.quote(table),
-            d.quote("Expired")
+        let mut sql = format!(
+            "SELECT {}, {} FROM {}",
+            d.quote(cols[0]),
+            d.quote(cols[1]),
+            d.quote(table)
         );
+        if !live.is_empty() {
+            sql.push_str(&format!(" WHERE {} = 0", d.quote(live)));
+        }
         let mut tokens = std::collections::HashSet::new();
         self.read_optional(db, &sql, table, &mut |r| {
             let id = |v: &Value| u32::try_from(v.int()).ok().filter(|&i| i > 0);
@@ -591,15 +701,70 @@ impl Source {
         Ok(tokens)
     }
 
-    /// Gazelle's whitelist: its peer id prefixes (1 to 20 bytes), at most
-    /// [`MAX_CLIENT_ROWS`].
+    /// Ids of column `col` (UNIT3D's personal freeleech, featured torrents), at most `max`.
+    fn read_ids(
+        &self,
+        db: &mut dyn Backend,
+        table: &str,
+        col: &str,
+        max: usize,
+    ) -> Result<std::collections::HashSet<u32>, StoreError> {
+        let d = db.dialect();
+        let sql = format!("SELECT {} FROM {}", d.quote(col), d.quote(table));
+        let mut ids = std::collections::HashSet::new();
+        self.read_optional(db, &sql, table, &mut |r| {
+            if let Some(id) = u32::try_from(r[0].int()).ok().filter(|&i| i > 0) {
+                if ids.len() < max {
+                    ids.insert(id);
+                }
+            }
+        })?;
+        Ok(ids)
+    }
+
+    /// UNIT3D's groups: each one's rules, at most [`super::unit3d::MAX_GROUPS`].
+    fn read_groups(
+        &self,
+        db: &mut dyn Backend,
+        table: &str,
+    ) -> Result<std::collections::HashMap<i32, super::unit3d::Group>, StoreError> {
+        let d = db.dialect();
+        let cols = [
+            "id",
+            "slug",
+            "download_slots",
+            "is_immune",
+            "is_freeleech",
+            "is_double_upload",
+        ]
+        .map(|c| d.quote(c))
+        .join(", ");
+        let sql = format!("SELECT {cols} FROM {}", d.quote(table));
+        let mut groups = std::collections::HashMap::new();
+        self.read_optional(db, &sql, table, &mut |r| {
+            if groups.len() >= super::unit3d::MAX_GROUPS {
+                return;
+            }
+            let id = r[0].int().clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
+            let slots = (r[2] != Value::Null).then(|| r[2].int());
+            let flag = |v: &Value| number(v) > 0;
+            let g =
+                super::unit3d::Group::of(r[1].text(), slots, flag(&r[3]), flag(&r[4]), flag(&r[5]));
+            groups.insert(id, g);
+        })?;
+        Ok(groups)
+    }
+
+    /// Peer id prefixes (1 to 20 bytes) of column `col`, at most [`MAX_CLIENT_ROWS`]:
+    /// Gazelle's whitelist, UNIT3D's blacklist.
     fn read_clients(
         &self,
         db: &mut dyn Backend,
         table: &str,
+        col: &str,
     ) -> Result<Vec<Box<[u8]>>, StoreError> {
         let d = db.dialect();
-        let sql = format!("SELECT {} FROM {}", d.quote("peer_id"), d.quote(table));
+        let sql = format!("SELECT {} FROM {}", d.quote(col), d.quote(table));
         let mut clients: Vec<Box<[u8]>> = Vec::new();
         self.read_optional(db, &sql, table, &mut |r| {
             let p = r[0].bytes();
@@ -866,7 +1031,7 @@ mod tests {
         // XBT's own schema has no can_leech: everyone may leech unless the site names one.
         assert_eq!(
             u,
-            "SELECT `uid`, `torrent_pass`, 1, `torrent_pass_version`, 0, `wait_time`, `peers_limit`, '1', '' FROM `xbt_users`"
+            "SELECT `uid`, `torrent_pass`, 1, `torrent_pass_version`, 0, `wait_time`, `peers_limit`, '1', '', 0 FROM `xbt_users`"
         );
         assert_eq!(
             Source::new(&c).reset_counts(Dialect::Mysql).unwrap(),
@@ -880,11 +1045,11 @@ mod tests {
         let [u, _] = Source::new(&named).statements(Dialect::Mysql);
         assert_eq!(
             u,
-            "SELECT `uid`, `torrent_pass`, `can_leech`, `torrent_pass_version`, 0, `wait_time`, `peers_limit`, '1', '' FROM `xbt_users`"
+            "SELECT `uid`, `torrent_pass`, `can_leech`, `torrent_pass_version`, 0, `wait_time`, `peers_limit`, '1', '', 0 FROM `xbt_users`"
         );
         assert_eq!(
             t,
-            "SELECT `tid`, `info_hash`, `flags`, `ctime`, 0 FROM `xbt_torrents`"
+            "SELECT `tid`, `info_hash`, `flags`, `ctime`, 0, NULL FROM `xbt_torrents`"
         );
         let mut c = PrivateConfig {
             schema: PrivateSchema::Torrentpier,
@@ -894,11 +1059,11 @@ mod tests {
         let [u, t] = Source::new(&c).statements(Dialect::Postgres);
         assert_eq!(
             u,
-            r#"SELECT "user_id", "auth_key", 1, 0, 0, 0, 0, '1', '' FROM "site"."bb_bt_users""#
+            r#"SELECT "user_id", "auth_key", 1, 0, 0, 0, 0, '1', '', 0 FROM "site"."bb_bt_users""#
         );
         assert_eq!(
             t,
-            r#"SELECT "topic_id", "info_hash", "tor_type", "poster_id", 0 FROM "bb_bt_torrents""#
+            r#"SELECT "topic_id", "info_hash", "tor_type", "poster_id", 0, NULL FROM "bb_bt_torrents""#
         );
         let s = Source::new(&PrivateConfig::default());
         let sql = Source::select(
@@ -910,7 +1075,7 @@ mod tests {
         );
         assert_eq!(
             sql,
-            r#"SELECT "user_id", "passkey", "can_leech", 0, "removed", 0, 0, '1', '', "updated_at" FROM "hp_users" WHERE "updated_at" >= ?"#
+            r#"SELECT "user_id", "passkey", "can_leech", 0, "removed", 0, 0, '1', '', 0, "updated_at" FROM "hp_users" WHERE "updated_at" >= ?"#
         );
         // Gazelle: users served while Enabled is '1', IP-protected by Visible and IP; the
         // counts live in torrents_leech_stats, and stale client rows go at start.
@@ -921,12 +1086,12 @@ mod tests {
         let [u, t] = g.statements(Dialect::Mysql);
         assert_eq!(
             u,
-            "SELECT `ID`, `torrent_pass`, `can_leech`, 0, `Enabled`, 0, 0, `Visible`, `IP` \
-             FROM `users_main`"
+            "SELECT `ID`, `torrent_pass`, `can_leech`, 0, `Enabled`, 0, 0, `Visible`, `IP`, \
+             0 FROM `users_main`"
         );
         assert_eq!(
             t,
-            "SELECT `ID`, `info_hash`, `FreeTorrent`, 0, 0 FROM `torrents`"
+            "SELECT `ID`, `info_hash`, `FreeTorrent`, 0, 0, NULL FROM `torrents`"
         );
         assert_eq!(
             g.reset_counts(Dialect::Mysql).unwrap(),
@@ -1022,29 +1187,36 @@ mod tests {
             ..Default::default()
         });
         let gold = tp
-            .torrent(&[v(5), hash.clone(), v(1), v(0), v(0)])
+            .torrent(&[v(5), hash.clone(), v(1), v(0), v(0), Value::Null])
             .unwrap()
             .unwrap();
         assert_eq!((gold.1.download_pct, gold.1.upload_pct), (0, 100));
         let silver = tp
-            .torrent(&[v(5), hash.clone(), v(2), v(0), v(0)])
+            .torrent(&[v(5), hash.clone(), v(2), v(0), v(0), Value::Null])
             .unwrap()
             .unwrap();
         assert_eq!(silver.1.download_pct, 50);
         assert!(tp
-            .torrent(&[v(5), Value::Blob([1; 19].into()), v(0), v(0), v(0)])
+            .torrent(&[
+                v(5),
+                Value::Blob([1; 19].into()),
+                v(0),
+                v(0),
+                v(0),
+                Value::Null
+            ])
             .is_none());
         let xbt = Source::new(&PrivateConfig {
             schema: PrivateSchema::Xbt,
             ..Default::default()
         });
         assert_eq!(
-            xbt.torrent(&[v(5), hash.clone(), v(1), v(0), v(0)]),
+            xbt.torrent(&[v(5), hash.clone(), v(1), v(0), v(0), Value::Null]),
             Some(None)
         );
         let own = Source::new(&PrivateConfig::default());
         let t = own
-            .torrent(&[v(5), hash, v(-5), v(5000), v(0)])
+            .torrent(&[v(5), hash, v(-5), v(5000), v(0), Value::Null])
             .unwrap()
             .unwrap();
         assert_eq!((t.1.download_pct, t.1.upload_pct), (0, 1000));
@@ -1064,12 +1236,49 @@ mod tests {
             (Value::Text("x".into()), (0, 0)),
         ] {
             let t = g
-                .torrent(&[v(5), hash.clone(), free.clone(), v(0), v(0)])
+                .torrent(&[v(5), hash.clone(), free.clone(), v(0), v(0), Value::Null])
                 .unwrap()
                 .unwrap();
             assert_eq!((t.1.download_pct, t.1.upload_pct), pcts, "{free:?}");
         }
         assert_eq!(number(&Value::Text(" 1 ".into())), 1);
         assert_eq!(number(&Value::Null), -1);
+        // UNIT3D: `free` percent, `doubleup`; served while approved and not deleted.
+        let u = Source::new(&PrivateConfig {
+            schema: PrivateSchema::Unit3d,
+            ..Default::default()
+        });
+        let [users, torrents] = u.statements(Dialect::Mysql);
+        assert_eq!(
+            users,
+            "SELECT `id`, `passkey`, `can_download`, 0, `deleted_at`, 0, 0, '1', '', \
+             `group_id` FROM `users`"
+        );
+        assert_eq!(
+            torrents,
+            "SELECT `id`, `info_hash`, `free`, `doubleup`, `status`, `deleted_at` FROM `torrents`"
+        );
+        let t = u
+            .torrent(&[v(5), hash.clone(), v(25), v(1), v(1), Value::Null])
+            .unwrap()
+            .unwrap();
+        assert_eq!((t.1.download_pct, t.1.upload_pct), (75, 200));
+        let free = u.torrent(&[v(5), hash.clone(), v(900), v(0), v(1), Value::Null]);
+        assert_eq!(
+            free.unwrap().unwrap().1.download_pct,
+            0,
+            "free is held to 100"
+        );
+        for (status, deleted) in [
+            (v(0), Value::Null),
+            (v(2), Value::Null),
+            (v(1), key("2026-01-01 00:00:00")),
+        ] {
+            assert_eq!(
+                u.torrent(&[v(5), hash.clone(), v(0), v(0), status, deleted]),
+                Some(None),
+                "pending, rejected or deleted: not served"
+            );
+        }
     }
 }

@@ -119,6 +119,9 @@ impl AccountChange {
     /// A freeleech token of the site's (Gazelle) made the download free: what it saved is
     /// written to the token, and a completion ends it.
     pub const TOKEN: u8 = 128;
+    /// The user's group is immune to hit-and-run rules (UNIT3D's `history.immune`); the bit
+    /// of [`AccountChange::PROTECTED`], which only Gazelle's tables read.
+    pub const IMMUNE: u8 = 64;
 
     /// Decodes the change at the start of `b` and its length; `None` when it is not one.
     pub fn decode(b: &[u8]) -> Option<(AccountChange, usize)> {
@@ -571,6 +574,9 @@ struct OnTorrent {
     completed: u64,
     completed_at: u32,
     at: u32,
+    /// UNIT3D's history: the latest client's counters and peer id, and seconds seeded.
+    client: Option<Client>,
+    seedtime: u64,
 }
 
 /// A torrent's merged counts (XBT's torrents table, Gazelle's `torrents_leech_stats`).
@@ -623,7 +629,19 @@ enum Writes {
         snatches: &'static Table,
         tokens: &'static Table,
     },
+    /// UNIT3D's, as UNIT3D-Announce writes them: users' totals (`+=`), torrents' counts, a
+    /// row per client and a `history` row per user and torrent (upserted).
+    Unit3d {
+        users: &'static Table,
+        torrents: &'static Table,
+        peers: &'static Table,
+        history: &'static Table,
+    },
 }
+
+/// Seconds between two announces of a seeding client past which the time between them is
+/// not counted as seeding (UNIT3D-Announce's default `ACTIVE_PEER_TTL`).
+const SEEDTIME_TTL: u32 = 7200;
 
 /// The merge queue: totals per user, state per (user, torrent), counts per torrent and rows
 /// per client, written as the preset's tables take them.
@@ -674,6 +692,7 @@ impl AccountQueue {
         match self.writes {
             Writes::Torrentpier { .. } => return self.client_row(c, counts),
             Writes::Gazelle { .. } => return self.gazelle(c, counts),
+            Writes::Unit3d { .. } => return self.unit3d(c, counts),
             _ => {}
         }
         let u = self.users.entry(c.user).or_default();
@@ -759,6 +778,124 @@ impl AccountQueue {
             let ip = gazelle_ip(c);
             self.snatches.push((c.user, c.torrent, c.at, ip));
         }
+    }
+
+    /// UNIT3D: merges an accounted announce into the user's totals, the client's row, the
+    /// torrent's completions and the user's history on the torrent.
+    fn unit3d(&mut self, c: &AccountChange, counts: Counts) {
+        let u = self.users.entry(c.user).or_default();
+        u.0.add(counts);
+        u.1 = u.1.max(c.at);
+        self.client_row(c, counts);
+        if c.completed > 0 {
+            let t = self.torrents.entry(c.torrent).or_default();
+            t.completed = t.completed.saturating_add(c.completed);
+            t.at = t.at.max(c.at);
+        }
+        let h = self.on_torrents.entry((c.user, c.torrent)).or_default();
+        h.counts.add(counts);
+        h.announces = h.announces.saturating_add(1);
+        if c.completed > 0 && h.completed_at == 0 {
+            h.completed_at = c.at;
+        }
+        h.completed = h.completed.saturating_add(c.completed);
+        // Seeded since the client's last announce: it seeds now and did not just finish.
+        if let Some(k) = c.client {
+            let seeding = c.flags & AccountChange::SEEDING != 0 && c.completed == 0;
+            if seeding && k.since <= SEEDTIME_TTL {
+                h.seedtime = h.seedtime.saturating_add(u64::from(k.since));
+            }
+        }
+        if c.at >= h.at {
+            h.remaining = c.remaining;
+            h.flags = c.flags;
+            h.at = c.at;
+            h.client = c.client.or(h.client);
+        }
+    }
+
+    fn unit3d_rows(
+        &mut self,
+        [users_t, torrents_t, peers_t, history_t]: [&'static Table; 4],
+    ) -> Vec<Rows> {
+        let mut users: Vec<_> = self.users.drain().collect();
+        users.sort_unstable_by_key(|u| u.0);
+        let mut urows = Rows::with_capacity(users_t, users.len());
+        for (id, (c, _)) in users {
+            urows.push([id.into(), int(c.uploaded), int(c.downloaded)]);
+        }
+        let mut tors: Vec<_> = self.torrents.drain().collect();
+        tors.sort_unstable_by_key(|t| t.0);
+        let mut trows = Rows::with_capacity(torrents_t, tors.len());
+        for (id, t) in tors {
+            let (s, l) = t
+                .counts
+                .map_or((Value::Null, Value::Null), |(s, l)| (s.into(), l.into()));
+            trows.push([id.into(), s, l, int(t.completed)]);
+        }
+        let mut cs: Vec<_> = self.clients.drain().collect();
+        cs.sort_unstable_by_key(|c| c.0);
+        let mut prows = Rows::with_capacity(peers_t, cs.len());
+        for ((torrent, user, peer_id), r) in cs {
+            let Some(k) = r.client else {
+                // A change journaled without its client (another preset's run): its traffic
+                // is in the history and the user's totals, and no client row is made.
+                continue;
+            };
+            let ip = match k.ip {
+                IpAddr::V4(a) => Value::Blob(a.octets().into()),
+                IpAddr::V6(a) => Value::Blob(a.octets().into()),
+            };
+            let at = Value::from(&*datetime(r.at));
+            prows.push([
+                user.into(),
+                torrent.into(),
+                Value::Blob(peer_id.into()),
+                ip,
+                u32::from(k.port).into(),
+                Value::from(&*agent(&k.peer_id)),
+                int(k.uploaded),
+                int(k.downloaded),
+                int(r.remaining),
+                Value::Int(i64::from(r.flags & AccountChange::SEEDING)),
+                Value::Int(i64::from(r.flags & AccountChange::STOPPED == 0)),
+                Value::Int(1),
+                at.clone(),
+                at,
+            ]);
+        }
+        let mut hs: Vec<_> = self.on_torrents.drain().collect();
+        hs.sort_unstable_by_key(|h| h.0);
+        let mut hrows = Rows::with_capacity(history_t, hs.len());
+        for ((user, torrent), h) in hs {
+            let (up, down, id) = h
+                .client
+                .map_or((0, 0, [0; 20]), |k| (k.uploaded, k.downloaded, k.peer_id));
+            let at = Value::from(&*datetime(h.at));
+            let completed_at = match h.completed_at {
+                0 => Value::Null,
+                t => Value::from(&*datetime(t)),
+            };
+            hrows.push([
+                user.into(),
+                torrent.into(),
+                Value::from(&*agent(&id)),
+                int(h.counts.uploaded),
+                int(h.counts.uploaded_raw),
+                int(up),
+                int(h.counts.downloaded),
+                int(h.counts.downloaded_raw),
+                int(down),
+                Value::Int(i64::from(h.flags & AccountChange::SEEDING)),
+                Value::Int(i64::from(h.flags & AccountChange::STOPPED == 0)),
+                int(h.seedtime),
+                Value::Int(i64::from(h.flags & AccountChange::IMMUNE != 0)),
+                at.clone(),
+                at,
+                completed_at,
+            ]);
+        }
+        vec![urows, trows, prows, hrows]
     }
 
     fn gazelle_rows(
@@ -1056,6 +1193,14 @@ fn gazelle_ip(c: &AccountChange) -> String {
     }
 }
 
+/// The client a peer id names, for UNIT3D's `agent` (hotpath keeps no User-Agent): the
+/// peer id's printable prefix up to its 8th byte (`-qB4650-`), trailing dots and dashes
+/// of a peer id of another style trimmed.
+fn agent(peer_id: &[u8; 20]) -> String {
+    let p = printable(peer_id);
+    p[..8].trim_end_matches('.').to_string()
+}
+
 /// Unix second `at` as a UTC `YYYY-MM-DD HH:MM:SS`, as a DATETIME column takes it.
 fn datetime(at: u32) -> String {
     let (days, secs) = (i64::from(at) / 86_400, at % 86_400);
@@ -1099,7 +1244,10 @@ impl Queue for AccountQueue {
         if let Some((c, len)) = CountsChange::decode(bytes) {
             // Only XBT's torrents table and Gazelle's stats keep them; another preset reads
             // them and drops them.
-            if !matches!(self.writes, Writes::Xbt { .. } | Writes::Gazelle { .. }) {
+            if !matches!(
+                self.writes,
+                Writes::Xbt { .. } | Writes::Gazelle { .. } | Writes::Unit3d { .. }
+            ) {
                 return Some(len);
             }
             let s = self.torrents.entry(c.torrent).or_default();
@@ -1142,6 +1290,9 @@ impl Queue for AccountQueue {
                     + self.snatches.len()
                     + self.tokens.len()
             }
+            Writes::Unit3d { .. } => {
+                self.users.len() + self.torrents.len() + self.clients.len() + self.on_torrents.len()
+            }
         }
     }
 
@@ -1167,6 +1318,12 @@ impl Queue for AccountQueue {
                 snatches,
                 tokens,
             } => self.gazelle_rows([users, stats, peers, snatches, tokens]),
+            Writes::Unit3d {
+                users,
+                torrents,
+                peers,
+                history,
+            } => self.unit3d_rows([users, torrents, peers, history]),
         }
     }
 
@@ -1393,6 +1550,81 @@ fn site_service(c: &PrivateConfig) -> &'static Service {
                     tokens,
                 },
                 vec![users, stats, peers, snatches, tokens],
+            )
+        }
+        PrivateSchema::Unit3d => {
+            let (r, add, keep) = (Merge::Replace, Merge::Add, Merge::Keep);
+            // The site makes users and torrents: their rows are only updated.
+            let users = table(
+                name("totals"),
+                vec![
+                    col(leak(name("totals.id")), Type::Int, Merge::Key),
+                    col(leak(name("totals.uploaded")), Type::Int, add),
+                    col(leak(name("totals.downloaded")), Type::Int, add),
+                ],
+                true,
+            );
+            let torrents = table(
+                name("torrents"),
+                vec![
+                    col(leak(name("torrents.id")), Type::Int, Merge::Key),
+                    col(leak(name("torrents.seeders")), Type::Int, r),
+                    col(leak(name("torrents.leechers")), Type::Int, r),
+                    col(leak(name("torrents.completed")), Type::Int, add),
+                ],
+                true,
+            );
+            let peers = table(
+                name("peers"),
+                vec![
+                    col("user_id", Type::Int, Merge::Key),
+                    col("torrent_id", Type::Int, Merge::Key),
+                    col("peer_id", Type::Blob, Merge::Key).max_bytes(20),
+                    col("ip", Type::Blob, r).max_bytes(16),
+                    col("port", Type::Int, r),
+                    col("agent", Type::Text, r).max_bytes(64),
+                    col("uploaded", Type::Int, r),
+                    col("downloaded", Type::Int, r),
+                    col("left", Type::Int, r),
+                    col("seeder", Type::Int, r),
+                    col("active", Type::Int, r),
+                    col("visible", Type::Int, r),
+                    col("created_at", Type::Text, keep),
+                    col("updated_at", Type::Text, r),
+                ],
+                false,
+            );
+            let history = table(
+                name("history"),
+                vec![
+                    col("user_id", Type::Int, Merge::Key),
+                    col("torrent_id", Type::Int, Merge::Key),
+                    col("agent", Type::Text, r).max_bytes(64),
+                    col("uploaded", Type::Int, add),
+                    col("actual_uploaded", Type::Int, add),
+                    col("client_uploaded", Type::Int, r),
+                    col("downloaded", Type::Int, add),
+                    col("actual_downloaded", Type::Int, add),
+                    col("client_downloaded", Type::Int, r),
+                    col("seeder", Type::Int, r),
+                    col("active", Type::Int, r),
+                    col("seedtime", Type::Int, add),
+                    col("immune", Type::Int, r),
+                    col("created_at", Type::Text, keep),
+                    col("updated_at", Type::Text, r),
+                    col("completed_at", Type::Text, Merge::First),
+                ],
+                false,
+            );
+            (
+                "private_unit3d",
+                Writes::Unit3d {
+                    users,
+                    torrents,
+                    peers,
+                    history,
+                },
+                vec![users, torrents, peers, history],
             )
         }
     };
@@ -2016,6 +2248,98 @@ mod tests {
             "what the token saved (raw), and ended by the completion"
         );
         assert_eq!(tokens.len(), 1);
+    }
+
+    #[test]
+    fn unit3d_gets_totals_counts_client_rows_and_history() {
+        let s = service(&config("unit3d"));
+        let names: Vec<&str> = s.tables.iter().map(|t| t.name).collect();
+        assert_eq!(names, ["users", "torrents", "peers", "history"]);
+        let mut q = Queues::new(&[s]).unwrap();
+        let c = client("203.0.113.5", 1000);
+        // A client leeches, completes (its seconds since were downloading), seeds on (its
+        // seconds now count as seeding), under an immune group.
+        q.push(&AccountChange {
+            client: Some(Client { since: 0, ..c }),
+            flags: 0,
+            ..change(1, 10, 100, 50)
+        })
+        .unwrap();
+        q.push(&AccountChange {
+            client: Some(Client { since: 30, ..c }),
+            completed: 1,
+            flags: AccountChange::SEEDING | AccountChange::IMMUNE,
+            ..change(1, 10, 10, 80)
+        })
+        .unwrap();
+        q.push(&AccountChange {
+            client: Some(Client {
+                uploaded: 1200,
+                since: 40,
+                ..c
+            }),
+            flags: AccountChange::SEEDING | AccountChange::IMMUNE,
+            ..change(1, 10, 20, 120)
+        })
+        .unwrap();
+        // Past UNIT3D-Announce's TTL: not seeding time.
+        q.push(&AccountChange {
+            client: Some(Client {
+                since: SEEDTIME_TTL + 1,
+                ..c
+            }),
+            flags: AccountChange::SEEDING | AccountChange::IMMUNE,
+            ..change(1, 10, 0, 9000)
+        })
+        .unwrap();
+        q.push(&CountsChange {
+            torrent: 10,
+            seeders: 1,
+            leechers: 3,
+            at: 9000,
+        })
+        .unwrap();
+        let b = q.take();
+        let rows = |i: usize| -> Vec<Vec<Value>> {
+            b.part(s.tables[i])
+                .unwrap()
+                .iter()
+                .map(|r| r.to_vec())
+                .collect()
+        };
+        assert_eq!(rows(0), [[1i64, 130, 65].map(Value::Int).to_vec()]);
+        assert_eq!(rows(1), [[10i64, 1, 3, 1].map(Value::Int).to_vec()]);
+        let peers = rows(2);
+        assert_eq!(peers.len(), 1);
+        assert_eq!(
+            peers[0][3],
+            Value::Blob([203, 0, 113, 5].into()),
+            "the address, 4 bytes"
+        );
+        assert_eq!(
+            peers[0][5],
+            Value::from("-TR4050-"),
+            "the client its peer id names"
+        );
+        assert_eq!(
+            peers[0][6..12],
+            [1000i64, 7, 9000, 1, 1, 1].map(Value::Int),
+            "uploaded, downloaded, left as reported; seeder, active, visible"
+        );
+        assert_eq!(peers[0][13], Value::from("1970-01-01 02:30:00"));
+        let history = rows(3);
+        assert_eq!(
+            history[0][3..13],
+            [130i64, 260, 1000, 65, 130, 7, 1, 1, 40, 1].map(Value::Int),
+            "credited and actual counts added, the client's own, seeding, active, the \
+             seconds seeded, immune"
+        );
+        assert_eq!(history[0][2], Value::from("-TR4050-"));
+        assert_eq!(
+            history[0][15],
+            Value::from("1970-01-01 00:01:20"),
+            "completed at its first completion"
+        );
     }
 
     #[test]
