@@ -200,6 +200,12 @@ fn private_swarm(
             "INSERT INTO bb_bt_users (user_id, auth_key) VALUES (1, ?), (2, ?)",
             "INSERT INTO bb_bt_torrents (topic_id, info_hash) VALUES (5, ?)",
         ),
+        PrivateSchema::Unit3d => (
+            &UNIT3D_SCHEMA,
+            "INSERT INTO users (id, username, group_id, passkey) VALUES \
+             (1, 'seeder', 1, ?), (2, 'leecher', 1, ?)",
+            "INSERT INTO torrents (id, name, user_id, status, info_hash) VALUES (5, 't', 1, 1, ?)",
+        ),
         PrivateSchema::Gazelle => (
             &GAZELLE_SCHEMA,
             "INSERT INTO users_main (ID, Username, Enabled, torrent_pass) VALUES \
@@ -214,6 +220,10 @@ fn private_swarm(
     };
     for sql in ddl {
         site.execute(sql).unwrap();
+    }
+    if schema == PrivateSchema::Unit3d {
+        site.execute("INSERT INTO `groups` (id, name, slug) VALUES (1, 'User', 'user')")
+            .unwrap();
     }
     if schema == PrivateSchema::Gazelle {
         // Gazelle makes these rows with the user and the torrent.
@@ -253,6 +263,11 @@ fn private_swarm(
     let http = server.http_addr().unwrap();
     let udp = server.udp_addr().unwrap();
     let (announce, scrape) = match schema {
+        // UNIT3D hands out `/announce/PASSKEY`.
+        PrivateSchema::Unit3d => (
+            format!("http://{http}/announce/{SEED_KEY}"),
+            format!("http://{http}/scrape/{SEED_KEY}"),
+        ),
         PrivateSchema::Torrentpier => (
             format!("http://{http}/announce?uk={SEED_KEY}"),
             format!("http://{http}/{SEED_KEY}/scrape"),
@@ -356,6 +371,35 @@ fn libtorrent_private_on_gazelle_tables() {
     assert_eq!(
         ints3(&mut *site, "SELECT uid, fid, tstamp > 0 FROM xbt_snatched"),
         [[2, 5, 1]]
+    );
+}
+
+#[test]
+fn libtorrent_private_on_unit3d_tables() {
+    let (_, v, _db, mut site) =
+        private_swarm(hotpath_config::PrivateSchema::Unit3d, "libtorrent", |db| {
+            ints3(db, "SELECT id, uploaded, downloaded FROM users ORDER BY id")
+        });
+    // The history rows UNIT3D's hit-and-run rules read: the clients' own counters, and the
+    // leecher's download finished.
+    let rows = ints3(
+        &mut *site,
+        "SELECT user_id, client_uploaded, client_downloaded FROM history ORDER BY user_id",
+    );
+    let reported = |who: &str, what: &str| v["counters"][who][what].as_i64().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0][1], reported("seeder", "uploaded"), "{rows:?} {v}");
+    assert_eq!(
+        rows[1][2],
+        reported("leecher", "downloaded"),
+        "{rows:?} {v}"
+    );
+    assert_eq!(
+        ints3(
+            &mut *site,
+            "SELECT user_id, completed_at IS NOT NULL, torrent_id FROM history ORDER BY user_id"
+        ),
+        [[1, 0, 5], [2, 1, 5]]
     );
 }
 
