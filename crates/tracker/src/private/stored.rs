@@ -858,8 +858,9 @@ impl AccountQueue {
                 int(k.downloaded),
                 int(r.remaining),
                 Value::Int(i64::from(r.flags & AccountChange::SEEDING)),
+                // Active and visible until stopped, as UNIT3D-Announce writes them.
                 Value::Int(i64::from(r.flags & AccountChange::STOPPED == 0)),
-                Value::Int(1),
+                Value::Int(i64::from(r.flags & AccountChange::STOPPED == 0)),
                 at.clone(),
                 at,
             ]);
