@@ -644,25 +644,8 @@ impl TrackerWorker {
         let error = |resp: &mut HttpResponse, status, text: &str| {
             Some(hotpath_service::json_error(resp, status, Kind::ADMIN, text))
         };
-        if g.secret.is_empty() {
-            return error(
-                resp,
-                403,
-                "Ocelot's update API is off: set private.site_secret",
-            );
-        }
-        let from = ctx.peer.ip();
-        if !p.token_guesses.allows(from, ctx.now) {
-            resp.extra_headers.extend_from_slice(b"Retry-After: 60\r\n");
-            return error(
-                resp,
-                429,
-                "too many wrong secrets from your address: wait a minute",
-            );
-        }
-        if !hotpath_service::same_secret(secret.as_bytes(), g.secret.as_bytes()) {
-            p.token_guesses.failed(from, ctx.now);
-            return error(resp, 403, "Authentication failure");
+        if let Err(refused) = site_secret(p, secret, &g.secret, "Ocelot's update API", ctx, resp) {
+            return Some(refused);
         }
         if req.method != "GET" {
             resp.extra_headers.extend_from_slice(b"Allow: GET\r\n");
@@ -699,25 +682,8 @@ impl TrackerWorker {
         let error = |resp: &mut HttpResponse, status, text: &str| {
             Some(hotpath_service::json_error(resp, status, Kind::ADMIN, text))
         };
-        if u.secret.is_empty() {
-            return error(
-                resp,
-                403,
-                "UNIT3D-Announce's API is off: set private.site_secret",
-            );
-        }
-        let from = ctx.peer.ip();
-        if !p.token_guesses.allows(from, ctx.now) {
-            resp.extra_headers.extend_from_slice(b"Retry-After: 60\r\n");
-            return error(
-                resp,
-                429,
-                "too many wrong keys from your address: wait a minute",
-            );
-        }
-        if !hotpath_service::same_secret(key.as_bytes(), u.secret.as_bytes()) {
-            p.token_guesses.failed(from, ctx.now);
-            return error(resp, 403, "wrong key");
+        if let Err(refused) = site_secret(p, key, &u.secret, "UNIT3D-Announce's API", ctx, resp) {
+            return Some(refused);
         }
         let at = self.unix(ctx.now);
         let rest = format!("/{rest}");
@@ -750,6 +716,44 @@ fn private_route<'a>(
     let key = passkey::find(req.path.as_bytes(), req.query, &p.passkey_param)
         .map(|found| found.map(|(_, key)| key).unwrap_or_default());
     Some((route, key))
+}
+
+/// Checks the site's secret `given` in a call of the site's own API (`api`) against
+/// `private.site_secret` (`expected`): off while it is empty (403); an address that sent too
+/// many wrong ones lately is refused whatever it sends (429), as with the push API's token, and
+/// a wrong one is counted against it (403).
+fn site_secret(
+    p: &Private,
+    given: &str,
+    expected: &str,
+    api: &str,
+    ctx: &Context,
+    resp: &mut HttpResponse,
+) -> Result<(), Handled> {
+    let error = |resp: &mut HttpResponse, status, text: &str| {
+        hotpath_service::json_error(resp, status, Kind::ADMIN, text)
+    };
+    if expected.is_empty() {
+        return Err(error(
+            resp,
+            403,
+            &format!("{api} is off: set private.site_secret"),
+        ));
+    }
+    let from = ctx.peer.ip();
+    if !p.token_guesses.allows(from, ctx.now) {
+        resp.extra_headers.extend_from_slice(b"Retry-After: 60\r\n");
+        return Err(error(
+            resp,
+            429,
+            "too many wrong secrets from your address: wait a minute",
+        ));
+    }
+    if !hotpath_service::same_secret(given.as_bytes(), expected.as_bytes()) {
+        p.token_guesses.failed(from, ctx.now);
+        return Err(error(resp, 403, "Authentication failure"));
+    }
+    Ok(())
 }
 
 fn fail(resp: &mut HttpResponse, reason: &str) {

@@ -814,18 +814,31 @@ impl AccountQueue {
         }
     }
 
+    /// The users' credited bytes, a row (id, uploaded, downloaded) each, of a site's table
+    /// that adds them (Gazelle's, UNIT3D's).
+    fn credited_rows(&mut self, table: &'static Table) -> Rows {
+        let mut users: Vec<_> = self.users.drain().collect();
+        users.sort_unstable_by_key(|u| u.0);
+        let mut rows = Rows::with_capacity(table, users.len());
+        for (id, (c, _)) in users {
+            rows.push([id.into(), int(c.uploaded), int(c.downloaded)]);
+        }
+        rows
+    }
+
+    /// The torrents' merged counts, by id.
+    fn drain_torrents(&mut self) -> Vec<(u32, TorrentState)> {
+        let mut tors: Vec<_> = self.torrents.drain().collect();
+        tors.sort_unstable_by_key(|t| t.0);
+        tors
+    }
+
     fn unit3d_rows(
         &mut self,
         [users_t, torrents_t, peers_t, history_t]: [&'static Table; 4],
     ) -> Vec<Rows> {
-        let mut users: Vec<_> = self.users.drain().collect();
-        users.sort_unstable_by_key(|u| u.0);
-        let mut urows = Rows::with_capacity(users_t, users.len());
-        for (id, (c, _)) in users {
-            urows.push([id.into(), int(c.uploaded), int(c.downloaded)]);
-        }
-        let mut tors: Vec<_> = self.torrents.drain().collect();
-        tors.sort_unstable_by_key(|t| t.0);
+        let urows = self.credited_rows(users_t);
+        let tors = self.drain_torrents();
         let mut trows = Rows::with_capacity(torrents_t, tors.len());
         for (id, t) in tors {
             let (s, l) = t
@@ -903,14 +916,8 @@ impl AccountQueue {
         &mut self,
         [users_t, stats_t, peers_t, snatches_t, tokens_t]: [&'static Table; 5],
     ) -> Vec<Rows> {
-        let mut users: Vec<_> = self.users.drain().collect();
-        users.sort_unstable_by_key(|u| u.0);
-        let mut urows = Rows::with_capacity(users_t, users.len());
-        for (id, (c, _)) in users {
-            urows.push([id.into(), int(c.uploaded), int(c.downloaded)]);
-        }
-        let mut tors: Vec<_> = self.torrents.drain().collect();
-        tors.sort_unstable_by_key(|t| t.0);
+        let urows = self.credited_rows(users_t);
+        let tors = self.drain_torrents();
         let mut trows = Rows::with_capacity(stats_t, tors.len());
         for (id, t) in tors {
             let (s, l) = t
