@@ -388,14 +388,7 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
 
 /// Unix second `t` as a UTC date and time, `2026-11-25 03:04:05 UTC`.
 fn utc(t: i64) -> String {
-    let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
-    let (year, month, day) = hotpath_wire::http::civil_date(days);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    format!("{} UTC", hotpath_wire::http::civil_time(t))
 }
 
 /// A migration as `db status` and `db migrate` name it: the store's by number, a service's

@@ -1116,9 +1116,10 @@ fn unit3d_tables_get_what_unit3d_announce_writes_and_its_api_applies_at_once() {
     });
 
     // The site's calls, as UNIT3D makes them: each answered 200, each in force at once.
-    assert_eq!(
-        unit3d_call(admin, "PUT", "users", "{}").to_string()[..1],
-        *"4"
+    let status = unit3d_call(admin, "PUT", "users", "{}");
+    assert!(
+        (400..500).contains(&status),
+        "a body missing fields: {status}"
     );
     let wrong =
         Client::connect(admin).request("PUT", "/announce/wrongkeywrongkey/users", None, "{}");

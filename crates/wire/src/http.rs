@@ -342,6 +342,18 @@ pub fn civil_date(days: i64) -> (i64, u32, u32) {
     (year, month as u32, day as u32)
 }
 
+/// Unix second `t` as `YYYY-MM-DD HH:MM:SS` (UTC), as SQL's DATETIME and people read it.
+pub fn civil_time(t: i64) -> String {
+    let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
+    let (year, month, day) = civil_date(days);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
 /// Formats `unix_secs` as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the HTTP Date format.
 pub fn http_date(unix_secs: u64) -> [u8; 29] {
     const DAYS: [&[u8; 3]; 7] = [b"Thu", b"Fri", b"Sat", b"Sun", b"Mon", b"Tue", b"Wed"];

@@ -14,8 +14,8 @@ use std::collections::HashSet;
 use hotpath_wire::query::{pairs, percent_decode, Id20};
 use parking_lot::{Mutex, RwLock};
 
-use super::push::{ApiError, Push, MAX_BATCH, MAX_CLIENTS};
-use super::Private;
+use super::push::{ApiError, Push, MAX_BATCH};
+use super::{put, Private};
 
 /// Seconds a deleted torrent's reason is told to its announces (Ocelot's
 /// `del_reason_lifetime` default).
@@ -408,10 +408,6 @@ pub fn decode(query: &[u8]) -> Result<Action, ApiError> {
     })
 }
 
-fn hex(h: &Id20) -> String {
-    hotpath_store::table::hex(h)
-}
-
 impl Private {
     /// Applies a call of Ocelot's update API at unix second `at`; returns the answer's body
     /// (`success`, as Ocelot answers every call it understood, a user or torrent it does not
@@ -447,7 +443,7 @@ impl Private {
                 g.deleted.lock().remove(&info_hash);
                 ops.push(Push::Torrent {
                     id,
-                    info_hash: hex(&info_hash),
+                    info_hash: hotpath_store::table::hex(&info_hash),
                     download_pct,
                     upload_pct,
                     poster_id: 0,
@@ -459,14 +455,14 @@ impl Private {
                     match torrent_of(&h) {
                         Some(t) => ops.push(Push::Torrent {
                             id: t.id,
-                            info_hash: hex(&h),
+                            info_hash: hotpath_store::table::hex(&h),
                             download_pct,
                             upload_pct,
                             poster_id: t.poster,
                         }),
                         None => log::warn!(
                             "private: update_torrent: no torrent {} held (nothing changed)",
-                            hex(&h)
+                            hotpath_store::table::hex(&h)
                         ),
                     }
                 }
@@ -492,7 +488,10 @@ impl Private {
                     }
                     tokens.insert((user, t.id));
                 }
-                None => log::warn!("private: add_token: no torrent {} held", hex(&info_hash)),
+                None => log::warn!(
+                    "private: add_token: no torrent {} held",
+                    hotpath_store::table::hex(&info_hash)
+                ),
             },
             Action::RemoveToken { info_hash, user } => {
                 if let Some(t) = torrent_of(&info_hash) {
@@ -533,20 +532,16 @@ impl Private {
                 }
                 None => log::warn!("private: update_user: no user has that passkey"),
             },
-            Action::AddWhitelist { prefix } => ops.push(self.whitelist(|l| {
-                if !l.contains(&prefix) {
-                    l.push(prefix);
-                }
-            })?),
-            Action::RemoveWhitelist { prefix } => {
-                ops.push(self.whitelist(|l| l.retain(|p| *p != prefix))?)
+            // Gazelle's whitelist is the allow list.
+            Action::AddWhitelist { prefix } => {
+                ops.push(self.clients_edited(|allow, _| put(allow, None, Some(&prefix)))?)
             }
-            Action::EditWhitelist { old, new } => ops.push(self.whitelist(|l| {
-                l.retain(|p| *p != old);
-                if !l.contains(&new) {
-                    l.push(new);
-                }
-            })?),
+            Action::RemoveWhitelist { prefix } => {
+                ops.push(self.clients_edited(|allow, _| put(allow, Some(&prefix), None))?)
+            }
+            Action::EditWhitelist { old, new } => {
+                ops.push(self.clients_edited(|allow, _| put(allow, Some(&old), Some(&new)))?)
+            }
             Action::AnnounceInterval { secs } => {
                 let min = self.intervals(config).1.min(secs);
                 ops.push(Push::Intervals {
@@ -578,42 +573,6 @@ impl Private {
         }
         Ok("success".into())
     }
-
-    /// The client lists with the allow list (Gazelle's whitelist) changed by `edit`, as a
-    /// change to push.
-    fn whitelist(&self, edit: impl FnOnce(&mut Vec<Vec<u8>>)) -> Result<Push, ApiError> {
-        let policy = self.policy.read();
-        let mut allow: Vec<Vec<u8>> = policy
-            .rules
-            .peer_id_allow
-            .iter()
-            .map(|p| p.to_vec())
-            .collect();
-        let deny = policy
-            .rules
-            .peer_id_deny
-            .iter()
-            .map(|p| lossless(p))
-            .collect();
-        drop(policy);
-        edit(&mut allow);
-        if allow.len() > MAX_CLIENTS {
-            return Err(ApiError {
-                status: 507,
-                message: format!("the whitelist holds at most {MAX_CLIENTS} prefixes"),
-            });
-        }
-        Ok(Push::Clients {
-            allow: allow.iter().map(|p| lossless(p)).collect(),
-            deny,
-        })
-    }
-}
-
-/// A prefix as the push API's text (a peer id prefix is ASCII in practice; another byte
-/// becomes U+FFFD and no longer matches, which the whitelist's own table read corrects).
-fn lossless(p: &[u8]) -> String {
-    String::from_utf8_lossy(p).into_owned()
 }
 
 fn set(s: &RwLock<HashSet<u32>>, id: u32, on: bool) {

@@ -274,6 +274,18 @@ mod m {
     );
 }
 
+/// In a client list: takes out `old` and adds `new`, once.
+fn put(list: &mut Vec<Vec<u8>>, old: Option<&[u8]>, new: Option<&[u8]>) {
+    if let Some(old) = old {
+        list.retain(|p| p != old);
+    }
+    if let Some(new) = new {
+        if !list.iter().any(|p| p == new) {
+            list.push(new.to_vec());
+        }
+    }
+}
+
 /// The client and port rules.
 #[derive(Debug, Clone, Default)]
 pub struct Rules {
@@ -1017,6 +1029,42 @@ impl Private {
                 self.mirror(&policy);
             }
         }
+    }
+
+    /// The client lists (`private.peer_id_allow`, `peer_id_deny`, or as pushed) with `edit`
+    /// applied to them, as the change to push that sets them (the sites' APIs: Gazelle's
+    /// whitelist, UNIT3D's blacklist); a list past [`push::MAX_CLIENTS`] is refused with 507
+    /// and counted.
+    fn clients_edited(
+        &self,
+        edit: impl FnOnce(&mut Vec<Vec<u8>>, &mut Vec<Vec<u8>>),
+    ) -> Result<Push, ApiError> {
+        let policy = self.policy.read();
+        let bytes = |list: &[Box<[u8]>]| list.iter().map(|p| p.to_vec()).collect::<Vec<_>>();
+        let (mut allow, mut deny) = (
+            bytes(&policy.rules.peer_id_allow),
+            bytes(&policy.rules.peer_id_deny),
+        );
+        drop(policy);
+        edit(&mut allow, &mut deny);
+        if allow.len().max(deny.len()) > push::MAX_CLIENTS {
+            self.push_errors.add(1);
+            return Err(ApiError {
+                status: 507,
+                message: format!("a client list holds at most {} prefixes", push::MAX_CLIENTS),
+            });
+        }
+        // As the push API's text: a peer id prefix is ASCII in practice; another byte becomes
+        // U+FFFD and no longer matches, which the site's own table read corrects.
+        let text = |list: Vec<Vec<u8>>| {
+            list.into_iter()
+                .map(|p| String::from_utf8_lossy(&p).into_owned())
+                .collect()
+        };
+        Ok(Push::Clients {
+            allow: text(allow),
+            deny: text(deny),
+        })
     }
 
     /// The torrents `user` may download at once (0: no limit): their UNIT3D group's download

@@ -273,9 +273,10 @@ pub const ENDPOINTS: &str =
     PUT|DELETE /admin/tracker/tokens/USER/TORRENT; PUT /admin/tracker/freeleech; \
     PUT /admin/tracker/clients; PUT /admin/tracker/intervals; POST /admin/tracker/batch";
 
-/// The body of a PUT, as JSON of type `T` (an empty body is `{}`); unknown fields are
-/// refused, so a misspelt one is not silently ignored.
-fn body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+/// The body of a PUT, as JSON of type `T` (an empty body is `{}`); an error names the field.
+/// The push API's bodies refuse unknown fields, so a misspelt one is not silently ignored
+/// (the sites' APIs, which send more than they mean, read theirs with it too).
+pub(super) fn body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         b"{}".as_slice()
     } else {

@@ -1211,14 +1211,7 @@ fn agent(peer_id: &[u8; 20]) -> String {
 
 /// Unix second `at` as a UTC `YYYY-MM-DD HH:MM:SS`, as a DATETIME column takes it.
 fn datetime(at: u32) -> String {
-    let (days, secs) = (i64::from(at) / 86_400, at % 86_400);
-    let (y, m, d) = hotpath_wire::http::civil_date(days);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    hotpath_wire::http::civil_time(i64::from(at))
 }
 
 /// A client's key in `bb_bt_tracker` (32 characters): its torrent and user in hex, then a

@@ -15,8 +15,8 @@ use std::collections::{HashMap, HashSet};
 use parking_lot::RwLock;
 use serde::Deserialize;
 
-use super::push::{info_hash_of, ApiError, Push, MAX_CLIENTS};
-use super::Private;
+use super::push::{body, info_hash_of, ApiError, Push};
+use super::{put, Private};
 
 /// A group's rules, as UNIT3D-Announce reads them from `groups`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -244,15 +244,6 @@ fn bad(message: impl Into<String>) -> ApiError {
         status: 400,
         message: message.into(),
     }
-}
-
-/// The body of a call as JSON of type `T`; an error names the field.
-fn body<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, ApiError> {
-    let de = &mut serde_json::Deserializer::from_slice(b);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        bad(format!("{path}: {}", e.into_inner()))
-    })
 }
 
 /// An id from 1.
@@ -484,26 +475,10 @@ impl Private {
             Call::RemoveGroup(id) => {
                 u.groups.write().remove(&id);
             }
-            Call::Blacklist(prefix, on) => {
-                let policy = self.policy.read();
-                let text = |p: &[u8]| String::from_utf8_lossy(p).into_owned();
-                let allow = policy.rules.peer_id_allow.iter().map(|p| text(p)).collect();
-                let mut deny: Vec<String> =
-                    policy.rules.peer_id_deny.iter().map(|p| text(p)).collect();
-                drop(policy);
-                let prefix = text(&prefix);
-                deny.retain(|p| *p != prefix);
-                if on {
-                    deny.push(prefix);
-                }
-                if deny.len() > MAX_CLIENTS {
-                    return Err(failed(ApiError {
-                        status: 507,
-                        message: format!("the blacklist holds at most {MAX_CLIENTS} prefixes"),
-                    }));
-                }
-                ops.push(Push::Clients { allow, deny });
-            }
+            // UNIT3D's blacklist adds to the deny list.
+            Call::Blacklist(prefix, on) => ops.push(self.clients_edited(|_, deny| {
+                put(deny, Some(&prefix), on.then_some(prefix.as_slice()))
+            })?),
             Call::Token(user, torrent, on) => toggle(
                 &u.tokens,
                 (user, torrent),
