@@ -1230,3 +1230,54 @@ fn unit3d_tables_get_what_unit3d_announce_writes_and_its_api_applies_at_once() {
         [[1]]
     );
 }
+
+/// What a hostile caller of the site's API, or a site's table grown past a cap, meets: wrong
+/// secrets are counted against the address, which is then refused whatever it sends; token rows
+/// past `private.max_tokens` are left out and counted.
+#[test]
+fn a_guessed_site_secret_is_throttled_and_site_rows_past_a_cap_are_counted() {
+    let db = test_db(Dialect::Mysql, "gazelle_hostile");
+    let mut site = connect(&db);
+    for ddl in GAZELLE_SCHEMA {
+        site.execute(ddl).unwrap();
+    }
+    site.execute_with(
+        "INSERT INTO torrents (ID, GroupID, info_hash) VALUES (10, 1, ?), (11, 1, ?)",
+        &[Value::Blob(A.into()), Value::Blob(B.into())],
+    )
+    .unwrap();
+    site.execute(
+        "INSERT INTO users_freeleeches (UserID, TorrentID, Time) VALUES (1, 10, NOW()), \
+         (1, 11, NOW()), (0, 10, NOW())",
+    )
+    .unwrap();
+    let mut c = site_config(&db, PrivateSchema::Gazelle);
+    c.private.site_secret = SITE_SECRET.into();
+    c.private.max_auth_failures_per_min = 3;
+    c.private.max_tokens = 1;
+    let server = start(&c);
+    let admin = server.admin_addr().unwrap();
+    let metrics = || {
+        let body = Client::connect(admin).get("/metrics").body;
+        String::from_utf8(body).unwrap()
+    };
+    let value = |text: &str, name: &str| -> i64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in /metrics"))
+    };
+    let m = metrics();
+    assert_eq!(value(&m, "hotpath_private_freeleech_tokens "), 1, "{m}");
+    // One row past the cap, one with user 0.
+    assert!(value(&m, "hotpath_private_rows_skipped_total ") >= 2, "{m}");
+    let wrong = "wrongwrongwrongwrongwrongwrong00";
+    for _ in 0..3 {
+        let (ok, text) = gazelle_call(admin, wrong, "action=update_announce_jitter");
+        assert!(!ok && text.starts_with("HTTP/1.1 403"), "{text}");
+    }
+    // The right secret, from the same address within the minute: refused too.
+    let (ok, text) = gazelle_call(admin, SITE_SECRET, "action=update_announce_jitter");
+    assert!(!ok && text.starts_with("HTTP/1.1 429"), "{text}");
+    assert!(text.contains("Retry-After: 60"), "{text}");
+    server.shutdown().unwrap();
+}

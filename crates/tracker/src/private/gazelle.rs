@@ -71,6 +71,8 @@ pub struct Gazelle {
     /// The config's allow list (`private.peer_id_allow`), in force while the whitelist
     /// table lists none.
     pub config_allow: Vec<Box<[u8]>>,
+    /// Deleted torrents' reasons forgotten before their day was over, at the cap.
+    pub forgotten: hotpath_metrics::Counter,
 }
 
 impl Gazelle {
@@ -83,6 +85,7 @@ impl Gazelle {
             deleted: Mutex::new(hashbrown::HashMap::new()),
             max_tokens: c.max_tokens,
             config_allow: super::Rules::of(c).peer_id_allow,
+            forgotten: hotpath_metrics::Counter::default(),
         }
     }
 
@@ -126,6 +129,7 @@ impl Gazelle {
                 let oldest = deleted.iter().min_by_key(|(_, (_, w))| *w).map(|(h, _)| *h);
                 if let Some(h) = oldest {
                     deleted.remove(&h);
+                    self.forgotten.add(1);
                 }
             }
         }
@@ -706,6 +710,7 @@ mod tests {
             g.remember_deleted(h, Some(0), 100 + i);
         }
         assert!(g.deleted.lock().len() <= MAX_REASONS, "bounded");
+        assert_eq!(g.forgotten.get(), 5, "the oldest forgotten, counted");
         let last = (MAX_REASONS as u32 + 4).to_be_bytes();
         let mut h = [0u8; 20];
         h[..4].copy_from_slice(&last);

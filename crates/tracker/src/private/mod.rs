@@ -269,8 +269,15 @@ mod m {
         "hotpath_private_rows_skipped_total",
         "Rows of the users and torrents tables left out: malformed (a bad passkey or info \
          hash, an id out of range), a key or id an earlier row took, or past \
-         private.max_users / private.max_torrents; and users' totals rows malformed or past \
-         private.max_users.",
+         private.max_users / private.max_torrents; users' totals rows malformed or past \
+         private.max_users; and rows of a site's other tables (tokens, groups, personal \
+         freeleech, featured torrents, client lists) malformed or past their caps.",
+    );
+    pub static REASONS_FORGOTTEN: Desc = Desc::counter(
+        "hotpath_private_deleted_reasons_forgotten_total",
+        "Reasons of torrents deleted through Gazelle's calls forgotten before their day was \
+         over, to hold at most 10,000 (their announces are then told the torrent is not \
+         registered, without the reason).",
     );
 }
 
@@ -1350,7 +1357,11 @@ impl Private {
             .add(&m::POLLS, get(&self.polls))
             .add(&m::POLL_ERRORS, get(&self.poll_errors))
             .add(&m::ROWS_SKIPPED, get(&self.rows_skipped))
-            .add(&m::REGISTER_FULL, get(&self.register_full));
+            .add(&m::REGISTER_FULL, get(&self.register_full))
+            .add(
+                &m::REASONS_FORGOTTEN,
+                self.gazelle.as_ref().map_or(0, |g| get(&g.forgotten)),
+            );
         for r in Refusal::ALL {
             out.labeled(&m::REFUSED, &[r.label()], get(&self.refused[r as usize]));
         }

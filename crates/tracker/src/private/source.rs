@@ -370,12 +370,17 @@ impl Source {
                         Some(SiteTables::Gazelle { .. })
                             if number(&r[7]) == 0 || r[8].bytes() == b"127.0.0.1" =>
                         {
-                            protected.borrow_mut().insert(user.1.id);
+                            // No more than the registry holds users.
+                            if protected.borrow().len() < users.max() {
+                                protected.borrow_mut().insert(user.1.id);
+                            }
                         }
                         // UNIT3D: each user's group.
                         Some(SiteTables::Unit3d { .. }) => {
                             let group = r[9].int().clamp(i64::from(i32::MIN), i64::from(i32::MAX));
-                            user_groups.borrow_mut().insert(user.1.id, group as i32);
+                            if user_groups.borrow().len() < users.max() {
+                                user_groups.borrow_mut().insert(user.1.id, group as i32);
+                            }
                         }
                         _ => {}
                     }
@@ -408,6 +413,8 @@ impl Source {
         } else {
             (0, None)
         };
+        // Rows of the site's other tables left out: malformed, or past a cap.
+        let mut site_skipped = 0;
         let site = match &self.site {
             Some(SiteTables::Gazelle { tokens, clients }) => Some(Site {
                 protected: protected.into_inner(),
@@ -417,8 +424,9 @@ impl Source {
                     ["UserID", "TorrentID"],
                     "Expired",
                     self.max_tokens,
+                    &mut site_skipped,
                 )?,
-                clients: self.read_clients(db, clients, "peer_id")?,
+                clients: self.read_clients(db, clients, "peer_id", &mut site_skipped)?,
                 ..Site::default()
             }),
             Some(SiteTables::Unit3d {
@@ -434,19 +442,32 @@ impl Source {
                     ["user_id", "torrent_id"],
                     "",
                     self.max_tokens,
+                    &mut site_skipped,
                 )?,
-                clients: self.read_clients(db, clients, "peer_id_prefix")?,
-                groups: self.read_groups(db, groups)?,
+                clients: self.read_clients(db, clients, "peer_id_prefix", &mut site_skipped)?,
+                groups: self.read_groups(db, groups, &mut site_skipped)?,
                 user_groups: user_groups.into_inner(),
-                personal: self.read_ids(db, personal, "user_id", self.max_personal)?,
-                featured: self.read_ids(db, featured, "torrent_id", torrents.max())?,
+                personal: self.read_ids(
+                    db,
+                    personal,
+                    "user_id",
+                    self.max_personal,
+                    &mut site_skipped,
+                )?,
+                featured: self.read_ids(
+                    db,
+                    featured,
+                    "torrent_id",
+                    torrents.max(),
+                    &mut site_skipped,
+                )?,
                 ..Site::default()
             }),
             None => None,
         };
         *self.since.lock() = [users_since, torrents_since, totals_since];
         Ok(Polled {
-            skipped: u.skipped + t.skipped + c,
+            skipped: u.skipped + t.skipped + c + site_skipped,
             users: u,
             torrents: t,
             settings,
@@ -678,6 +699,7 @@ impl Source {
         cols: [&str; 2],
         live: &str,
         max: usize,
+        skipped: &mut usize,
     ) -> Result<std::collections::HashSet<(u32, u32)>, StoreError> {
         let d = db.dialect();
         let mut sql = format!(
@@ -692,10 +714,11 @@ impl Source {
         let mut tokens = std::collections::HashSet::new();
         self.read_optional(db, &sql, table, &mut |r| {
             let id = |v: &Value| u32::try_from(v.int()).ok().filter(|&i| i > 0);
-            if let (Some(u), Some(t)) = (id(&r[0]), id(&r[1])) {
-                if tokens.len() < max {
+            match (id(&r[0]), id(&r[1])) {
+                (Some(u), Some(t)) if tokens.len() < max => {
                     tokens.insert((u, t));
                 }
+                _ => *skipped += 1,
             }
         })?;
         Ok(tokens)
@@ -708,16 +731,19 @@ impl Source {
         table: &str,
         col: &str,
         max: usize,
+        skipped: &mut usize,
     ) -> Result<std::collections::HashSet<u32>, StoreError> {
         let d = db.dialect();
         let sql = format!("SELECT {} FROM {}", d.quote(col), d.quote(table));
         let mut ids = std::collections::HashSet::new();
-        self.read_optional(db, &sql, table, &mut |r| {
-            if let Some(id) = u32::try_from(r[0].int()).ok().filter(|&i| i > 0) {
-                if ids.len() < max {
-                    ids.insert(id);
-                }
+        self.read_optional(db, &sql, table, &mut |r| match u32::try_from(r[0].int())
+            .ok()
+            .filter(|&i| i > 0)
+        {
+            Some(id) if ids.len() < max => {
+                ids.insert(id);
             }
+            _ => *skipped += 1,
         })?;
         Ok(ids)
     }
@@ -727,6 +753,7 @@ impl Source {
         &self,
         db: &mut dyn Backend,
         table: &str,
+        skipped: &mut usize,
     ) -> Result<std::collections::HashMap<i32, super::unit3d::Group>, StoreError> {
         let d = db.dialect();
         let cols = [
@@ -743,6 +770,7 @@ impl Source {
         let mut groups = std::collections::HashMap::new();
         self.read_optional(db, &sql, table, &mut |r| {
             if groups.len() >= super::unit3d::MAX_GROUPS {
+                *skipped += 1;
                 return;
             }
             let id = r[0].int().clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
@@ -762,6 +790,7 @@ impl Source {
         db: &mut dyn Backend,
         table: &str,
         col: &str,
+        skipped: &mut usize,
     ) -> Result<Vec<Box<[u8]>>, StoreError> {
         let d = db.dialect();
         let sql = format!("SELECT {} FROM {}", d.quote(col), d.quote(table));
@@ -770,6 +799,8 @@ impl Source {
             let p = r[0].bytes();
             if !p.is_empty() && p.len() <= 20 && clients.len() < MAX_CLIENT_ROWS {
                 clients.push(p.into());
+            } else {
+                *skipped += 1;
             }
         })?;
         Ok(clients)
