@@ -366,14 +366,13 @@ impl Source {
                     }
                     let user = Self::user(r)?;
                     match self.site {
-                        // Gazelle's IP-protected users: not Visible, or at 127.0.0.1.
+                        // Gazelle's IP-protected users: not Visible, or at 127.0.0.1 (no
+                        // more than the registry holds users).
                         Some(SiteTables::Gazelle { .. })
-                            if number(&r[7]) == 0 || r[8].bytes() == b"127.0.0.1" =>
+                            if (number(&r[7]) == 0 || r[8].bytes() == b"127.0.0.1")
+                                && protected.borrow().len() < users.max() =>
                         {
-                            // No more than the registry holds users.
-                            if protected.borrow().len() < users.max() {
-                                protected.borrow_mut().insert(user.1.id);
-                            }
+                            protected.borrow_mut().insert(user.1.id);
                         }
                         // UNIT3D: each user's group.
                         Some(SiteTables::Unit3d { .. }) => {
