@@ -1,13 +1,14 @@
 //! Ocelot's update API as a Gazelle site calls it: a query decodes to a checked action or to
 //! a 400 naming the parameter; the action applies to a Gazelle private tracker with small
 //! caps, which answers `success`, a JSON line or an error status, and never holds more tokens
-//! than its cap.
+//! than its cap. The same bytes as a query of Ocelot's report API decode to a report or to a
+//! 400 naming the parameter.
 #![no_main]
 
 use std::sync::OnceLock;
 
 use hotpath_fuzz as _;
-use hotpath_tracker::private::gazelle::{decode, Action};
+use hotpath_tracker::private::gazelle::{decode, decode_report, Action, Report};
 use hotpath_tracker::private::push::MAX_BATCH;
 use hotpath_tracker::private::Private;
 use libfuzzer_sys::fuzz_target;
@@ -27,6 +28,11 @@ fn tracker() -> &'static Private {
 }
 
 fuzz_target!(|data: &[u8]| {
+    match decode_report(data) {
+        Ok(Report::User(key)) => assert!(!key.is_empty() && key.len() <= 64),
+        Ok(_) => {}
+        Err(e) => assert!(e.status == 400 && !e.message.is_empty(), "{e:?}"),
+    }
     let action = match decode(data) {
         Ok(a) => a,
         Err(e) => {

@@ -871,6 +871,10 @@ section! {
         /// `/announce/<site_secret>/…`. 16 to 128 letters, digits, `-`, `.`, `_` or `~`.
         /// Empty: off.
         pub site_secret: String = String::new(),
+        /// Gazelle: its TRACKER_REPORTKEY (Ocelot's report_password), for Ocelot's report
+        /// API at `/<report_secret>/report?get=stats|user|prom_stats|jemalloc`, which the
+        /// site's tracker pages read. Same characters as `site_secret`. Empty: off.
+        pub report_secret: String = String::new(),
         /// Unknown passkeys and wrong push API tokens one client address (IPv6: one /64)
         /// may send in a minute. Past it, every passkey or token it sends is refused (a
         /// `failure reason`, or 429) until its minute is over, the right ones too, so
@@ -1614,6 +1618,19 @@ mod tests {
             (
                 "[private]\nsite_secret = \"0123456789abcdef0123456789abcdef\"\n",
                 "private.site_secret",
+            ),
+            (
+                "[private]\nschema = \"unit3d\"\nreport_secret = \"0123456789abcdef0123\"\n",
+                "private.report_secret",
+            ),
+            (
+                "[private]\nschema = \"gazelle\"\nreport_secret = \"bad secret 0123456789\"\n",
+                "private.report_secret",
+            ),
+            (
+                "[private]\nschema = \"gazelle\"\nadmin_token = \"0123456789abcdef\"\n\
+                 report_secret = \"0123456789abcdef\"\n",
+                "private.report_secret",
             ),
             ("[popups]\nreload_ms = 5\n", "popups.reload_ms"),
             ("[popups]\nload_batch = 0\n", "popups.load_batch"),

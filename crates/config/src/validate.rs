@@ -300,34 +300,38 @@ fn private(c: &Config, p: &mut Problems) {
         );
     }
     let path_safe = |b: u8| b.is_ascii_alphanumeric() || b"-._~".contains(&b);
-    if !pr.site_secret.is_empty()
-        && (pr.site_secret.len() < 16
-            || pr.site_secret.len() > 128
-            || !pr.site_secret.bytes().all(path_safe))
-    {
-        p.bad(
+    for (key, secret, schemas, needs) in [
+        (
             "private.site_secret",
-            "must be 16 to 128 letters, digits, '-', '.', '_' or '~', as the site's secret \
-             (or empty)",
-        );
-    }
-    if !pr.site_secret.is_empty()
-        && !matches!(
-            pr.schema,
-            crate::PrivateSchema::Gazelle | crate::PrivateSchema::Unit3d
-        )
-    {
-        p.bad(
-            "private.site_secret",
+            &pr.site_secret,
+            &[crate::PrivateSchema::Gazelle, crate::PrivateSchema::Unit3d][..],
             "the site's own API serves Gazelle's or UNIT3D's tables: set private.schema = \
              \"gazelle\" or \"unit3d\"",
-        );
-    }
-    if !pr.site_secret.is_empty() && pr.site_secret == pr.admin_token {
-        p.bad(
-            "private.site_secret",
-            "must differ from private.admin_token: each guards its own API",
-        );
+        ),
+        (
+            "private.report_secret",
+            &pr.report_secret,
+            &[crate::PrivateSchema::Gazelle][..],
+            "Ocelot's report API serves Gazelle's tracker pages: set private.schema = \
+             \"gazelle\"",
+        ),
+    ] {
+        if secret.is_empty() {
+            continue;
+        }
+        if secret.len() < 16 || secret.len() > 128 || !secret.bytes().all(path_safe) {
+            p.bad(
+                key,
+                "must be 16 to 128 letters, digits, '-', '.', '_' or '~', as the site's secret \
+                 (or empty)",
+            );
+        }
+        if !schemas.contains(&pr.schema) {
+            p.bad(key, needs);
+        }
+        if *secret == pr.admin_token {
+            p.bad(key, "must differ from private.admin_token: each guards its own API");
+        }
     }
     for (below, slots) in &pr.ratio_tiers {
         match below.parse::<f64>() {

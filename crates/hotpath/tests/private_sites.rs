@@ -733,17 +733,24 @@ const G3: &str = "g3g3g3g3g3g3g3g3g3g3g3g3g3g3g3g3";
 const G4: &str = "g4g4g4g4g4g4g4g4g4g4g4g4g4g4g4g4";
 const G5: &str = "g5g5g5g5g5g5g5g5g5g5g5g5g5g5g5g5";
 const SITE_SECRET: &str = "s3cr3ts3cr3ts3cr3ts3cr3ts3cr3t00";
+const REPORT_KEY: &str = "r3p0rtr3p0rtr3p0rtr3p0rtr3p0rt00";
 
 /// A call of Ocelot's update API as Gazelle's `Tracker::update_tracker` makes it (HTTP/1.1,
 /// `Connection: Close`, read to the end), and whether Gazelle takes the answer as done: the
 /// text after the response's last newline is `success`.
 fn gazelle_call(admin: std::net::SocketAddr, secret: &str, params: &str) -> (bool, String) {
+    gazelle_request(admin, &format!("/{secret}/update?{params}"))
+}
+
+/// A request to Ocelot's APIs as Gazelle's `Tracker::request` sends it, and whether Gazelle
+/// takes the answer as a `success`.
+fn gazelle_request(admin: std::net::SocketAddr, target: &str) -> (bool, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(admin).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     write!(
         s,
-        "GET /{secret}/update?{params} HTTP/1.1\r\nHost: tracker\r\nConnection: Close\r\n\r\n"
+        "GET {target} HTTP/1.1\r\nHost: tracker\r\nConnection: Close\r\n\r\n"
     )
     .unwrap();
     let mut response = String::new();
@@ -802,6 +809,7 @@ fn gazelle_tables_get_what_ocelot_writes_and_the_sites_calls_apply_at_once() {
     .unwrap();
     let mut c = site_config(&db, PrivateSchema::Gazelle);
     c.private.site_secret = SITE_SECRET.into();
+    c.private.report_secret = REPORT_KEY.into();
     // Only the start reads the tables: what changes after comes through the site's calls.
     c.private.poll_secs = 3600;
     let server = start(&c);
@@ -887,6 +895,38 @@ fn gazelle_tables_get_what_ocelot_writes_and_the_sites_calls_apply_at_once() {
         ),
         [[2, 10, 1000, 1], [2, 11, 0, 1]]
     );
+
+    // The site's tracker pages, through Ocelot's report API and its own key: Gazelle
+    // json-decodes the body up to its last newline.
+    let report = |params: &str| -> serde_json::Value {
+        let (_, text) = gazelle_request(admin, &format!("/{REPORT_KEY}/report?{params}"));
+        assert!(text.starts_with("HTTP/1.1 200"), "{params}: {text}");
+        let body = &text[text.find("\r\n\r\n").unwrap() + 4..text.rfind('\n').unwrap()];
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{params}: {e}: {body}"))
+    };
+    let stats = report("get=stats");
+    assert_eq!(stats["seeders tracked"]["value"], 2, "{stats}");
+    assert_eq!(stats["leechers tracked"]["value"], 2, "{stats}");
+    assert_eq!(stats["bad announce key received"]["value"], 1, "{stats}");
+    assert_eq!(stats["uptime"]["type"], "elapsed");
+    // User 1 seeds A and downloads B and C; user 2 finished A and is IP-protected.
+    assert_eq!(
+        report(&format!("get=user&key={G1}")),
+        serde_json::json!({"id": 1, "leeching": 2, "seeding": 1, "deleted": 0,
+                           "protected": 0, "can_leech": 1})
+    );
+    assert_eq!(
+        report(&format!("get=user&key={G2}")),
+        serde_json::json!({"id": 2, "leeching": 0, "seeding": 1, "deleted": 0,
+                           "protected": 1, "can_leech": 1})
+    );
+    let (_, text) = gazelle_request(admin, &format!("/{REPORT_KEY}/report?get=user&key={G3}"));
+    assert!(text.starts_with("HTTP/1.1 404"), "a disabled user: {text}");
+    // Each key opens its own API only.
+    let (_, text) = gazelle_request(admin, &format!("/{SITE_SECRET}/report?get=stats"));
+    assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+    let (ok, text) = gazelle_call(admin, REPORT_KEY, "action=update_announce_jitter");
+    assert!(!ok && text.starts_with("HTTP/1.1 403"), "{text}");
 
     // The site's calls, as Gazelle makes them: each answered `success`, each in force at
     // once (the tables are not read again in this test).

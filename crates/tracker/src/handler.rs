@@ -637,14 +637,25 @@ impl TrackerWorker {
         resp: &mut HttpResponse,
     ) -> Option<Handled> {
         let g = p.gazelle.as_ref()?;
-        let secret = req.path.strip_prefix('/')?.strip_suffix("/update")?;
-        if secret.contains('/') {
-            return None;
-        }
+        let (secret, call) = req.path.strip_prefix('/')?.split_once('/')?;
         let error = |resp: &mut HttpResponse, status, text: &str| {
             Some(hotpath_service::json_error(resp, status, Kind::ADMIN, text))
         };
-        if let Err(refused) = site_secret(p, secret, &g.secret, "Ocelot's update API", ctx, resp) {
+        if call == "report" {
+            let key = ("Ocelot's report API", "private.report_secret");
+            if let Err(refused) = site_secret(p, secret, &g.report_secret, key, ctx, resp) {
+                return Some(refused);
+            }
+            return match gazelle::decode_report(req.query) {
+                Ok(r) => Some(self.ocelot_report(p, g, r, ctx, resp)),
+                Err(e) => error(resp, e.status, &e.message),
+            };
+        }
+        if call != "update" {
+            return None;
+        }
+        let key = ("Ocelot's update API", "private.site_secret");
+        if let Err(refused) = site_secret(p, secret, &g.secret, key, ctx, resp) {
             return Some(refused);
         }
         if req.method != "GET" {
@@ -666,6 +677,57 @@ impl TrackerWorker {
         }
     }
 
+    /// Ocelot's report API for a Gazelle site, `/<private.report_secret>/report?get=…`: the
+    /// tracker's figures (`stats`, `prom_stats`), a user's peers and rights (`user`), and
+    /// what stands for Ocelot's allocator statistics (`jemalloc`).
+    fn ocelot_report(
+        &self,
+        p: &Private,
+        g: &gazelle::Gazelle,
+        r: gazelle::Report,
+        ctx: &Context,
+        resp: &mut HttpResponse,
+    ) -> Handled {
+        let figures = || {
+            let t = self.shared.swarms.totals();
+            gazelle::Figures {
+                version: env!("CARGO_PKG_VERSION"),
+                seeders: t.seeders as u64,
+                leechers: (t.peers - t.seeders) as u64,
+                queued_rows: self.shared.persist.as_ref().map_or(0, |s| s.queued_rows()) as u64,
+                bad_secrets: p.token_guesses.failures.get(),
+                bad_passkeys: p.refusals(Refusal::UnknownPasskey),
+                interval: self.intervals().0,
+                uptime: u64::from(ctx.now),
+                usage: process_usage(),
+            }
+        };
+        resp.content_type = "text/plain";
+        let body = match r {
+            gazelle::Report::Stats => {
+                resp.content_type = "application/json";
+                figures().json()
+            }
+            gazelle::Report::Prometheus => figures().prometheus(),
+            gazelle::Report::Jemalloc => gazelle::JEMALLOC.to_string(),
+            gazelle::Report::User(key) => {
+                let Some(u) = p.users.get(&key) else {
+                    return hotpath_service::json_error(
+                        resp,
+                        404,
+                        Kind::ADMIN,
+                        "Announce key not found",
+                    );
+                };
+                let peers = p.ledger.user_peers(u.id, ctx.now, p.peer_timeout);
+                resp.content_type = "application/json";
+                gazelle::user_report(u.id, peers, g.is_protected(u.id), u.can_leech)
+            }
+        };
+        resp.body = body.into_bytes();
+        Handled::Answered(Kind::ADMIN, Outcome::Ok)
+    }
+
     /// UNIT3D-Announce's JSON API for a UNIT3D site, `/announce/<private.site_secret>/…` on
     /// the admin listener: the site's calls, answered 200 with an empty body as
     /// UNIT3D-Announce answers them. A wrong key counts against the address as a wrong push
@@ -682,7 +744,8 @@ impl TrackerWorker {
         let error = |resp: &mut HttpResponse, status, text: &str| {
             Some(hotpath_service::json_error(resp, status, Kind::ADMIN, text))
         };
-        if let Err(refused) = site_secret(p, key, &u.secret, "UNIT3D-Announce's API", ctx, resp) {
+        let api = ("UNIT3D-Announce's API", "private.site_secret");
+        if let Err(refused) = site_secret(p, key, &u.secret, api, ctx, resp) {
             return Some(refused);
         }
         let at = self.unix(ctx.now);
@@ -718,15 +781,15 @@ fn private_route<'a>(
     Some((route, key))
 }
 
-/// Checks the site's secret `given` in a call of the site's own API (`api`) against
-/// `private.site_secret` (`expected`): off while it is empty (403); an address that sent too
-/// many wrong ones lately is refused whatever it sends (429), as with the push API's token, and
-/// a wrong one is counted against it (403).
+/// Checks the site's secret `given` in a call of the site's own API (`api`, and the config key
+/// of its secret) against that secret (`expected`): off while it is empty (403); an address
+/// that sent too many wrong ones lately is refused whatever it sends (429), as with the push
+/// API's token, and a wrong one is counted against it (403).
 fn site_secret(
     p: &Private,
     given: &str,
     expected: &str,
-    api: &str,
+    (api, key): (&str, &str),
     ctx: &Context,
     resp: &mut HttpResponse,
 ) -> Result<(), Handled> {
@@ -734,11 +797,7 @@ fn site_secret(
         hotpath_service::json_error(resp, status, Kind::ADMIN, text)
     };
     if expected.is_empty() {
-        return Err(error(
-            resp,
-            403,
-            &format!("{api} is off: set private.site_secret"),
-        ));
+        return Err(error(resp, 403, &format!("{api} is off: set {key}")));
     }
     let from = ctx.peer.ip();
     if !p.token_guesses.allows(from, ctx.now) {
@@ -754,6 +813,26 @@ fn site_secret(
         return Err(error(resp, 403, "Authentication failure"));
     }
     Ok(())
+}
+
+/// This process's CPU seconds in user space and in the kernel, and its largest resident set
+/// in bytes, from /proc (clock ticks of 1/100 s, as Linux reports them to user space).
+fn process_usage() -> Option<(f64, f64, u64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // utime and stime are fields 14 and 15, counted after the parenthesised command name.
+    let mut f = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let ticks = |v: Option<&str>| v?.parse::<u64>().ok();
+    let (user, system) = (ticks(f.next())?, ticks(f.next())?);
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some((user as f64 / 100.0, system as f64 / 100.0, hwm * 1024))
 }
 
 fn fail(resp: &mut HttpResponse, reason: &str) {

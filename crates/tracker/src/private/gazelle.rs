@@ -1,13 +1,15 @@
 //! Gazelle, as its tracker Ocelot serves it: what the site's tables hold beside users and
 //! torrents (IP-protected users, freeleech tokens, the client whitelist, read each poll), the
 //! reasons a deleted torrent's announces are told, and Ocelot's update API, which Gazelle's
-//! code calls as `GET /<TRACKER_SECRET>/update?action=…` and which answers `success`.
+//! code calls as `GET /<TRACKER_SECRET>/update?action=…` and which answers `success`, and
+//! Ocelot's report API, which the site's tracker pages read as
+//! `GET /<TRACKER_REPORTKEY>/report?get=…`.
 //!
 //! Every byte of a call comes from whoever holds the site's secret: each action is decoded
 //! and checked ([`decode`]) before anything applies it, a bad one gets a 400 naming the
 //! parameter, and lists in one call are capped.
 //!
-//! Owns: [`Gazelle`], [`Action`]. Must not: do I/O.
+//! Owns: [`Gazelle`], [`Action`], [`Report`], [`Figures`]. Must not: do I/O.
 
 use std::collections::HashSet;
 
@@ -59,6 +61,8 @@ const DELETED: [&str; 23] = [
 pub struct Gazelle {
     /// The site's secret (`private.site_secret`; empty: the update API is off).
     pub secret: String,
+    /// The site's report key (`private.report_secret`; empty: the report API is off).
+    pub report_secret: String,
     /// IP-protected users (`Visible` '0', or `IP` 127.0.0.1): no address of theirs is
     /// written.
     pub protected: RwLock<HashSet<u32>>,
@@ -80,6 +84,7 @@ impl Gazelle {
     pub fn new(c: &hotpath_config::PrivateConfig) -> Gazelle {
         Gazelle {
             secret: c.site_secret.clone(),
+            report_secret: c.report_secret.clone(),
             protected: RwLock::new(HashSet::new()),
             tokens: RwLock::new(HashSet::new()),
             deleted: Mutex::new(hashbrown::HashMap::new()),
@@ -307,6 +312,128 @@ fn chunks(v: &[u8], n: usize, name: &str) -> Result<Vec<Vec<u8>>, ApiError> {
     }
     Ok(v.chunks_exact(n).map(<[u8]>::to_vec).collect())
 }
+
+/// One call of Ocelot's report API (`get=…`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Report {
+    /// `stats`: the tracker's figures, as Gazelle's tracker page lists them.
+    Stats,
+    /// `prom_stats`: the same figures as Prometheus text.
+    Prometheus,
+    /// `jemalloc`: the allocator's statistics (hotpath does not use jemalloc).
+    Jemalloc,
+    /// `user` with `key` (a passkey): that user's peers and rights.
+    User(Vec<u8>),
+}
+
+/// Decodes a report call's query (`get=…&…`).
+pub fn decode_report(query: &[u8]) -> Result<Report, ApiError> {
+    let p = Params::of(query)?;
+    Ok(match p.must("get")? {
+        b"stats" => Report::Stats,
+        b"prom_stats" => Report::Prometheus,
+        b"jemalloc" => Report::Jemalloc,
+        b"user" => Report::User(p.passkey("key")?),
+        _ => return Err(bad("get", "unrecognized report query: stats, prom_stats, jemalloc or user")),
+    })
+}
+
+/// What hotpath knows of the figures Ocelot reports, taken when the report is asked for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Figures {
+    /// hotpath's version.
+    pub version: &'static str,
+    /// Seeders and leechers in the swarms.
+    pub seeders: u64,
+    /// Leechers.
+    pub leechers: u64,
+    /// Rows waiting in the write-behind queue (Ocelot's user, torrent, peer, snatch and token
+    /// queues are one queue here).
+    pub queued_rows: u64,
+    /// Wrong site or report secrets and push tokens sent.
+    pub bad_secrets: u64,
+    /// Unknown passkeys announced.
+    pub bad_passkeys: u64,
+    /// The announce interval told, seconds.
+    pub interval: u32,
+    /// Seconds since the process started.
+    pub uptime: u64,
+    /// CPU seconds in user space and in the kernel, and the largest resident set in bytes,
+    /// when the process's own figures could be read.
+    pub usage: Option<(f64, f64, u64)>,
+}
+
+impl Figures {
+    /// `get=stats`: one JSON object whose items are `{"type": …, "value": …}` under
+    /// Ocelot's labels, which Gazelle's tracker page lists; a newline ends it, as Gazelle
+    /// cuts the body at its last one.
+    pub fn json(&self) -> String {
+        use serde_json::{json, Map, Value};
+        let mut m = Map::new();
+        let mut item = |label: &str, kind: &str, value: Value| {
+            m.insert(label.into(), json!({ "type": kind, "value": value }));
+        };
+        item("version", "string", json!(format!("hotpath {}", self.version)));
+        item("leechers tracked", "number", json!(self.leechers));
+        item("seeders tracked", "number", json!(self.seeders));
+        item("items in write-behind queue", "number", json!(self.queued_rows));
+        item("bad tracker secret received", "number", json!(self.bad_secrets));
+        item("bad announce key received", "number", json!(self.bad_passkeys));
+        item("announce interval", "number", json!(self.interval));
+        item("announce jitter", "number", json!(0));
+        item("uptime", "elapsed", json!(self.uptime));
+        if let Some((user, system, rss)) = self.usage {
+            item("user time", "elapsed", json!(user));
+            item("system time", "elapsed", json!(system));
+            item("maximum resident set size", "byte", json!(rss));
+        }
+        let mut out = Value::Object(m).to_string();
+        out.push('\n');
+        out
+    }
+
+    /// `get=prom_stats`: the figures under Ocelot's metric names, where hotpath has them
+    /// (its own `/metrics` has the rest).
+    pub fn prometheus(&self) -> String {
+        let mut out = format!(
+            "ocelot_uptime {}\nocelot_leechers {}\nocelot_seeders {}\n\
+             ocelot_peer_queue {}\n#TYPE ocelot_error counter\n\
+             ocelot_error{{kind=\"secret\"}} {}\nocelot_error{{kind=\"announce\"}} {}\n",
+            self.uptime,
+            self.leechers,
+            self.seeders,
+            self.queued_rows,
+            self.bad_secrets,
+            self.bad_passkeys,
+        );
+        if let Some((user, system, rss)) = self.usage {
+            out.push_str(&format!(
+                "ocelot_time_user {user:.6}\nocelot_time_system {system:.6}\n\
+                 ocelot_max_rss {}\n",
+                rss / 1024
+            ));
+        }
+        out.push('#');
+        out
+    }
+}
+
+/// `get=user`: a user's peers and rights as Ocelot reports them (numbers, 0 or 1 for the
+/// flags), with a newline at the end.
+pub fn user_report(id: u32, peers: (u32, u32), protected: bool, can_leech: bool) -> String {
+    format!(
+        "{{\"id\":{id},\"leeching\":{},\"seeding\":{},\"deleted\":0,\"protected\":{},\
+         \"can_leech\":{}}}\n",
+        peers.0,
+        peers.1,
+        u8::from(protected),
+        u8::from(can_leech)
+    )
+}
+
+/// `get=jemalloc`: what Ocelot's allocator statistics are in hotpath.
+pub const JEMALLOC: &str =
+    "hotpath does not use jemalloc: get=stats reports its largest resident set size\n";
 
 /// Decodes a call's query (`action=…&…`).
 pub fn decode(query: &[u8]) -> Result<Action, ApiError> {
@@ -721,6 +848,63 @@ mod tests {
         assert_eq!(
             g.deleted_reason(&h, 200 + MAX_REASONS as u32 + REASON_SECS),
             None
+        );
+    }
+
+    #[test]
+    fn report_calls_decode_and_answer_as_gazelles_pages_read_them() {
+        let key = "b".repeat(32);
+        assert_eq!(decode_report(b"get=stats"), Ok(Report::Stats));
+        assert_eq!(decode_report(b"get=prom_stats"), Ok(Report::Prometheus));
+        assert_eq!(decode_report(b"get=jemalloc"), Ok(Report::Jemalloc));
+        assert_eq!(
+            decode_report(format!("get=user&key={key}").as_bytes()),
+            Ok(Report::User(key.clone().into_bytes()))
+        );
+        for (query, names) in [
+            ("", "get: missing"),
+            ("get=torrents", "get: unrecognized"),
+            ("get=user", "key: missing"),
+            ("get=user&key=%27%20OR%201", "key: must be 1 to 64"),
+        ] {
+            let e = decode_report(query.as_bytes()).unwrap_err();
+            assert_eq!(e.status, 400, "{query}");
+            assert!(e.message.starts_with(names), "{query}: {}", e.message);
+        }
+        let f = Figures {
+            version: "1.2.3",
+            seeders: 7,
+            leechers: 3,
+            queued_rows: 12,
+            bad_secrets: 2,
+            bad_passkeys: 5,
+            interval: 1800,
+            uptime: 60,
+            usage: Some((1.5, 0.25, 4096)),
+        };
+        // Gazelle takes the body up to its last newline and json-decodes it.
+        let body = f.json();
+        let (json, rest) = body.rsplit_once('\n').unwrap();
+        assert_eq!(rest, "");
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(v["seeders tracked"]["value"], 7);
+        assert_eq!(v["leechers tracked"]["type"], "number");
+        assert_eq!(v["announce interval"]["value"], 1800);
+        assert_eq!(v["uptime"]["type"], "elapsed");
+        assert_eq!(v["maximum resident set size"]["type"], "byte");
+        assert_eq!(v["version"]["value"], "hotpath 1.2.3");
+        for (_, item) in v.as_object().unwrap() {
+            assert!(item["type"].is_string() && !item["value"].is_null(), "{item}");
+        }
+        let prom = f.prometheus();
+        assert!(prom.contains("ocelot_seeders 7\n") && prom.contains("ocelot_max_rss 4\n"));
+        let user = user_report(9, (2, 5), true, false);
+        let (json, _) = user.rsplit_once('\n').unwrap();
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"id": 9, "leeching": 2, "seeding": 5, "deleted": 0,
+                               "protected": 1, "can_leech": 0})
         );
     }
 }

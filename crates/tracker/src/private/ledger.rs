@@ -345,6 +345,25 @@ impl Ledger {
             .unwrap_or(0)
     }
 
+    /// `user`'s peers heard from within `timeout` seconds of process second `now`:
+    /// (downloading, seeding). A scan of every shard, one lock at a time, for an operator's
+    /// rare question (Ocelot's user report), never on an announce's path.
+    pub fn user_peers(&self, user: u32, now: u32, timeout: u32) -> (u32, u32) {
+        let (mut leeching, mut seeding) = (0, 0);
+        for shard in self.shards.iter() {
+            for s in shard.lock().iter() {
+                if s.user == user && s.age(now) <= timeout {
+                    if s.leeching() {
+                        leeching += 1;
+                    } else {
+                        seeding += 1;
+                    }
+                }
+            }
+        }
+        (leeching, seeding)
+    }
+
     /// Records an announce and returns what it adds; a new peer past the user's cap on this
     /// torrent, or one that would start a torrent downloading past the user's leech slots, is
     /// refused and changes nothing.
@@ -702,6 +721,30 @@ mod tests {
         assert_eq!(d.uploaded, 100);
         assert!(l.is_empty());
         assert_eq!(l.report(rep(1, 1000, 0, 80)), Ok(Delta::default()));
+    }
+
+    #[test]
+    fn a_users_live_peers_are_counted_across_torrents() {
+        let l = Ledger::new(3, 100, false);
+        for (torrent, peer, leeching, now) in [(1, 1, true, 10), (2, 2, false, 10), (3, 3, true, 50)]
+        {
+            l.report(Report {
+                torrent,
+                leeching,
+                ..rep(peer, 0, 0, now)
+            })
+            .unwrap();
+        }
+        // Another user's peer is not theirs.
+        l.report(Report {
+            user: 8,
+            ..rep(4, 0, 0, 50)
+        })
+        .unwrap();
+        assert_eq!(l.user_peers(7, 50, 100), (2, 1));
+        // Silent past the timeout: not counted (the sweeper has not run yet).
+        assert_eq!(l.user_peers(7, 150, 100), (1, 0));
+        assert_eq!(l.user_peers(9, 50, 100), (0, 0));
     }
 
     #[test]

@@ -422,7 +422,7 @@ pub struct Private {
     push_errors: Counter,
     restore_skipped: Counter,
     /// `tracker.peer_timeout_secs`: a pushed interval must stay below it.
-    peer_timeout: u32,
+    pub peer_timeout: u32,
     polls: Counter,
     poll_errors: Counter,
     rows_skipped: Counter,
@@ -545,6 +545,11 @@ impl Private {
     pub fn refuse(&self, r: Refusal) -> &'static str {
         self.refused[r as usize].add(1);
         r.reason()
+    }
+
+    /// Refusals of kind `r` so far.
+    pub fn refusals(&self, r: Refusal) -> u64 {
+        self.refused[r as usize].get()
     }
 
     /// Counts a refusal for `r` answered with `reason` (the codec's words for a passkey).
