@@ -681,6 +681,9 @@ impl PrivateSchema {
                 ("featured", "featured_torrents"),
                 // Peer id prefixes refused.
                 ("clients", "blacklist_clients"),
+                // Each (user, info hash) a user announced that the site does not have, as
+                // UNIT3D's own announce controller records it for its staff and the user.
+                ("unregistered", "unregistered_info_hashes"),
             ],
         }
     }

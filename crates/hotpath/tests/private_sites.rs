@@ -1101,6 +1101,21 @@ fn unit3d_tables_get_what_unit3d_announce_writes_and_its_api_applies_at_once() {
         u3(&mut http, V1, C, 1, 0, 0, 0, Event::Started),
         "not registered",
     );
+    // A torrent the site does not have at all, asked for twice by user 1 and once by user 2,
+    // is recorded for the site's staff (the pending one above is not: the site has it).
+    for (key, user) in [(V1, 1), (V1, 1), (V2, 2)] {
+        refused(
+            u3(&mut http, key, GONE, user, 0, 0, 0, Event::Started),
+            "not registered",
+        );
+    }
+    server.reload();
+    let unregistered = "SELECT user_id, HEX(info_hash) = REPEAT('C3', 20), \
+                        created_at IS NOT NULL, updated_at >= created_at \
+                        FROM unregistered_info_hashes ORDER BY user_id";
+    wait_until("the unregistered torrents' rows", Duration::from_secs(10), || {
+        ints(&mut *site, unregistered) == [[1, 1, 1, 1], [2, 1, 1, 1]]
+    });
     // User 1 seeds A; VIP user 2 downloads it and uploads a little.
     assert_eq!(u3(&mut http, V1, A, 1, 0, 0, 0, Event::Started), None);
     assert_eq!(u3(&mut http, V2, A, 2, 0, 0, 1000, Event::Started), None);

@@ -642,7 +642,7 @@ pub fn torrentpier_cron(site: &mut dyn hotpath_store::Backend, expire: i64) {
 
 /// UNIT3D's tables as its schema file has them (the columns UNIT3D-Announce reads and writes,
 /// and NOT NULL ones it never fills).
-pub const UNIT3D_SCHEMA: [&str; 9] = [
+pub const UNIT3D_SCHEMA: [&str; 10] = [
     "CREATE TABLE users (id INT UNSIGNED NOT NULL AUTO_INCREMENT, username VARCHAR(255) NOT \
      NULL, passkey VARCHAR(255) NOT NULL, group_id INT NOT NULL, uploaded BIGINT UNSIGNED NOT \
      NULL DEFAULT 0, downloaded BIGINT UNSIGNED NOT NULL DEFAULT 0, can_download TINYINT(1) \
@@ -683,4 +683,7 @@ pub const UNIT3D_SCHEMA: [&str; 9] = [
      UNSIGNED NOT NULL, PRIMARY KEY (id))",
     "CREATE TABLE blacklist_clients (id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT, name \
      VARCHAR(255) NOT NULL, peer_id_prefix VARCHAR(255) NOT NULL, PRIMARY KEY (id))",
+    "CREATE TABLE unregistered_info_hashes (user_id INT UNSIGNED NOT NULL, info_hash \
+     BINARY(20) NOT NULL, created_at TIMESTAMP NULL DEFAULT NULL, updated_at TIMESTAMP NULL \
+     DEFAULT NULL, PRIMARY KEY (info_hash, user_id))",
 ];

@@ -260,6 +260,12 @@ mod m {
         "hotpath_private_ratio_limited_users",
         "Users whose ratio puts them under one of private.ratio_tiers.",
     );
+    pub static UNREGISTERED_DROPPED: Desc = Desc::counter(
+        "hotpath_private_unregistered_dropped_total",
+        "UNIT3D: announces of a torrent the site does not have left out of \
+         unregistered_info_hashes because 10,000 (user, info hash) pairs already waited for \
+         the next poll to write them.",
+    );
     pub static REGISTER_FULL: Desc = Desc::counter(
         "hotpath_private_auto_register_full_total",
         "Announces of unknown torrents refused under XBT's auto_register because 10,000 \
@@ -590,6 +596,10 @@ impl Private {
         }
         let known = self.torrents.get(a.info_hash);
         if known.is_none() && !self.auto_register.load(Ordering::Relaxed) {
+            // As UNIT3D's own announce controller, the site is told who asked for it.
+            if let Some(u) = &self.unit3d {
+                u.unregistered(user.id, a.info_hash, a.at);
+            }
             // A torrent Gazelle deleted is told why, as Ocelot tells it.
             let why = self
                 .gazelle
@@ -1127,6 +1137,20 @@ impl Private {
                 .delete_flagged(db)
                 .inspect_err(|_| self.poll_errors.add(1))?;
         }
+        if let Some(u) = &self.unit3d {
+            let rows = u.take_unregistered();
+            if !rows.is_empty() {
+                // Not a reason to leave the users and torrents unread: kept for the next poll.
+                if let Err(e) = self.source.write_unregistered(db, &rows) {
+                    log::warn!(
+                        "private: {} unregistered torrents' rows not written: {e}",
+                        rows.len()
+                    );
+                    self.poll_errors.add(1);
+                    u.keep_unregistered(rows);
+                }
+            }
+        }
         let polled = self.source.read(
             db,
             full,
@@ -1363,6 +1387,12 @@ impl Private {
             .add(&m::POLL_ERRORS, get(&self.poll_errors))
             .add(&m::ROWS_SKIPPED, get(&self.rows_skipped))
             .add(&m::REGISTER_FULL, get(&self.register_full))
+            .add(
+                &m::UNREGISTERED_DROPPED,
+                self.unit3d
+                    .as_ref()
+                    .map_or(0, |u| get(&u.unregistered_dropped)),
+            )
             .add(
                 &m::REASONS_FORGOTTEN,
                 self.gazelle.as_ref().map_or(0, |g| get(&g.forgotten)),

@@ -67,6 +67,8 @@ pub struct Source {
     counts_table: String,
     /// The table of a row per client, where the preset has one.
     peers: Option<String>,
+    /// UNIT3D's `unregistered_info_hashes`.
+    unregistered: Option<String>,
     /// Whether a table of the site's could not be read last time (said once in the log).
     site_missing: std::sync::atomic::AtomicBool,
     /// Most freeleech tokens and users with personal freeleech read (`private.max_tokens`,
@@ -173,6 +175,7 @@ impl Source {
             },
             counts_table: name("torrent_stats").unwrap_or_else(|| must("torrents")),
             peers: name("peers"),
+            unregistered: name("unregistered"),
             site_missing: std::sync::atomic::AtomicBool::new(false),
             max_tokens: c.max_tokens,
             max_personal: c.max_personal_freeleech,
@@ -487,6 +490,79 @@ impl Source {
             "DELETE FROM {} WHERE {flags} <> 0 AND {flags} & 1 <> 0",
             d.quote(&self.torrents)
         ))
+    }
+
+    /// Writes (user, info hash, unix second) of unregistered torrents announced into UNIT3D's
+    /// `unregistered_info_hashes`, as UNIT3D's announce controller upserts them: a new pair
+    /// with `created_at` and `updated_at`, a known one's `updated_at` moved on. A torrent the
+    /// site has but does not serve (pending, rejected, deleted) is not unregistered, and is
+    /// left out, as UNIT3D leaves it out.
+    pub fn write_unregistered(
+        &self,
+        db: &mut dyn Backend,
+        rows: &[(u32, [u8; 20], u32)],
+    ) -> Result<(), StoreError> {
+        let Some(table) = &self.unregistered else {
+            return Ok(());
+        };
+        let d = db.dialect();
+        let q = |c: &str| d.quote(c);
+        let updated = q("updated_at");
+        for chunk in rows.chunks(500) {
+            let mut hashes: Vec<Value> = chunk.iter().map(|r| Value::Blob(r.1.into())).collect();
+            hashes.dedup();
+            let sql = format!(
+                "SELECT {info_hash} FROM {} WHERE {info_hash} IN ({})",
+                q(&self.torrents),
+                vec!["?"; hashes.len()].join(", "),
+                info_hash = q(&self.torrent_cols[1]),
+            );
+            let mut known = std::collections::HashSet::new();
+            db.query(&sql, &hashes, &mut |r| {
+                if let Some(Value::Blob(h)) = r.first() {
+                    known.insert(h.clone());
+                }
+            })?;
+            let chunk: Vec<_> = chunk
+                .iter()
+                .filter(|r| !known.contains(&r.1[..]))
+                .collect();
+            if chunk.is_empty() {
+                continue;
+            }
+            let values = vec!["(?, ?, ?, ?)"; chunk.len()].join(", ");
+            let head = format!(
+                "INSERT INTO {} ({}, {}, {}, {updated}) VALUES {values}",
+                q(table),
+                q("user_id"),
+                q("info_hash"),
+                q("created_at"),
+            );
+            let sql = match d {
+                Dialect::Mysql => {
+                    format!("{head} ON DUPLICATE KEY UPDATE {updated} = VALUES({updated})")
+                }
+                _ => format!(
+                    "{head} ON CONFLICT ({}, {}) DO UPDATE SET {updated} = excluded.{updated}",
+                    q("info_hash"),
+                    q("user_id")
+                ),
+            };
+            let params: Vec<Value> = chunk
+                .iter()
+                .flat_map(|&&(user, hash, at)| {
+                    let at = hotpath_wire::http::civil_time(i64::from(at));
+                    [
+                        Value::Int(i64::from(user)),
+                        Value::Blob(hash.into()),
+                        Value::Text(at.clone().into()),
+                        Value::Text(at.into()),
+                    ]
+                })
+                .collect();
+            db.execute_with(&sql, &params)?;
+        }
+        Ok(())
     }
 
     /// Adds torrents `hashes` to the torrents table (XBT's `auto_register`) with `ctime` and

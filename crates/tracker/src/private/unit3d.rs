@@ -12,7 +12,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use parking_lot::RwLock;
+use hotpath_wire::query::Id20;
+use parking_lot::{Mutex, RwLock};
 use serde::Deserialize;
 
 use super::push::{body, info_hash_of, ApiError, Push};
@@ -48,6 +49,9 @@ impl Group {
 
 /// Most groups held (a site has a dozen).
 pub const MAX_GROUPS: usize = 10_000;
+/// Most (user, info hash) pairs of unregistered torrents waiting for the next poll to write
+/// them; past it a new pair is dropped and counted.
+pub const MAX_UNREGISTERED: usize = 10_000;
 
 /// What the UNIT3D preset keeps beside the registries.
 #[derive(Debug, Default)]
@@ -69,6 +73,11 @@ pub struct Unit3d {
     pub caps: [usize; 4],
     /// The config's deny list (`private.peer_id_deny`), to which the blacklist adds.
     pub config_deny: Vec<Box<[u8]>>,
+    /// Unregistered torrents users announced, (user, info hash) to the unix second of the
+    /// latest, waiting for the next poll to write them into `unregistered_info_hashes`.
+    unregistered: Mutex<HashMap<(u32, Id20), u32>>,
+    /// Pairs dropped at [`MAX_UNREGISTERED`].
+    pub unregistered_dropped: hotpath_metrics::Counter,
 }
 
 impl Unit3d {
@@ -84,6 +93,41 @@ impl Unit3d {
             ],
             config_deny: super::Rules::of(c).peer_id_deny,
             ..Unit3d::default()
+        }
+    }
+
+    /// Notes that `user` announced `info_hash`, which the site does not have, at unix second
+    /// `at` (one pair is held once, with its latest second; past [`MAX_UNREGISTERED`] pairs a
+    /// new one is dropped and counted).
+    pub fn unregistered(&self, user: u32, info_hash: &Id20, at: u32) {
+        let mut waiting = self.unregistered.lock();
+        let len = waiting.len();
+        match waiting.get_mut(&(user, *info_hash)) {
+            Some(t) => *t = (*t).max(at),
+            None if len < MAX_UNREGISTERED => {
+                waiting.insert((user, *info_hash), at);
+            }
+            None => self.unregistered_dropped.add(1),
+        }
+    }
+
+    /// The pairs waiting to be written, taken.
+    pub fn take_unregistered(&self) -> Vec<(u32, Id20, u32)> {
+        let mut rows: Vec<_> = self
+            .unregistered
+            .lock()
+            .drain()
+            .map(|((u, h), at)| (u, h, at))
+            .collect();
+        rows.sort_unstable();
+        rows
+    }
+
+    /// Puts back pairs a failed write could not store (as room allows; the rest are dropped
+    /// and counted).
+    pub fn keep_unregistered(&self, rows: Vec<(u32, Id20, u32)>) {
+        for (u, h, at) in rows {
+            self.unregistered(u, &h, at);
         }
     }
 
@@ -698,5 +742,34 @@ mod tests {
         u.personal.write().insert(4);
         assert_eq!(u.factors(4, 9, (75, 100), plain), (0, 100));
         assert!(Group::of("validating", None, false, false, false).refused);
+    }
+
+    #[test]
+    fn unregistered_torrents_are_held_once_per_user_and_bounded() {
+        let u = Unit3d::default();
+        u.unregistered(1, &[9; 20], 100);
+        u.unregistered(1, &[9; 20], 160);
+        u.unregistered(1, &[9; 20], 130);
+        u.unregistered(2, &[9; 20], 120);
+        assert_eq!(
+            u.take_unregistered(),
+            [(1, [9; 20], 160), (2, [9; 20], 120)],
+            "one row per pair, its latest second"
+        );
+        assert!(u.take_unregistered().is_empty());
+        // One user announcing random hashes fills the waiting pairs, and no more.
+        for i in 0..(MAX_UNREGISTERED as u32 + 50) {
+            let mut h = [0u8; 20];
+            h[..4].copy_from_slice(&i.to_le_bytes());
+            u.unregistered(7, &h, 1);
+        }
+        assert_eq!(u.unregistered_dropped.get(), 50);
+        let rows = u.take_unregistered();
+        assert_eq!(rows.len(), MAX_UNREGISTERED);
+        // A failed write puts them back as room allows.
+        u.unregistered(8, &[1; 20], 5);
+        u.keep_unregistered(rows);
+        assert_eq!(u.take_unregistered().len(), MAX_UNREGISTERED);
+        assert_eq!(u.unregistered_dropped.get(), 51);
     }
 }
