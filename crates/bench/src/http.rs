@@ -504,8 +504,12 @@ impl Engine<'_> {
                                 Ok(false) => {}
                                 Err(class) => return self.fail(i, class),
                             }
-                            if n < room {
-                                // Short read: the socket is drained for now.
+                            // Short read: the socket is drained for now. Not so for an answer
+                            // that ends at the close: its FIN may have come with its last bytes,
+                            // and the edge-triggered poll would not report it again.
+                            let until_close = !self.load.keepalive
+                                || matches!(self.conns[i].body, Body::UntilClose);
+                            if n < room && !until_close {
                                 return;
                             }
                         }

@@ -131,6 +131,41 @@ fn a_server_closing_after_each_answer_means_reconnects_not_errors() {
 }
 
 #[test]
+fn an_answer_that_ends_at_the_close_is_whole_when_its_fin_comes_with_it() {
+    // As XBT answers: HTTP/1.0, no length, the socket closed at once after one write, so the
+    // last bytes and the FIN often arrive together.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut s) = conn else { return };
+            let mut buf = [0u8; 1024];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = s.write_all(b"HTTP/1.0 200 OK\r\n\r\nd8:intervali1800ee");
+        }
+    });
+    let p = Plan::from_args(&Args {
+        url: Some(format!("http://{addr}/")),
+        connections: Some(2),
+        duration: Some(Duration::from_secs(1)),
+        warmup: Some(Duration::from_millis(100)),
+        timeout: Some(Duration::from_millis(300)),
+        no_keepalive: true,
+        ..Args::default()
+    })
+    .unwrap();
+    let r = run(&p).unwrap();
+    assert_eq!(r.requests.errors, 0, "{:?}", r.errors);
+    assert!(r.requests.ok > 50, "{:?}", r.requests);
+}
+
+#[test]
 fn a_server_that_never_answers_gives_timeouts_within_the_run() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
