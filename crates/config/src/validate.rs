@@ -330,7 +330,10 @@ fn private(c: &Config, p: &mut Problems) {
             p.bad(key, needs);
         }
         if *secret == pr.admin_token {
-            p.bad(key, "must differ from private.admin_token: each guards its own API");
+            p.bad(
+                key,
+                "must differ from private.admin_token: each guards its own API",
+            );
         }
     }
     for (below, slots) in &pr.ratio_tiers {

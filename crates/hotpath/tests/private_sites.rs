@@ -1113,9 +1113,11 @@ fn unit3d_tables_get_what_unit3d_announce_writes_and_its_api_applies_at_once() {
     let unregistered = "SELECT user_id, HEX(info_hash) = REPEAT('C3', 20), \
                         created_at IS NOT NULL, updated_at >= created_at \
                         FROM unregistered_info_hashes ORDER BY user_id";
-    wait_until("the unregistered torrents' rows", Duration::from_secs(10), || {
-        ints(&mut *site, unregistered) == [[1, 1, 1, 1], [2, 1, 1, 1]]
-    });
+    wait_until(
+        "the unregistered torrents' rows",
+        Duration::from_secs(10),
+        || ints(&mut *site, unregistered) == [[1, 1, 1, 1], [2, 1, 1, 1]],
+    );
     // User 1 seeds A; VIP user 2 downloads it and uploads a little.
     assert_eq!(u3(&mut http, V1, A, 1, 0, 0, 0, Event::Started), None);
     assert_eq!(u3(&mut http, V2, A, 2, 0, 0, 1000, Event::Started), None);

@@ -334,7 +334,12 @@ pub fn decode_report(query: &[u8]) -> Result<Report, ApiError> {
         b"prom_stats" => Report::Prometheus,
         b"jemalloc" => Report::Jemalloc,
         b"user" => Report::User(p.passkey("key")?),
-        _ => return Err(bad("get", "unrecognized report query: stats, prom_stats, jemalloc or user")),
+        _ => {
+            return Err(bad(
+                "get",
+                "unrecognized report query: stats, prom_stats, jemalloc or user",
+            ))
+        }
     })
 }
 
@@ -373,12 +378,28 @@ impl Figures {
         let mut item = |label: &str, kind: &str, value: Value| {
             m.insert(label.into(), json!({ "type": kind, "value": value }));
         };
-        item("version", "string", json!(format!("hotpath {}", self.version)));
+        item(
+            "version",
+            "string",
+            json!(format!("hotpath {}", self.version)),
+        );
         item("leechers tracked", "number", json!(self.leechers));
         item("seeders tracked", "number", json!(self.seeders));
-        item("items in write-behind queue", "number", json!(self.queued_rows));
-        item("bad tracker secret received", "number", json!(self.bad_secrets));
-        item("bad announce key received", "number", json!(self.bad_passkeys));
+        item(
+            "items in write-behind queue",
+            "number",
+            json!(self.queued_rows),
+        );
+        item(
+            "bad tracker secret received",
+            "number",
+            json!(self.bad_secrets),
+        );
+        item(
+            "bad announce key received",
+            "number",
+            json!(self.bad_passkeys),
+        );
         item("announce interval", "number", json!(self.interval));
         item("announce jitter", "number", json!(0));
         item("uptime", "elapsed", json!(self.uptime));
@@ -894,7 +915,10 @@ mod tests {
         assert_eq!(v["maximum resident set size"]["type"], "byte");
         assert_eq!(v["version"]["value"], "hotpath 1.2.3");
         for (_, item) in v.as_object().unwrap() {
-            assert!(item["type"].is_string() && !item["value"].is_null(), "{item}");
+            assert!(
+                item["type"].is_string() && !item["value"].is_null(),
+                "{item}"
+            );
         }
         let prom = f.prometheus();
         assert!(prom.contains("ocelot_seeders 7\n") && prom.contains("ocelot_max_rss 4\n"));

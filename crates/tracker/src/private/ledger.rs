@@ -726,7 +726,8 @@ mod tests {
     #[test]
     fn a_users_live_peers_are_counted_across_torrents() {
         let l = Ledger::new(3, 100, false);
-        for (torrent, peer, leeching, now) in [(1, 1, true, 10), (2, 2, false, 10), (3, 3, true, 50)]
+        for (torrent, peer, leeching, now) in
+            [(1, 1, true, 10), (2, 2, false, 10), (3, 3, true, 50)]
         {
             l.report(Report {
                 torrent,

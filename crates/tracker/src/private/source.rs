@@ -523,10 +523,7 @@ impl Source {
                     known.insert(h.clone());
                 }
             })?;
-            let chunk: Vec<_> = chunk
-                .iter()
-                .filter(|r| !known.contains(&r.1[..]))
-                .collect();
+            let chunk: Vec<_> = chunk.iter().filter(|r| !known.contains(&r.1[..])).collect();
             if chunk.is_empty() {
                 continue;
             }
