@@ -101,8 +101,8 @@ fn plan(url: String, connections: usize) -> Plan {
     .unwrap()
 }
 
-#[test]
-fn a_server_closing_after_each_answer_means_reconnects_not_errors() {
+/// A server that reads one request per connection, writes `answer` in one write and closes.
+fn one_answer_per_connection(answer: &'static [u8]) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -116,10 +116,16 @@ fn a_server_closing_after_each_answer_means_reconnects_not_errors() {
                     Ok(n) => got.extend_from_slice(&buf[..n]),
                 }
             }
-            // HTTP/1.1 with a length and no `Connection: close`, then a close.
-            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+            let _ = s.write_all(answer);
         }
     });
+    addr
+}
+
+#[test]
+fn a_server_closing_after_each_answer_means_reconnects_not_errors() {
+    // HTTP/1.1 with a length and no `Connection: close`, then a close.
+    let addr = one_answer_per_connection(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
     let r = run(&plan(format!("http://{addr}/"), 2)).unwrap();
     assert_eq!(r.requests.errors, 0, "{:?}", r.errors);
     assert!(r.requests.ok > 50, "{:?}", r.requests);
@@ -134,22 +140,7 @@ fn a_server_closing_after_each_answer_means_reconnects_not_errors() {
 fn an_answer_that_ends_at_the_close_is_whole_when_its_fin_comes_with_it() {
     // As XBT answers: HTTP/1.0, no length, the socket closed at once after one write, so the
     // last bytes and the FIN often arrive together.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut s) = conn else { return };
-            let mut buf = [0u8; 1024];
-            let mut got = Vec::new();
-            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                match s.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                }
-            }
-            let _ = s.write_all(b"HTTP/1.0 200 OK\r\n\r\nd8:intervali1800ee");
-        }
-    });
+    let addr = one_answer_per_connection(b"HTTP/1.0 200 OK\r\n\r\nd8:intervali1800ee");
     let p = Plan::from_args(&Args {
         url: Some(format!("http://{addr}/")),
         connections: Some(2),
