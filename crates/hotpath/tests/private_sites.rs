@@ -1277,6 +1277,26 @@ fn unit3d_tables_get_what_unit3d_announce_writes_and_its_api_applies_at_once() {
     assert_eq!(shown.status, 200);
     let v: serde_json::Value = serde_json::from_slice(&shown.body).unwrap();
     assert_eq!(v["group_id"], 2, "{v}");
+    // A row the database refuses (its user deleted from the table since the announce, which
+    // UNIT3D's foreign key no longer finds) is counted, and the others land. User 6, pushed
+    // through the API and never in the table, had one refused so already (its announce of an
+    // unregistered torrent above).
+    const GONE2: [u8; 20] = [0xc4; 20];
+    for (key, user) in [(V1, 1), (V4, 4)] {
+        refused(
+            u3(&mut http, key, GONE2, user, 0, 0, 0, Event::Started),
+            "not registered",
+        );
+    }
+    site.execute("DELETE FROM users WHERE id = 4").unwrap();
+    server.reload();
+    let gone2 =
+        "SELECT user_id FROM unregistered_info_hashes WHERE HEX(info_hash) = REPEAT('C4', 20)";
+    wait_until("the refused row counted", Duration::from_secs(10), || {
+        let text = String::from_utf8(Client::connect(admin).get("/metrics").body).unwrap();
+        text.contains("\nhotpath_private_unregistered_dropped_total 2\n")
+    });
+    assert_eq!(ints(&mut *site, gone2), [[1]]);
     server.shutdown().unwrap();
     // Completed once, and kept through the later announces.
     assert_eq!(

@@ -719,7 +719,7 @@ impl TrackerWorker {
                         "Announce key not found",
                     );
                 };
-                let peers = p.ledger.user_peers(u.id, ctx.now, p.peer_timeout);
+                let peers = p.ledger.user_peers(u.id, ctx.now, p.peer_timeout());
                 resp.content_type = "application/json";
                 gazelle::user_report(u.id, peers, g.is_protected(u.id), u.can_leech)
             }

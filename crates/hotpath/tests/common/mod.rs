@@ -685,5 +685,6 @@ pub const UNIT3D_SCHEMA: [&str; 10] = [
      VARCHAR(255) NOT NULL, peer_id_prefix VARCHAR(255) NOT NULL, PRIMARY KEY (id))",
     "CREATE TABLE unregistered_info_hashes (user_id INT UNSIGNED NOT NULL, info_hash \
      BINARY(20) NOT NULL, created_at TIMESTAMP NULL DEFAULT NULL, updated_at TIMESTAMP NULL \
-     DEFAULT NULL, PRIMARY KEY (info_hash, user_id))",
+     DEFAULT NULL, PRIMARY KEY (info_hash, user_id), FOREIGN KEY (user_id) REFERENCES \
+     users (id))",
 ];

@@ -263,8 +263,8 @@ mod m {
     pub static UNREGISTERED_DROPPED: Desc = Desc::counter(
         "hotpath_private_unregistered_dropped_total",
         "UNIT3D: announces of a torrent the site does not have left out of \
-         unregistered_info_hashes because 10,000 (user, info hash) pairs already waited for \
-         the next poll to write them.",
+         unregistered_info_hashes: 10,000 (user, info hash) pairs already waited for the next \
+         poll to write them, or the database refused the row.",
     );
     pub static REGISTER_FULL: Desc = Desc::counter(
         "hotpath_private_auto_register_full_total",
@@ -428,7 +428,7 @@ pub struct Private {
     push_errors: Counter,
     restore_skipped: Counter,
     /// `tracker.peer_timeout_secs`: a pushed interval must stay below it.
-    pub peer_timeout: u32,
+    peer_timeout: u32,
     polls: Counter,
     poll_errors: Counter,
     rows_skipped: Counter,
@@ -1141,13 +1141,23 @@ impl Private {
             let rows = u.take_unregistered();
             if !rows.is_empty() {
                 // Not a reason to leave the users and torrents unread: kept for the next poll.
-                if let Err(e) = self.source.write_unregistered(db, &rows) {
-                    log::warn!(
-                        "private: {} unregistered torrents' rows not written: {e}",
-                        rows.len()
-                    );
-                    self.poll_errors.add(1);
-                    u.keep_unregistered(rows);
+                match self.source.write_unregistered(db, &rows) {
+                    Ok(0) => {}
+                    Ok(refused) => {
+                        log::warn!(
+                            "private: {refused} unregistered torrents' rows refused by the \
+                             database (a user deleted since?); the rest written"
+                        );
+                        u.unregistered_dropped.add(refused as u64);
+                    }
+                    Err(e) => {
+                        log::warn!(
+                            "private: {} unregistered torrents' rows not written: {e}",
+                            rows.len()
+                        );
+                        self.poll_errors.add(1);
+                        u.keep_unregistered(rows);
+                    }
                 }
             }
         }

@@ -496,21 +496,28 @@ impl Source {
     /// `unregistered_info_hashes`, as UNIT3D's announce controller upserts them: a new pair
     /// with `created_at` and `updated_at`, a known one's `updated_at` moved on. A torrent the
     /// site has but does not serve (pending, rejected, deleted) is not unregistered, and is
-    /// left out, as UNIT3D leaves it out.
+    /// left out, as UNIT3D leaves it out. Rows the database refuses (a user deleted since, whom
+    /// the table's foreign key no longer finds) are written one by one so the others land;
+    /// returns how many were refused. An error is one the same rows may pass later.
     pub fn write_unregistered(
         &self,
         db: &mut dyn Backend,
         rows: &[(u32, [u8; 20], u32)],
-    ) -> Result<(), StoreError> {
+    ) -> Result<usize, StoreError> {
         let Some(table) = &self.unregistered else {
-            return Ok(());
+            return Ok(0);
         };
+        let mut refused = 0;
         let d = db.dialect();
         let q = |c: &str| d.quote(c);
         let updated = q("updated_at");
         for chunk in rows.chunks(500) {
-            let mut hashes: Vec<Value> = chunk.iter().map(|r| Value::Blob(r.1.into())).collect();
-            hashes.dedup();
+            let distinct: std::collections::BTreeSet<[u8; 20]> =
+                chunk.iter().map(|r| r.1).collect();
+            let hashes: Vec<Value> = distinct
+                .into_iter()
+                .map(|h| Value::Blob(h.into()))
+                .collect();
             let sql = format!(
                 "SELECT {info_hash} FROM {} WHERE {info_hash} IN ({})",
                 q(&self.torrents),
@@ -527,39 +534,54 @@ impl Source {
             if chunk.is_empty() {
                 continue;
             }
-            let values = vec!["(?, ?, ?, ?)"; chunk.len()].join(", ");
-            let head = format!(
-                "INSERT INTO {} ({}, {}, {}, {updated}) VALUES {values}",
-                q(table),
-                q("user_id"),
-                q("info_hash"),
-                q("created_at"),
-            );
-            let sql = match d {
-                Dialect::Mysql => {
-                    format!("{head} ON DUPLICATE KEY UPDATE {updated} = VALUES({updated})")
-                }
-                _ => format!(
-                    "{head} ON CONFLICT ({}, {}) DO UPDATE SET {updated} = excluded.{updated}",
+            let upsert = |db: &mut dyn Backend, rows: &[&(u32, [u8; 20], u32)]| {
+                let values = vec!["(?, ?, ?, ?)"; rows.len()].join(", ");
+                let head = format!(
+                    "INSERT INTO {} ({}, {}, {}, {updated}) VALUES {values}",
+                    q(table),
+                    q("user_id"),
                     q("info_hash"),
-                    q("user_id")
-                ),
+                    q("created_at"),
+                );
+                let sql = match d {
+                    Dialect::Mysql => {
+                        format!("{head} ON DUPLICATE KEY UPDATE {updated} = VALUES({updated})")
+                    }
+                    _ => format!(
+                        "{head} ON CONFLICT ({}, {}) DO UPDATE SET {updated} = excluded.{updated}",
+                        q("info_hash"),
+                        q("user_id")
+                    ),
+                };
+                let params: Vec<Value> = rows
+                    .iter()
+                    .flat_map(|&&(user, hash, at)| {
+                        let at = hotpath_wire::http::civil_time(i64::from(at));
+                        [
+                            Value::Int(i64::from(user)),
+                            Value::Blob(hash.into()),
+                            Value::Text(at.clone().into()),
+                            Value::Text(at.into()),
+                        ]
+                    })
+                    .collect();
+                db.execute_with(&sql, &params)
             };
-            let params: Vec<Value> = chunk
-                .iter()
-                .flat_map(|&&(user, hash, at)| {
-                    let at = hotpath_wire::http::civil_time(i64::from(at));
-                    [
-                        Value::Int(i64::from(user)),
-                        Value::Blob(hash.into()),
-                        Value::Text(at.clone().into()),
-                        Value::Text(at.into()),
-                    ]
-                })
-                .collect();
-            db.execute_with(&sql, &params)?;
+            match upsert(db, &chunk) {
+                Ok(()) => {}
+                Err(e) if e.fault() == Some(Fault::Refused) => {
+                    for row in &chunk {
+                        match upsert(db, std::slice::from_ref(row)) {
+                            Ok(()) => {}
+                            Err(e) if e.fault() == Some(Fault::Refused) => refused += 1,
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+                Err(e) => return Err(e),
+            }
         }
-        Ok(())
+        Ok(refused)
     }
 
     /// Adds torrents `hashes` to the torrents table (XBT's `auto_register`) with `ctime` and
