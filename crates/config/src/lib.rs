@@ -1277,7 +1277,24 @@ impl Config {
             }
         };
         if let Some(config) = &config {
-            errors.push_keys(text, config.problems());
+            // A value that did not parse was taken out, and its default (or what is left of
+            // its list) stands in for it: a problem that names its key is a follow-on of that
+            // error (`lua.routes` "needs an HTTP listener" after a malformed `listen.http`),
+            // not one of its own.
+            let failed: Vec<String> = errors
+                .errors
+                .iter()
+                .filter_map(|(_, e)| match e {
+                    ConfigError::Parse { key, .. } => Some(key.split('[').next()?.to_string()),
+                    _ => None,
+                })
+                .filter(|k| !k.is_empty())
+                .collect();
+            let follow_on = |e: &ConfigError| {
+                let text = e.to_string();
+                failed.iter().any(|k| text.contains(k.as_str()))
+            };
+            errors.push_keys(text, config.problems().into_iter().filter(|e| !follow_on(e)));
         }
         (config, errors)
     }
@@ -1546,6 +1563,74 @@ mod tests {
         assert!(err.to_string().contains("store.max_queue_rows"), "{err}");
         let c = Config::parse("[store]\nmax_queue_rows = 400000\nurl = \"mysql://r@h/d\"\n");
         assert!(c.unwrap().problems().is_empty());
+    }
+
+    #[test]
+    fn listeners_that_overlap_are_refused_and_others_pass() {
+        let errors = |listen: &str| -> Vec<String> {
+            match Config::parse(&format!("[listen]\n{listen}")) {
+                Ok(_) => Vec::new(),
+                Err(e) => e.errors.iter().map(|(_, e)| e.to_string()).collect(),
+            }
+        };
+        for (listen, key) in [
+            // The admin API on the public port, as a reader of README might try it.
+            (
+                "http = [\"0.0.0.0:6969\"]\nadmin = [\"0.0.0.0:6969\"]\n",
+                "listen.admin",
+            ),
+            (
+                "http = [\"0.0.0.0:6969\"]\nadmin = [\"127.0.0.1:6969\"]\n",
+                "listen.admin",
+            ),
+            // listen.ipv6 adds [::]:6969 beside 0.0.0.0:6969.
+            (
+                "http = [\"0.0.0.0:6969\"]\nadmin = [\"[::1]:6969\"]\n",
+                "listen.admin",
+            ),
+            (
+                "http = [\"127.0.0.1:80\", \"127.0.0.1:80\"]\n",
+                "listen.http",
+            ),
+            (
+                "udp = [\"0.0.0.0:6969\", \"10.0.0.1:6969\"]\n",
+                "listen.udp",
+            ),
+        ] {
+            let e = errors(listen);
+            assert!(
+                e.len() == 1 && e[0].contains(&format!("`{key}`")) && e[0].contains("overlaps"),
+                "{listen}: {e:?}"
+            );
+        }
+        for listen in [
+            // TCP and UDP on one port; port 0 (the kernel picks); other addresses or families.
+            "http = [\"0.0.0.0:6969\"]\nudp = [\"0.0.0.0:6969\"]\n",
+            "http = [\"127.0.0.1:0\"]\nadmin = [\"127.0.0.1:0\"]\n",
+            "http = [\"127.0.0.1:80\"]\nadmin = [\"127.0.0.2:80\"]\n",
+            "http = [\"0.0.0.0:80\"]\nadmin = [\"[::1]:80\"]\nipv6 = false\n",
+            // [::] written out beside 0.0.0.0 is what listen.ipv6 would add: one socket.
+            "http = [\"0.0.0.0:80\", \"[::]:80\"]\n",
+        ] {
+            assert_eq!(errors(listen), Vec::<String>::new(), "{listen}");
+        }
+    }
+
+    #[test]
+    fn a_value_that_does_not_parse_brings_no_follow_on_errors() {
+        let e = Config::parse(
+            "[listen]\nhttp = [\"nonsense\"]\n[[lua.routes]]\npath = \"/x\"\nscript = \"x.lua\"\n\
+             [popups]\nenabled = true\n[tracker]\nshards = 100\n",
+        )
+        .unwrap_err();
+        let keys: Vec<String> = e
+            .errors
+            .iter()
+            .map(|(_, e)| e.key().unwrap_or_default().to_string())
+            .collect();
+        // Not `lua.routes` or `popups.enabled` "needs an HTTP listener": the one wrong value,
+        // and the problem that has nothing to do with it.
+        assert_eq!(keys, ["listen.http[0]", "tracker.shards"]);
     }
 
     #[test]

@@ -553,10 +553,69 @@ fn statsd(sd: &StatsdConfig, p: &mut Problems) {
 
 /// `[listen]`: something to serve on.
 fn listen(c: &Config, p: &mut Problems) {
-    if c.listen.http.is_empty() && c.listen.udp.is_empty() {
+    let l = &c.listen;
+    if l.http.is_empty() && l.udp.is_empty() {
         p.bad(
             "listen",
             "at least one of listen.http and listen.udp is needed",
         );
     }
+    // Every listener binds with SO_REUSEPORT, so two that overlap both bind, and the kernel
+    // splits connections between them at random: an admin listener on a public port would
+    // answer /metrics, or the push API, to the world one time in two. HTTP and admin share
+    // TCP; UDP has its own ports.
+    let tcp = named(&[("listen.http", &l.http), ("listen.admin", &l.admin)], l.ipv6);
+    let udp = named(&[("listen.udp", &l.udp)], l.ipv6);
+    for sockets in [tcp, udp] {
+        for (j, (key, b)) in sockets.iter().enumerate() {
+            if let Some((other, a)) = sockets[..j].iter().find(|(_, a)| overlap(a, b)) {
+                let implied = if l.ipv6 && b.ip().is_unspecified() && b.is_ipv6() {
+                    " (listen.ipv6 adds [::] beside 0.0.0.0)"
+                } else {
+                    ""
+                };
+                p.bad(
+                    key,
+                    format!(
+                        "{b} overlaps {a} of {other}{implied}: both would bind (SO_REUSEPORT) \
+                         and split the connections between them; give each its own port"
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// The sockets listed under each key, with the `[::]` that `listen.ipv6` adds at the port of
+/// each `0.0.0.0` of the public listeners (the admin listener gets none).
+fn named(
+    lists: &[(&'static str, &Vec<std::net::SocketAddr>)],
+    ipv6: bool,
+) -> Vec<(&'static str, std::net::SocketAddr)> {
+    let mut out = Vec::new();
+    for &(key, addrs) in lists {
+        out.extend(addrs.iter().map(|a| (key, *a)));
+        if ipv6 && key != "listen.admin" {
+            let wild = std::net::Ipv6Addr::UNSPECIFIED;
+            out.extend(
+                addrs
+                    .iter()
+                    .filter(|a| a.is_ipv4() && a.ip().is_unspecified())
+                    .map(|a| std::net::SocketAddr::from((wild, a.port())))
+                    .filter(|v6| !addrs.contains(v6))
+                    .map(|v6| (key, v6)),
+            );
+        }
+    }
+    out
+}
+
+/// Whether two sockets of one transport take the same connections: the same port (0 lets the
+/// kernel pick one, so never), one address family (IPv6 sockets are IPv6-only), and the same
+/// address or either the wildcard.
+fn overlap(a: &std::net::SocketAddr, b: &std::net::SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && a.is_ipv4() == b.is_ipv4()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
