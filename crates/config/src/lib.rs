@@ -1017,7 +1017,8 @@ impl StoreConfig {
 
 section! {
     /// The popup service: `GET /v1/popup` decides which popup (if any) a user sees, `POST
-    /// /v1/popup/events` records clicks and closes, `/admin/popups` manages the popups.
+    /// /v1/popup/events` records clicks and closes, `/admin/popups` (on the admin listener)
+    /// manages the popups.
     /// Popups live in the database (`hp_popups`); shows and answers go through the journal.
     pub struct PopupsConfig {
         /// Serve the popup API (needs the store: store.enabled = true).
@@ -1294,7 +1295,10 @@ impl Config {
                 let text = e.to_string();
                 failed.iter().any(|k| text.contains(k.as_str()))
             };
-            errors.push_keys(text, config.problems().into_iter().filter(|e| !follow_on(e)));
+            errors.push_keys(
+                text,
+                config.problems().into_iter().filter(|e| !follow_on(e)),
+            );
         }
         (config, errors)
     }
@@ -1694,6 +1698,10 @@ mod tests {
                 "popups.enabled",
             ),
             ("[popups]\nadmin_token = \"short\"\n", "popups.admin_token"),
+            (
+                "[listen]\nadmin = []\n[popups]\nadmin_token = \"0123456789abcdef0123\"\n",
+                "popups.admin_token",
+            ),
             ("[private]\nadmin_token = \"short\"\n", "private.admin_token"),
             (
                 "[private]\nschema = \"gazelle\"\nsite_secret = \"short\"\n",

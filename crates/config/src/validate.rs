@@ -560,11 +560,31 @@ fn listen(c: &Config, p: &mut Problems) {
             "at least one of listen.http and listen.udp is needed",
         );
     }
+    // The admin APIs are served on the admin listener only: a secret set for one of them
+    // with no admin listener guards nothing that can be reached.
+    if l.admin.is_empty() {
+        for (key, secret) in [
+            ("popups.admin_token", &c.popups.admin_token),
+            ("private.admin_token", &c.private.admin_token),
+            ("private.site_secret", &c.private.site_secret),
+            ("private.report_secret", &c.private.report_secret),
+        ] {
+            if !secret.is_empty() {
+                p.bad(
+                    key,
+                    "its API is served on the admin listener, and listen.admin is empty",
+                );
+            }
+        }
+    }
     // Every listener binds with SO_REUSEPORT, so two that overlap both bind, and the kernel
     // splits connections between them at random: an admin listener on a public port would
     // answer /metrics, or the push API, to the world one time in two. HTTP and admin share
     // TCP; UDP has its own ports.
-    let tcp = named(&[("listen.http", &l.http), ("listen.admin", &l.admin)], l.ipv6);
+    let tcp = named(
+        &[("listen.http", &l.http), ("listen.admin", &l.admin)],
+        l.ipv6,
+    );
     let udp = named(&[("listen.udp", &l.udp)], l.ipv6);
     for sockets in [tcp, udp] {
         for (j, (key, b)) in sockets.iter().enumerate() {

@@ -534,7 +534,7 @@ fn a_restart_during_an_outage_answers_and_catches_up(d: Dialect) {
 
     let mut server = Proc::spawn(&config, &db.dir);
     let def = r#"{"id": 1, "name": "hello", "payload": {}, "priority": 1, "frequency": {"cooldown": 3600}}"#;
-    let mut c = Client::connect(server.http);
+    let mut c = Client::connect(server.admin.expect("an admin listener"));
     c.send(
         format!(
             "POST /admin/popups HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer t0ken-t0ken-t0ken\r\n\

@@ -40,8 +40,10 @@ fn request(c: &mut Client, method: &str, target: &str, auth: Option<&str>, body:
     c.request(method, target, auth, body)
 }
 
-fn admin(c: &mut Client, method: &str, target: &str, body: &str) -> Resp {
-    request(c, method, target, Some(TOKEN), body)
+/// A call of the admin API, on the admin listener (the public one answers 404 there).
+fn admin(p: &Proc, method: &str, target: &str, body: &str) -> Resp {
+    let mut a = Client::connect(p.admin.expect("an admin listener"));
+    request(&mut a, method, target, Some(TOKEN), body)
 }
 
 fn json(r: &Resp) -> serde_json::Value {
@@ -102,14 +104,19 @@ fn api_end_to_end(dialect: Dialect) {
     let mut p = Proc::spawn(&config, &db.dir);
     let mut c = Client::connect(p.http);
 
-    // The admin API wants the token.
+    // The admin API is on the admin listener only, and wants the token.
     assert_eq!(
-        request(&mut c, "GET", "/admin/popups", None, "").status,
+        request(&mut c, "GET", "/admin/popups", Some(TOKEN), "").status,
+        404
+    );
+    let mut a = Client::connect(p.admin.unwrap());
+    assert_eq!(
+        request(&mut a, "GET", "/admin/popups", None, "").status,
         401
     );
     assert_eq!(
         request(
-            &mut c,
+            &mut a,
             "GET",
             "/admin/popups",
             Some("wrong-token-wrong-token"),
@@ -119,15 +126,15 @@ fn api_end_to_end(dialect: Dialect) {
         401
     );
     for def in [WELCOME, FALLBACK, CAPPED] {
-        let r = admin(&mut c, "POST", "/admin/popups", def);
+        let r = admin(&p, "POST", "/admin/popups", def);
         assert_eq!(r.status, 201, "{}", text(&r));
     }
-    let r = admin(&mut c, "POST", "/admin/popups", FALLBACK);
+    let r = admin(&p, "POST", "/admin/popups", FALLBACK);
     assert_eq!(r.status, 409, "{}", text(&r));
-    let list = json(&admin(&mut c, "GET", "/admin/popups", ""));
+    let list = json(&admin(&p, "GET", "/admin/popups", ""));
     assert_eq!(list["popups"].as_array().unwrap().len(), 3);
     assert_eq!(
-        json(&admin(&mut c, "GET", "/admin/popups/1", ""))["name"],
+        json(&admin(&p, "GET", "/admin/popups/1", ""))["name"],
         "welcome"
     );
 
@@ -158,12 +165,12 @@ fn api_end_to_end(dialect: Dialect) {
 
     // Stats (from the database and the queue).
     eventually("stats", || {
-        let s = json(&admin(&mut c, "GET", "/admin/popups/stats", ""));
+        let s = json(&admin(&p, "GET", "/admin/popups/stats", ""));
         let welcome = &s["popups"][0];
         welcome["shows"] == 1 && welcome["clicks"] == 1 && welcome["ctr"] == 1.0
     });
     // Disable: no longer chosen.
-    let r = admin(&mut c, "POST", "/admin/popups/2/disable", "");
+    let r = admin(&p, "POST", "/admin/popups/2/disable", "");
     assert_eq!(r.status, 200, "{}", text(&r));
     assert_eq!(decide(&mut c, "user=carol&platform=desktop"), None);
 
@@ -289,7 +296,7 @@ fn bad_input_gets_a_clear_4xx_and_changes_nothing() {
     let db = test_db(Dialect::Sqlite, "popups_bad");
     let mut p = Proc::spawn(&write_config(&db, ""), &db.dir);
     let mut c = Client::connect(p.http);
-    assert_eq!(admin(&mut c, "POST", "/admin/popups", WELCOME).status, 201);
+    assert_eq!(admin(&p, "POST", "/admin/popups", WELCOME).status, 201);
     let (_, token) = decide(&mut c, "user=alice&platform=ios").unwrap();
     let shows = p.metric("hotpath_popups_decisions_total{result=\"shown\"}");
 
@@ -425,8 +432,11 @@ fn bad_input_gets_a_clear_4xx_and_changes_nothing() {
         ),
     ];
     for (method, target, body, status, message) in &cases {
-        let auth = target.starts_with("/admin").then_some(TOKEN);
-        let r = request(&mut c, method, target, auth, body);
+        let r = if target.starts_with("/admin") {
+            admin(&p, method, target, body)
+        } else {
+            request(&mut c, method, target, None, body)
+        };
         assert_eq!(r.status, *status, "{method} {target} {body}: {}", text(&r));
         assert!(
             text(&r).contains(message),
@@ -445,7 +455,7 @@ fn bad_input_gets_a_clear_4xx_and_changes_nothing() {
         shows
     );
     assert_eq!(
-        json(&admin(&mut c, "GET", "/admin/popups", ""))["popups"]
+        json(&admin(&p, "GET", "/admin/popups", ""))["popups"]
             .as_array()
             .unwrap()
             .len(),
@@ -489,16 +499,9 @@ fn admin_and_database_edits_reach_every_worker_within_a_second() {
     let mut p = Proc::spawn(&write_config(&db, ""), &db.dir);
     // Enough connections that both workers hold some.
     let mut clients: Vec<Client> = (0..8).map(|_| Client::connect(p.http)).collect();
-    let mut a = Client::connect(p.http);
     // PUT answers 201 when it creates a popup and 200 when it replaces one.
-    assert_eq!(
-        admin(&mut a, "PUT", "/admin/popups/2", FALLBACK).status,
-        201
-    );
-    assert_eq!(
-        admin(&mut a, "PUT", "/admin/popups/2", FALLBACK).status,
-        200
-    );
+    assert_eq!(admin(&p, "PUT", "/admin/popups/2", FALLBACK).status, 201);
+    assert_eq!(admin(&p, "PUT", "/admin/popups/2", FALLBACK).status, 200);
     // An admin write is published before its answer: every worker decides with it at once.
     for (i, c) in clients.iter_mut().enumerate() {
         assert_eq!(decide(c, &format!("user=u{i}")).map(|d| d.0), Some(2));
@@ -537,7 +540,7 @@ fn admin_and_database_edits_reach_every_worker_within_a_second() {
     eventually("the broken row reported", || {
         p.log_text().contains("hp_popups row 9")
     });
-    assert_eq!(decide(&mut a, "user=late").map(|d| d.0), Some(2));
+    assert_eq!(decide(&mut clients[0], "user=late").map(|d| d.0), Some(2));
     assert!(p.metric("hotpath_popups_catalog_reloads_total") >= 1.0);
     // The table now differs from the catalog for good (a row that does not parse, an edit
     // not written as hotpath writes JSON): the catalog is published when the table changes,
@@ -564,7 +567,7 @@ fn evicted_users_come_back_with_their_state() {
     );
     let mut c = Client::connect(p.http);
     let once = r#"{"id": 1, "name": "once", "payload": {}, "frequency": {"max_shows": 1}}"#;
-    assert_eq!(admin(&mut c, "POST", "/admin/popups", once).status, 201);
+    assert_eq!(admin(&p, "POST", "/admin/popups", once).status, 201);
     eventually("the known set", || {
         p.log_text().contains("users with state listed")
     });
@@ -606,7 +609,7 @@ fn a_database_outage_answers_what_it_can_and_refuses_the_rest_quickly() {
     let mut p = Proc::spawn(&config, &db.dir);
     let mut c = Client::connect(p.http);
     let once = r#"{"id": 1, "name": "once", "payload": {}, "frequency": {"max_shows": 1}}"#;
-    assert_eq!(admin(&mut c, "POST", "/admin/popups", once).status, 201);
+    assert_eq!(admin(&p, "POST", "/admin/popups", once).status, 201);
     assert!(decide(&mut c, "user=old").is_some());
     assert!(decide(&mut c, "user=cached").is_some());
     eventually("old's show written", || event_count(&db, 1, SHOWN) == 2);
@@ -644,7 +647,7 @@ fn a_database_outage_answers_what_it_can_and_refuses_the_rest_quickly() {
         "new: answered, journaled"
     );
     let two = r#"{"id": 2, "name": "two", "payload": {}}"#;
-    let r = admin(&mut c, "POST", "/admin/popups", two);
+    let r = admin(&p, "POST", "/admin/popups", two);
     assert_eq!(r.status, 503, "{}", text(&r));
     eventually("a failed flush", || {
         p.metric("hotpath_store_flush_failures_total") >= 1.0
@@ -659,7 +662,7 @@ fn a_database_outage_answers_what_it_can_and_refuses_the_rest_quickly() {
         r.status == 204
     });
     assert_eq!(
-        json(&admin(&mut c, "GET", "/admin/popups", ""))["popups"]
+        json(&admin(&p, "GET", "/admin/popups", ""))["popups"]
             .as_array()
             .unwrap()
             .len(),
@@ -681,7 +684,7 @@ fn a_replayed_answer_is_refused_after_any_restart() {
     let mut c = Client::connect(p.http);
     let def = r#"{"id": 1, "name": "again", "payload": {},
         "frequency": {"cooldown": 0, "after_click": 0, "after_close": 0}}"#;
-    assert_eq!(admin(&mut c, "POST", "/admin/popups", def).status, 201);
+    assert_eq!(admin(&p, "POST", "/admin/popups", def).status, 201);
     // One user's flood of shows, the last one clicked.
     let mut last = String::new();
     for _ in 0..300 {
@@ -723,9 +726,8 @@ fn kill_9_loses_nothing_acknowledged(dialect: Dialect) {
     let db = test_db(dialect, "popups_kill");
     let config = write_config(&db, "");
     let mut p = Proc::spawn(&config, &db.dir);
-    let mut c = Client::connect(p.http);
     let def = r#"{"id": 1, "name": "once", "payload": {}, "frequency": {"cooldown": 0, "after_click": "never"}}"#;
-    assert_eq!(admin(&mut c, "POST", "/admin/popups", def).status, 201);
+    assert_eq!(admin(&p, "POST", "/admin/popups", def).status, 201);
 
     let stop = Arc::new(AtomicBool::new(false));
     // Per client: shows and clicks acknowledged, users who clicked.

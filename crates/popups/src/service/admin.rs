@@ -96,7 +96,7 @@ impl Shared {
 
 impl PopupsWorker {
     /// `/admin/popups…`, behind the bearer token.
-    pub(super) fn admin(
+    pub(super) fn admin_api(
         &mut self,
         req: &Request<'_, '_>,
         ctx: &Context,

@@ -285,8 +285,20 @@ impl ServiceWorker for PopupsWorker {
         match req.path {
             "/v1/popup" => self.decision(req, ctx, resp),
             "/v1/popup/events" => self.event(req, ctx, resp),
+            _ => None,
+        }
+    }
+
+    /// The admin API, on the admin listener only (the public one answers 404 there).
+    fn admin(
+        &mut self,
+        req: &Request<'_, '_>,
+        ctx: &Context,
+        resp: &mut HttpResponse,
+    ) -> Option<Handled> {
+        match req.path {
             p if p == "/admin/popups" || p.starts_with("/admin/popups/") => {
-                self.admin(req, ctx, resp)
+                self.admin_api(req, ctx, resp)
             }
             _ => None,
         }
