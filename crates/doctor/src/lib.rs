@@ -199,12 +199,23 @@ fn accept_queue(s: &ServerConfig, host: &Host, out: &mut Vec<Finding>) {
         |v| format!("the kernel silently caps every listen backlog at it, below server.backlog = {b}: bursts of new connections beyond {v} wait in SYN retries or are dropped"),
         format!("at least server.backlog = {b}: the full accept queue is used"),
     ));
+    // Past it, a SYN flood's half-open connections are answered with SYN cookies, and real
+    // clients still connect: worth a warning (at start too) only where cookies are off and
+    // they are dropped instead. A stock kernel has 2048 here (less than the default backlog)
+    // and cookies on.
+    let cookies = host.sysctl_u64("net.ipv4.tcp_syncookies") != Some(0);
     out.push(at_least(
         host,
         "net.ipv4.tcp_max_syn_backlog",
         b,
-        Status::Warn,
-        |v| format!("half-open connections beyond {v} are answered with SYN cookies (or dropped when net.ipv4.tcp_syncookies = 0), below server.backlog = {b}"),
+        if cookies { Status::Note } else { Status::Warn },
+        |v| {
+            if cookies {
+                format!("half-open connections beyond {v} are answered with SYN cookies (below server.backlog = {b}): clients still connect")
+            } else {
+                format!("half-open connections beyond {v} are dropped (net.ipv4.tcp_syncookies = 0), below server.backlog = {b}")
+            }
+        },
         format!("at least server.backlog = {b}"),
     ));
 }
@@ -540,10 +551,16 @@ mod tests {
             s.fix.as_deref(),
             Some("sysctl -w net.core.somaxconn=4096, and the line `net.core.somaxconn = 4096` in /etc/sysctl.d/90-hotpath.conf to keep it")
         );
+        // SYN cookies are on unless the kernel says otherwise: the clients still connect.
         assert_eq!(
             find(&f, "net.ipv4.tcp_max_syn_backlog").status,
-            Status::Warn
+            Status::Note
         );
+        t.sysctl("net.ipv4.tcp_syncookies", "0");
+        let f = check(&config(2), &t.host((1 << 20, 1 << 20), 2));
+        let s = find(&f, "net.ipv4.tcp_max_syn_backlog");
+        assert_eq!(s.status, Status::Warn);
+        assert!(s.why.contains("dropped"), "{}", s.why);
         assert_eq!(worst(&f), Status::Fail);
     }
 
