@@ -323,8 +323,10 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
                     println!(
                         "{name}: no database yet (`hotpath serve` or `hotpath db migrate` creates it)"
                     );
-                    for m in migrations::known(&stored(config)) {
-                        println!("  {:>8}  {:<32} PENDING", migration_label(&m), m.name);
+                    let known = migrations::known(&stored(config));
+                    let w = known.iter().map(|m| m.name.len()).max().unwrap_or(0);
+                    for m in known {
+                        println!("  {:>9}  {:<w$}  PENDING", migration_label(&m), m.name);
                     }
                     return Ok(1);
                 }
@@ -333,17 +335,19 @@ fn db(config: &Config, action: DbAction) -> anyhow::Result<u8> {
                 migrations::status(&mut *b, &stored(config)).with_context(|| name.clone())?;
             println!("{name}");
             let mut pending = 0;
+            // One column per field, as wide as its longest entry.
+            let w = status.iter().map(|s| s.name.len()).max().unwrap_or(0);
             for s in &status {
                 match s.applied_at {
                     Some(at) => println!(
-                        "  {:>8}  {:<32} applied {}",
+                        "  {:>9}  {:<w$}  applied {}",
                         migration_label(s),
                         s.name,
                         utc(at)
                     ),
                     None => {
                         pending += 1;
-                        println!("  {:>8}  {:<32} PENDING", migration_label(s), s.name);
+                        println!("  {:>9}  {:<w$}  PENDING", migration_label(s), s.name);
                     }
                 }
             }

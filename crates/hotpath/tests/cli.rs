@@ -433,6 +433,13 @@ fn db_migrate_and_status_on_the_default_sqlite_file() {
         !text.contains("PENDING") && text.contains("journal"),
         "{text}"
     );
+    // The migrations' lines line up: every "applied" starts in the same column.
+    let columns: Vec<usize> = text
+        .lines()
+        .filter_map(|l| l.find("  applied 20"))
+        .collect();
+    assert!(columns.len() >= 8, "{text}");
+    assert!(columns.iter().all(|&c| c == columns[0]), "{text}");
     assert!(dir.join("hotpath.db").exists());
     std::fs::remove_dir_all(dir).unwrap();
 }
