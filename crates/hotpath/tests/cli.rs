@@ -443,3 +443,26 @@ fn db_migrate_and_status_on_the_default_sqlite_file() {
     assert!(dir.join("hotpath.db").exists());
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    // The reader is gone before the first byte is written, as with `hotpath config | head`
+    // once head has its lines.
+    for args in [&["config"][..], &["doctor", "--json"], &["--help"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = hotpath()
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(
+            matches!(out.status.code(), Some(0 | 141)),
+            "{args:?}: {:?} {stderr}",
+            out.status
+        );
+    }
+}
