@@ -124,9 +124,15 @@ fn chart(
         );
     }
     for (x, label) in xticks {
+        // A label at the right edge ends there rather than centring past the picture.
+        let anchor = if *x >= x_max {
+            " style=\"text-anchor:end\""
+        } else {
+            ""
+        };
         let _ = write!(
             s,
-            r#"<line x1="{xx:.1}" x2="{xx:.1}" y1="{TOP}" y2="{yb}" class="grid"/><text x="{xx:.1}" y="{ty}" class="xtick">{l}</text>"#,
+            r#"<line x1="{xx:.1}" x2="{xx:.1}" y1="{TOP}" y2="{yb}" class="grid"/><text x="{xx:.1}" y="{ty}" class="xtick"{anchor}>{l}</text>"#,
             xx = px(*x),
             yb = H - BOTTOM,
             ty = H - BOTTOM + 16.0,
@@ -210,6 +216,22 @@ fn headline(p: &mut String, r: &Report) {
         escape(&title),
         escape(r.to_text().lines().next().unwrap_or_default())
     );
+    // A run that failed, or missed an objective, says so before any figure.
+    if let Some(why) = &r.failed {
+        let _ = write!(p, "<p class=\"missed\">FAILED: {}</p>", escape(why));
+    } else if !r.slo_met {
+        let missed: Vec<String> = r
+            .slo
+            .iter()
+            .filter(|o| !o.met)
+            .map(|o| o.slo.text.clone())
+            .collect();
+        let _ = write!(
+            p,
+            "<p class=\"missed\">Objectives missed: {}</p>",
+            escape(&missed.join(", "))
+        );
+    }
     // Headline figures.
     let _ = write!(
         p,

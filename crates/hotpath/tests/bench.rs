@@ -200,6 +200,32 @@ fn tracker_failures_and_missed_objectives() {
             && !text.contains("mean 0"),
         "{text}"
     );
+    // The HTML report of that run says FAILED, and why, before any figure.
+    let dir = std::env::temp_dir().join(format!("hp-bench-failed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let html = dir.join("failed.html");
+    let out = hotpath(&[
+        "bench",
+        &url,
+        "-c",
+        "1",
+        "--duration",
+        "300ms",
+        "--warmup",
+        "0s",
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let page = std::fs::read_to_string(&html).unwrap();
+    let banner = page
+        .find("FAILED: no request was answered")
+        .expect("a FAILED banner");
+    assert!(
+        banner < page.find("answered/s").unwrap(),
+        "before the figures"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
     // 404s are counted by status class.
     let (_, v) = bench(
         &format!("http://{}/nothing-here", server.http_addr().unwrap()),
@@ -283,6 +309,10 @@ fn udp_tracker_mix() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.starts_with("<!doctype html>") && page.matches("<svg").count() == 3);
     assert!(page.contains("log scale"), "latency on a log axis");
+    assert!(
+        page.contains(r#"style="text-anchor:end">99.999%</text>"#),
+        "the last tick's label ends at the right edge, not past it"
+    );
     assert!(!page.contains("<script"), "self-contained, no scripts");
     std::fs::remove_dir_all(dir).unwrap();
     server.shutdown().unwrap();
