@@ -201,7 +201,7 @@ fn look(b: &Browser) -> Seen {
            updates: Number(document.body.dataset.updates),
            status: document.getElementById('status').className + ': ' + t('status'),
            requests: t('v-requests'),
-           since: document.querySelector('#t-requests .sub').textContent,
+           since: (document.querySelector('#t-requests .sub') || {}).textContent || '',
            peers: t('v-peers'),
            torrents: t('v-torrents'),
            p99: t('v-p99'),
@@ -269,6 +269,39 @@ fn the_dashboard_shows_a_server_under_load_in_a_real_browser() {
     assert_eq!(Client::connect(admin).get("/").status, 200);
     assert_eq!(Client::connect(proc.http).get("/dashboard").status, 404);
 
+    // Before any traffic: the first paint has figures (not "..."), and the page's own reads
+    // of /metrics (admin requests) are not counted as traffic.
+    let browser = Browser::start(dir.join("chromium-profile"));
+    browser.open(&format!("http://{admin}/dashboard"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let idle = loop {
+        let s = look(&browser);
+        if s.updates >= 1 {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the page never painted: {s:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // (The one request since start: the 404 for /dashboard on the public listener above.)
+    assert_eq!(
+        (idle.requests_per_s, idle.since_start),
+        (0.0, 1.0),
+        "figures on the first paint: {idle:?}"
+    );
+    let idle = loop {
+        let s = look(&browser);
+        if s.updates >= idle.updates + 3 {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "{s:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        (idle.requests_per_s, idle.since_start),
+        (0.0, 1.0),
+        "its own reads are not traffic: {idle:?}"
+    );
+
     // Load: announces from a growing set of peers on 50 torrents, with a few 404s.
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
@@ -302,8 +335,6 @@ fn the_dashboard_shows_a_server_under_load_in_a_real_browser() {
         sent.load(Ordering::Relaxed) > 100
     });
 
-    let browser = Browser::start(dir.join("chromium-profile"));
-    browser.open(&format!("http://{admin}/dashboard"));
     let deadline = Instant::now() + Duration::from_secs(30);
     let first = loop {
         let s = look(&browser);

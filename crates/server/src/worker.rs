@@ -356,6 +356,12 @@ impl Handler {
                 self.resp.extra_headers.extend_from_slice(DASHBOARD_HEADERS);
                 (Kind::ADMIN, Outcome::Ok)
             }
+            // The browser that opens the dashboard asks for an icon: none, and no 404 for it
+            // among the refused requests.
+            (ListenerKind::Admin, "/favicon.ico") => {
+                self.resp.status = 204;
+                (Kind::ADMIN, Outcome::Ok)
+            }
             (ListenerKind::Admin, "/stats") => {
                 self.resp.content_type = "application/json";
                 self.resp.body = self.shared.scrape().stats().to_string().into_bytes();
