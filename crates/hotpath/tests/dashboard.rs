@@ -231,6 +231,18 @@ fn look(b: &Browser) -> Seen {
     }
 }
 
+/// What the page shows once `ready` says so, looked at every 50 ms until `deadline`.
+fn wait_page(b: &Browser, deadline: Instant, ready: impl Fn(&Seen) -> bool) -> Seen {
+    loop {
+        let s = look(b);
+        if ready(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "the page never got there: {s:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Where cargo puts its output: the test binary runs from `<target>/<profile>/deps/`.
 fn target_dir() -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -274,28 +286,14 @@ fn the_dashboard_shows_a_server_under_load_in_a_real_browser() {
     let browser = Browser::start(dir.join("chromium-profile"));
     browser.open(&format!("http://{admin}/dashboard"));
     let deadline = Instant::now() + Duration::from_secs(30);
-    let idle = loop {
-        let s = look(&browser);
-        if s.updates >= 1 {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "the page never painted: {s:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let idle = wait_page(&browser, deadline, |s| s.updates >= 1);
     // (The one request since start: the 404 for /dashboard on the public listener above.)
     assert_eq!(
         (idle.requests_per_s, idle.since_start),
         (0.0, 1.0),
         "figures on the first paint: {idle:?}"
     );
-    let idle = loop {
-        let s = look(&browser);
-        if s.updates >= idle.updates + 3 {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "{s:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let idle = wait_page(&browser, deadline, |s| s.updates >= idle.updates + 3);
     assert_eq!(
         (idle.requests_per_s, idle.since_start),
         (0.0, 1.0),
@@ -336,14 +334,9 @@ fn the_dashboard_shows_a_server_under_load_in_a_real_browser() {
     });
 
     let deadline = Instant::now() + Duration::from_secs(30);
-    let first = loop {
-        let s = look(&browser);
-        if s.updates >= 3 && s.requests_per_s > 0.0 {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "the page never filled in: {s:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let first = wait_page(&browser, deadline, |s| {
+        s.updates >= 3 && s.requests_per_s > 0.0
+    });
     assert!(first.status.starts_with("ok: live"), "{first:?}");
     assert!(first.peers > 0.0 && first.torrents > 0.0, "{first:?}");
     assert!(first.p99.ends_with("s"), "a latency figure: {first:?}");
@@ -354,14 +347,9 @@ fn the_dashboard_shows_a_server_under_load_in_a_real_browser() {
     assert!(first.rows.iter().any(|r| r.starts_with("http\tother")));
 
     // A few seconds on, the figures have moved.
-    let later = loop {
-        let s = look(&browser);
-        if s.updates >= first.updates + 3 {
-            break s;
-        }
-        assert!(Instant::now() < deadline + Duration::from_secs(20), "{s:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let later = wait_page(&browser, deadline + Duration::from_secs(20), |s| {
+        s.updates >= first.updates + 3
+    });
     assert!(
         later.since_start > first.since_start,
         "{first:?} then {later:?}"
