@@ -164,9 +164,14 @@ impl TrackerWorker {
     /// The interval to tell a client, with its jitter.
     fn interval(&mut self) -> u32 {
         let base = self.intervals().0;
-        let jitter = (u64::from(base) * u64::from(self.shared.cfg.interval_jitter_percent) / 100)
-            .min(u64::from(u32::MAX - base)) as u32;
-        base + self.rng.u32(..=jitter)
+        base + self.rng.u32(..=self.jitter(base))
+    }
+
+    /// The most seconds of jitter added to interval `base` (`tracker.interval_jitter_percent`
+    /// of it, and never past `u32::MAX` in all).
+    fn jitter(&self, base: u32) -> u32 {
+        (u64::from(base) * u64::from(self.shared.cfg.interval_jitter_percent) / 100)
+            .min(u64::from(u32::MAX - base)) as u32
     }
 
     fn check_access(&mut self, info_hash: &Id20) -> Option<&'static str> {
@@ -690,6 +695,7 @@ impl TrackerWorker {
     ) -> Handled {
         let figures = || {
             let t = self.shared.swarms.totals();
+            let interval = self.intervals().0;
             gazelle::Figures {
                 version: env!("CARGO_PKG_VERSION"),
                 seeders: t.seeders as u64,
@@ -697,7 +703,8 @@ impl TrackerWorker {
                 queued_rows: self.shared.persist.as_ref().map_or(0, |s| s.queued_rows()) as u64,
                 bad_secrets: p.token_guesses.failures.get(),
                 bad_passkeys: p.refusals(Refusal::UnknownPasskey),
-                interval: self.intervals().0,
+                interval,
+                jitter: self.jitter(interval),
                 uptime: u64::from(ctx.now),
                 usage: process_usage(),
             }

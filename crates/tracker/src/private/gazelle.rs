@@ -361,6 +361,8 @@ pub struct Figures {
     pub bad_passkeys: u64,
     /// The announce interval told, seconds.
     pub interval: u32,
+    /// The most seconds of jitter added to it (`tracker.interval_jitter_percent` of it).
+    pub jitter: u32,
     /// Seconds since the process started.
     pub uptime: u64,
     /// CPU seconds in user space and in the kernel, and the largest resident set in bytes,
@@ -401,7 +403,7 @@ impl Figures {
             json!(self.bad_passkeys),
         );
         item("announce interval", "number", json!(self.interval));
-        item("announce jitter", "number", json!(0));
+        item("announce jitter", "number", json!(self.jitter));
         item("uptime", "elapsed", json!(self.uptime));
         if let Some((user, system, rss)) = self.usage {
             item("user time", "elapsed", json!(user));
@@ -900,6 +902,7 @@ mod tests {
             bad_secrets: 2,
             bad_passkeys: 5,
             interval: 1800,
+            jitter: 180,
             uptime: 60,
             usage: Some((1.5, 0.25, 4096)),
         };
@@ -911,6 +914,7 @@ mod tests {
         assert_eq!(v["seeders tracked"]["value"], 7);
         assert_eq!(v["leechers tracked"]["type"], "number");
         assert_eq!(v["announce interval"]["value"], 1800);
+        assert_eq!(v["announce jitter"]["value"], 180);
         assert_eq!(v["uptime"]["type"], "elapsed");
         assert_eq!(v["maximum resident set size"]["type"], "byte");
         assert_eq!(v["version"]["value"], "hotpath 1.2.3");
