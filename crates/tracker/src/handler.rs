@@ -643,9 +643,6 @@ impl TrackerWorker {
     ) -> Option<Handled> {
         let g = p.gazelle.as_ref()?;
         let (secret, call) = req.path.strip_prefix('/')?.split_once('/')?;
-        let error = |resp: &mut HttpResponse, status, text: &str| {
-            Some(hotpath_service::json_error(resp, status, Kind::ADMIN, text))
-        };
         if call == "report" {
             let key = ("Ocelot's report API", "private.report_secret");
             if let Err(refused) = site_secret(p, secret, &g.report_secret, key, ctx, resp) {
@@ -653,7 +650,7 @@ impl TrackerWorker {
             }
             return match gazelle::decode_report(req.query) {
                 Ok(r) => Some(self.ocelot_report(p, g, r, ctx, resp)),
-                Err(e) => error(resp, e.status, &e.message),
+                Err(e) => Some(admin_error(resp, e.status, &e.message)),
             };
         }
         if call != "update" {
@@ -665,7 +662,7 @@ impl TrackerWorker {
         }
         if req.method != "GET" {
             resp.extra_headers.extend_from_slice(b"Allow: GET\r\n");
-            return error(resp, 405, "use GET, as Gazelle does");
+            return Some(admin_error(resp, 405, "use GET, as Gazelle does"));
         }
         let at = self.unix(ctx.now);
         let cfg = (
@@ -678,7 +675,7 @@ impl TrackerWorker {
                 resp.body = body.into_bytes();
                 Some(Handled::Answered(Kind::ADMIN, Outcome::Ok))
             }
-            Err(e) => error(resp, e.status, &e.message),
+            Err(e) => Some(admin_error(resp, e.status, &e.message)),
         }
     }
 
@@ -748,9 +745,6 @@ impl TrackerWorker {
     ) -> Option<Handled> {
         let u = p.unit3d.as_ref()?;
         let (key, rest) = req.path.strip_prefix("/announce/")?.split_once('/')?;
-        let error = |resp: &mut HttpResponse, status, text: &str| {
-            Some(hotpath_service::json_error(resp, status, Kind::ADMIN, text))
-        };
         let api = ("UNIT3D-Announce's API", "private.site_secret");
         if let Err(refused) = site_secret(p, key, &u.secret, api, ctx, resp) {
             return Some(refused);
@@ -765,7 +759,7 @@ impl TrackerWorker {
                 resp.body = body;
                 Some(Handled::Answered(Kind::ADMIN, Outcome::Ok))
             }
-            Err(e) => error(resp, e.status, &e.message),
+            Err(e) => Some(admin_error(resp, e.status, &e.message)),
         }
     }
 
@@ -800,16 +794,13 @@ fn site_secret(
     ctx: &Context,
     resp: &mut HttpResponse,
 ) -> Result<(), Handled> {
-    let error = |resp: &mut HttpResponse, status, text: &str| {
-        hotpath_service::json_error(resp, status, Kind::ADMIN, text)
-    };
     if expected.is_empty() {
-        return Err(error(resp, 403, &format!("{api} is off: set {key}")));
+        return Err(admin_error(resp, 403, &format!("{api} is off: set {key}")));
     }
     let from = ctx.peer.ip();
     if !p.token_guesses.allows(from, ctx.now) {
         resp.extra_headers.extend_from_slice(b"Retry-After: 60\r\n");
-        return Err(error(
+        return Err(admin_error(
             resp,
             429,
             "too many wrong secrets from your address: wait a minute",
@@ -817,7 +808,7 @@ fn site_secret(
     }
     if !hotpath_service::same_secret(given.as_bytes(), expected.as_bytes()) {
         p.token_guesses.failed(from, ctx.now);
-        return Err(error(resp, 403, "Authentication failure"));
+        return Err(admin_error(resp, 403, "Authentication failure"));
     }
     Ok(())
 }
@@ -840,6 +831,11 @@ fn process_usage() -> Option<(f64, f64, u64)> {
         .parse::<u64>()
         .ok()?;
     Some((user as f64 / 100.0, system as f64 / 100.0, hwm * 1024))
+}
+
+/// An admin API's error answer: `status` and a JSON message.
+fn admin_error(resp: &mut HttpResponse, status: u16, text: &str) -> Handled {
+    hotpath_service::json_error(resp, status, Kind::ADMIN, text)
 }
 
 fn fail(resp: &mut HttpResponse, reason: &str) {
@@ -978,7 +974,7 @@ impl ServiceWorker for TrackerWorker {
                 resp.body.push(b'\n');
                 Handled::Answered(Kind::ADMIN, Outcome::Ok)
             }
-            Err(e) => hotpath_service::json_error(resp, e.status, Kind::ADMIN, &e.message),
+            Err(e) => admin_error(resp, e.status, &e.message),
         })
     }
 
