@@ -2,8 +2,10 @@
 //! with `systemd-analyze verify`, the Prometheus config and alert rules with `promtool` (syntax,
 //! and the rules' own unit tests), the Grafana dashboard's queries parsed by promtool too, every
 //! metric any of them names found in a running server's /metrics, and the sysctl file passing
-//! every kernel check of `hotpath doctor`. scripts/test installs promtool (Debian's prometheus
-//! package, without starting it) and systemd-analyze when they are missing.
+//! every kernel check of `hotpath doctor`; and the Debian package scripts/deb builds from them,
+//! listed, unpacked into a scratch root, its unit verified, and checked by lintian. scripts/test
+//! installs promtool (Debian's prometheus package, without starting it), systemd-analyze,
+//! dpkg-dev and lintian when they are missing.
 
 mod common;
 
@@ -48,32 +50,161 @@ fn the_systemd_unit_verifies_and_reloads_with_sighup() {
     ] {
         assert!(unit.contains(line), "the unit has {line}");
     }
-    // systemd-analyze checks that the programs exist: point them at the binary just built.
-    let dir = common::data_dir();
-    let file = dir.join("hotpath.service");
-    std::fs::write(
-        &file,
-        unit.replace("/usr/local/bin/hotpath", env!("CARGO_BIN_EXE_hotpath")),
-    )
-    .unwrap();
-    let (_, err) = run(Command::new("systemd-analyze").arg("verify").arg(&file));
-    // It exits 0 on unknown keys and bad values too, and says so on stderr.
-    let ours: Vec<&str> = err
-        .lines()
-        .filter(|l| l.contains("hotpath.service"))
-        .collect();
+    let ours = systemd_verify(
+        &unit,
+        "/usr/local/bin/hotpath",
+        env!("CARGO_BIN_EXE_hotpath"),
+        None,
+    );
     assert!(ours.is_empty(), "systemd-analyze verify: {ours:#?}");
 
     // And the check is real: a misspelt key in the same unit is reported.
-    std::fs::write(
-        &file,
-        std::fs::read_to_string(&file)
-            .unwrap()
-            .replace("ProtectHome=yes", "ProtectHomes=yes"),
-    )
-    .unwrap();
-    let (_, err) = run(Command::new("systemd-analyze").arg("verify").arg(&file));
-    assert!(err.contains("ProtectHomes"), "{err}");
+    let ours = systemd_verify(
+        &unit.replace("ProtectHome=yes", "ProtectHomes=yes"),
+        "/usr/local/bin/hotpath",
+        env!("CARGO_BIN_EXE_hotpath"),
+        None,
+    );
+    assert!(ours.iter().any(|l| l.contains("ProtectHomes")), "{ours:#?}");
+}
+
+/// What `systemd-analyze verify` says of `unit` (the lines naming it), with its programs at
+/// `installed` found at `binary` instead: it checks that they exist, and that `man` finds the
+/// pages its `Documentation=` names (in `man_path` when given).
+fn systemd_verify(
+    unit: &str,
+    installed: &str,
+    binary: &str,
+    man_path: Option<&Path>,
+) -> Vec<String> {
+    let dir = common::data_dir();
+    let file = dir.join("hotpath.service");
+    std::fs::write(&file, unit.replace(installed, binary)).unwrap();
+    let mut cmd = Command::new("systemd-analyze");
+    if let Some(p) = man_path {
+        cmd.env("MANPATH", p);
+    }
+    let (_, err) = run(cmd.arg("verify").arg(&file));
+    let _ = std::fs::remove_dir_all(&dir);
+    // It exits 0 on unknown keys and bad values too, and says so on stderr.
+    err.lines()
+        .filter(|l| l.contains("hotpath.service"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_debian_package_has_every_part_installs_into_a_scratch_root_and_passes_lintian() {
+    let dir = common::data_dir();
+    let binary = env!("CARGO_BIN_EXE_hotpath");
+    // The test's own build, packaged as scripts/deb packages the release build.
+    let (out, _) = run(Command::new(contrib().join("../scripts/deb"))
+        .args(["--binary", binary, "--out"])
+        .arg(&dir));
+    let deb = PathBuf::from(out.trim());
+    let name = deb.file_name().unwrap().to_str().unwrap().to_string();
+    assert!(
+        name.starts_with(&format!("hotpath_{}-1_", env!("CARGO_PKG_VERSION")))
+            && name.ends_with(".deb"),
+        "{name}"
+    );
+
+    // Its contents, as dpkg-deb lists them.
+    let (list, _) = run(Command::new("dpkg-deb").arg("-c").arg(&deb));
+    for path in [
+        "./usr/bin/hotpath",
+        "./lib/systemd/system/hotpath.service",
+        "./etc/hotpath/hotpath.toml",
+        "./usr/lib/sysctl.d/90-hotpath.conf",
+        "./usr/share/doc/hotpath/copyright",
+        "./usr/share/doc/hotpath/changelog.Debian.gz",
+        "./usr/share/doc/hotpath/README.md.gz",
+        "./usr/share/man/man1/hotpath.1.gz",
+    ] {
+        assert!(
+            list.lines().any(|l| l.ends_with(&format!(" {path}"))),
+            "{path} in\n{list}"
+        );
+    }
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("-rwxr-xr-x root/root") && l.ends_with(" ./usr/bin/hotpath")),
+        "{list}"
+    );
+    let field = |f: &str| run(Command::new("dpkg-deb").arg("-f").arg(&deb).arg(f)).0;
+    let depends = field("Depends");
+    for dep in ["libc6 (>= ", "adduser"] {
+        assert!(depends.contains(dep), "Depends: {depends}");
+    }
+    let (conffiles, _) = run(Command::new("dpkg-deb")
+        .arg("-I")
+        .arg(&deb)
+        .arg("conffiles"));
+    assert_eq!(conffiles.trim(), "/etc/hotpath/hotpath.toml");
+    let (postinst, _) = run(Command::new("dpkg-deb").arg("-I").arg(&deb).arg("postinst"));
+    for step in [
+        "adduser --system",
+        "dpkg-statoverride",
+        "deb-systemd-helper enable",
+    ] {
+        assert!(postinst.contains(step), "postinst: {step}");
+    }
+
+    // Unpacked into a scratch root: the binary runs, takes the config it ships, which is
+    // `hotpath config`'s own; the sysctl file is contrib's.
+    let root = dir.join("root");
+    run(Command::new("dpkg").arg("-x").arg(&deb).arg(&root));
+    let bin = root.join("usr/bin/hotpath");
+    let config = root.join("etc/hotpath/hotpath.toml");
+    run(Command::new(&bin).args(["config", "--check"]).arg(&config));
+    let (printed, _) = run(Command::new(binary).arg("config"));
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), printed);
+    assert_eq!(
+        std::fs::read_to_string(root.join("usr/lib/sysctl.d/90-hotpath.conf")).unwrap(),
+        read("sysctl/90-hotpath.conf")
+    );
+
+    // The unit: contrib's, with the packaged binary and the package's system user; it
+    // verifies with its programs and its manual page where the package puts them.
+    let unit = std::fs::read_to_string(root.join("lib/systemd/system/hotpath.service")).unwrap();
+    for line in [
+        "ExecStart=/usr/bin/hotpath serve --config /etc/hotpath/hotpath.toml",
+        "User=hotpath",
+        "StateDirectory=hotpath",
+        "ProtectSystem=strict",
+        "Documentation=man:hotpath(1)",
+    ] {
+        assert!(
+            unit.lines().any(|l| l.starts_with(line)),
+            "the packaged unit has {line}:\n{unit}"
+        );
+    }
+    assert!(
+        !unit.contains("DynamicUser") && !unit.contains("/usr/local/"),
+        "{unit}"
+    );
+    let ours = systemd_verify(
+        &unit,
+        "/usr/bin/hotpath",
+        bin.to_str().unwrap(),
+        Some(&root.join("usr/share/man")),
+    );
+    assert!(ours.is_empty(), "systemd-analyze verify: {ours:#?}");
+
+    // lintian: no error and no warning (its notes at info level are not asked for).
+    let out = Command::new("lintian")
+        .args(["--fail-on", "error,warning"])
+        .arg(&deb)
+        .output()
+        .expect("lintian runs (scripts/test installs it)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "lintian {}:\n{text}", out.status);
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("E:") || l.starts_with("W:")),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
