@@ -1,6 +1,8 @@
 //! Helpers for the integration tests: a server on loopback port 0 and small raw clients.
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
