@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -361,9 +361,8 @@ section! {
         pub udp_recv_buffer: usize = 8388608,
         /// SO_SNDBUF of every UDP socket in bytes (capped by net.core.wmem_max).
         pub udp_send_buffer: usize = 8388608,
-        /// Write an access log line per HTTP request to standard error, from a background
-        /// thread (never a write on the request path; lines are dropped and counted when it
-        /// falls behind).
+        /// The same as log.access_log = "-" (an access log on standard error), kept for
+        /// configs written before log.access_log.
         pub access_log: bool = false,
         /// Seconds shutdown waits for in-flight requests and unsent responses before exiting.
         pub shutdown_grace_secs: u64 = 5,
@@ -1138,6 +1137,84 @@ section! {
     }
 }
 
+section! {
+    /// Logging: what goes to standard error (the journal, under systemd) and the access log.
+    pub struct LogConfig {
+        /// The least severe messages written: "error", "warn", "info", "debug" or "trace",
+        /// optionally with levels per module after it ("info,hotpath_store=debug"). RUST_LOG,
+        /// when set, wins over this, and --log-level on the command line over both.
+        pub level: String = "info".into(),
+        /// "text": a line per message, `[time LEVEL module] message`; under systemd (standard
+        /// error is the journal) without the time, which the journal adds, and with the level
+        /// as a syslog priority (`<3>` for errors) so that `journalctl -p` sees it. "json": a
+        /// JSON object per line, {"ts", "level", "target", "msg"}.
+        pub format: LogFormat = LogFormat::Text,
+        /// The access log, a line per HTTP request: "" none, "-" standard error, or a file
+        /// (relative to the working directory), appended to, and opened again on SIGHUP and
+        /// SIGUSR1 (for logrotate). Written by a background thread, never on the request
+        /// path; lines are dropped and counted (hotpath_access_log_dropped_total) when it
+        /// falls behind. In log.format's form: `time address "METHOD path?query" status
+        /// bytes microseconds`, or a JSON object.
+        pub access_log: String = String::new(),
+    }
+}
+
+/// How log lines are written (`log.format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// A line of text per message.
+    Text,
+    /// A JSON object per line.
+    Json,
+}
+
+impl LogConfig {
+    /// Where access log lines go: none, standard error, or a file.
+    pub fn access_target(&self, server: &ServerConfig) -> AccessLog {
+        match self.access_log.as_str() {
+            "" if server.access_log => AccessLog::Stderr,
+            "" => AccessLog::Off,
+            "-" => AccessLog::Stderr,
+            path => AccessLog::File(PathBuf::from(path)),
+        }
+    }
+}
+
+/// Where access log lines go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLog {
+    /// Nowhere.
+    Off,
+    /// Standard error, with the other log lines.
+    Stderr,
+    /// A file of their own.
+    File(PathBuf),
+}
+
+/// Whether `spec` is a log level list as `log.level` takes it: directives split by commas,
+/// each `LEVEL` or `MODULE=LEVEL`. The reason when not.
+pub fn check_log_level(spec: &str) -> Result<(), String> {
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    if spec.trim().is_empty() {
+        return Err("must name a level (error, warn, info, debug, trace or off)".into());
+    }
+    for d in spec.split(',').map(str::trim) {
+        let (module, level) = d.split_once('=').unwrap_or(("", d));
+        let module_ok = module.is_empty() && !d.contains('=')
+            || !module.is_empty()
+                && module
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+        if !module_ok || !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(format!(
+                "{d:?} is not LEVEL or MODULE=LEVEL (levels: error, warn, info, debug, trace, off)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// One Lua route.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1178,6 +1255,8 @@ pub struct Config {
     pub lua: LuaConfig,
     /// The statsd exporter.
     pub statsd: StatsdConfig,
+    /// Logging.
+    pub log: LogConfig,
 }
 
 impl Config {
@@ -1351,6 +1430,7 @@ impl Config {
         write_section(&mut out, "popups", &self.popups);
         write_section(&mut out, "lua", &self.lua);
         write_section(&mut out, "statsd", &self.statsd);
+        write_section(&mut out, "log", &self.log);
         out
     }
 }
@@ -1748,6 +1828,10 @@ mod tests {
                 "statsd.address",
             ),
             ("[statsd]\nprefix = \"a b\"\n", "statsd.prefix"),
+            ("[log]\nlevel = \"inf\"\n", "log.level"),
+            ("[log]\nlevel = \"info,=debug\"\n", "log.level"),
+            ("[log]\nlevel = \"\"\n", "log.level"),
+            ("[log]\nformat = \"xml\"\n", "log.format"),
             ("[lua]\nmax_memory_mb = 0\n", "lua.max_memory_mb"),
             (
                 "[store]\njournal_max_bytes = 100\n",

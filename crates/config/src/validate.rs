@@ -30,6 +30,9 @@ pub(crate) fn all(c: &Config) -> Vec<ConfigError> {
     popups(c, &mut p);
     lua(c, &mut p);
     statsd(&c.statsd, &mut p);
+    if let Err(e) = crate::check_log_level(&c.log.level) {
+        p.bad("log.level", e);
+    }
     listen(c, &mut p);
     p.0
 }

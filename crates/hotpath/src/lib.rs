@@ -1,6 +1,8 @@
 //! Wiring for the `hotpath` binary: load the config, build the services, run the server.
 //! Kept out of `main.rs` so the integration tests drive exactly what the binary does.
 
+pub mod logging;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -30,6 +32,14 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// The least severe log messages written ("error", "warn", "info", "debug", "trace"),
+    /// optionally per module ("info,hotpath_store=debug"); wins over RUST_LOG and log.level.
+    #[arg(long, global = true, value_name = "LEVEL", value_parser = log_level)]
+    pub log_level: Option<String>,
+}
+
+fn log_level(s: &str) -> Result<String, String> {
+    hotpath_config::check_log_level(s).map(|()| s.to_string())
 }
 
 /// What the binary was asked to do.
@@ -123,6 +133,20 @@ fn preflight(config: &Config) -> Vec<(String, String)> {
     for (i, e) in LuaService::check(&config.lua) {
         out.push((format!("lua.routes[{i}].script"), e.to_string()));
     }
+    if let hotpath_config::AccessLog::File(file) = config.log.access_target(&config.server) {
+        let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            out.push((
+                "log.access_log".into(),
+                format!("{}: no such directory", dir.unwrap().display()),
+            ));
+        } else if file.is_dir() {
+            out.push((
+                "log.access_log".into(),
+                format!("{}: a directory", file.display()),
+            ));
+        }
+    }
     let list = &config.access_list;
     if list.mode != hotpath_config::AccessListMode::Off && !list.path.is_empty() {
         if let Err(e) = hotpath_tracker::access::AccessList::load(list.mode, &list.path) {
@@ -177,6 +201,7 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
         }
         Command::Serve { config } => {
             let config = load_config(config.as_ref())?;
+            logging::configure(&config.log);
             // The host checks of `hotpath doctor`, as warnings.
             for f in hotpath_doctor::check(&config, &hotpath_doctor::Host::local()) {
                 if f.status >= hotpath_doctor::Status::Warn {
@@ -195,7 +220,11 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
             hotpath_bench::Exit::Missed => Ok(EXIT_SLO_MISSED),
             hotpath_bench::Exit::Failed => Ok(EXIT_BENCH_FAILED),
         },
-        Command::Db { config, action } => db(&load_config(config.as_ref())?, action),
+        Command::Db { config, action } => {
+            let config = load_config(config.as_ref())?;
+            logging::configure(&config.log);
+            db(&config, action)
+        }
         Command::Doctor { config, json } => {
             let config = load_config(config.as_ref())?;
             let findings = hotpath_doctor::check(&config, &hotpath_doctor::Host::local());

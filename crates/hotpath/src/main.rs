@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use clap::Parser as _;
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cli = hotpath::Cli::parse();
+    hotpath::logging::init(cli.log_level.as_deref());
     // Output piped into `head` and the like: the reader left early and nothing is wrong, but
     // `println!` panics on the broken pipe. End quietly with 141, the status a program killed
     // by SIGPIPE reports in the shell, instead of a stack trace.
@@ -23,7 +24,7 @@ fn main() -> ExitCode {
         }
         default(info)
     }));
-    match hotpath::run(hotpath::Cli::parse().command) {
+    match hotpath::run(cli.command) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             log::error!("{}", hotpath::error_text(&e));

@@ -914,6 +914,9 @@ fn install_api(
                     )))
                 }
             };
+            if !log::log_enabled!(target: "lua", level) {
+                return Ok(());
+            }
             let mut text = String::new();
             for (i, p) in parts.iter().enumerate() {
                 if i > 0 {
@@ -921,7 +924,23 @@ fn install_api(
                 }
                 text.push_str(&p.to_string()?);
             }
-            log::log!(target: "lua", level, "{text}");
+            // What a script logs may be what a client sent, as often as it is sent: a line
+            // is cut at 4 KiB, and all scripts together write 100 lines a second at most
+            // (the rest counted, and said in the next line written).
+            if text.len() > MAX_LOG_LINE {
+                let mut end = MAX_LOG_LINE;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                let more = text.len() - end;
+                text.truncate(end);
+                text.push_str(&format!("... ({more} bytes more)"));
+            }
+            const MAX_LOG_LINE: usize = 4096;
+            static LIMIT: hotpath_metrics::LogLimit = hotpath_metrics::LogLimit::new(100);
+            if let Some(n) = LIMIT.allow() {
+                log::log!(target: "lua", level, "{text}{}", hotpath_metrics::LeftOut(n));
+            }
             Ok(())
         })?,
     )?;

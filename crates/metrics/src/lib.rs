@@ -12,6 +12,101 @@ pub mod statsd;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Log lines left out by every [`LogLimit`] (`hotpath_log_lines_suppressed_total`).
+static LOG_LINES_SUPPRESSED: AtomicU64 = AtomicU64::new(0);
+
+/// The declaration of [`log_lines_suppressed`]'s counter.
+pub static LOG_LINES_SUPPRESSED_DESC: Desc = Desc::counter(
+    "hotpath_log_lines_suppressed_total",
+    "Log lines a client could trigger that were left out past their place's limit a second.",
+);
+
+/// Log lines left out so far by every [`LogLimit`].
+pub fn log_lines_suppressed() -> u64 {
+    LOG_LINES_SUPPRESSED.load(Ordering::Relaxed)
+}
+
+/// The bound on one place in the code that logs what a client can make happen (a failed
+/// accept in a connection flood, a script's `hp.log`): at most `per_sec` lines a second; the
+/// rest are left out and counted, and the next line written says how many.
+#[derive(Debug)]
+pub struct LogLimit {
+    per_sec: u32,
+    /// (unix second << 32) | lines written in that second.
+    window: AtomicU64,
+    /// Left out since the last line written.
+    left_out: AtomicU64,
+}
+
+impl LogLimit {
+    /// A limit of `per_sec` lines a second.
+    pub const fn new(per_sec: u32) -> LogLimit {
+        LogLimit {
+            per_sec,
+            window: AtomicU64::new(0),
+            left_out: AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(n)` when a line may be written now, `n` being how many were left out before it;
+    /// `None` when it is left out (and counted).
+    pub fn allow(&self) -> Option<u64> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.allow_at(now)
+    }
+
+    fn allow_at(&self, now: u64) -> Option<u64> {
+        let mut cur = self.window.load(Ordering::Relaxed);
+        loop {
+            let (sec, n) = (cur >> 32, cur & 0xffff_ffff);
+            let next = if sec != now & 0xffff_ffff {
+                (now << 32) | 1
+            } else if n < u64::from(self.per_sec) {
+                cur + 1
+            } else {
+                self.left_out.fetch_add(1, Ordering::Relaxed);
+                LOG_LINES_SUPPRESSED.fetch_add(1, Ordering::Relaxed);
+                return None;
+            };
+            match self
+                .window
+                .compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(self.left_out.swap(0, Ordering::Relaxed)),
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+}
+
+/// What a line written through a [`LogLimit`] adds about the lines left out before it:
+/// nothing, or ` (N more like it left out of the log)`.
+#[derive(Debug, Clone, Copy)]
+pub struct LeftOut(pub u64);
+
+impl std::fmt::Display for LeftOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            0 => Ok(()),
+            n => write!(f, " ({n} more like it left out of the log)"),
+        }
+    }
+}
+
+/// Logs through a [`LogLimit`] of its own: `log_limited!(warn, 1, "accept failed: {e}")`
+/// writes at most one such line a second, saying how many were left out before it.
+#[macro_export]
+macro_rules! log_limited {
+    ($level:ident, $per_sec:expr, $($arg:tt)+) => {{
+        static LIMIT: $crate::LogLimit = $crate::LogLimit::new($per_sec);
+        if let Some(n) = LIMIT.allow() {
+            ::log::$level!("{}{}", format_args!($($arg)+), $crate::LeftOut(n));
+        }
+    }};
+}
+
 /// A metric's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Type {
@@ -478,6 +573,28 @@ fn escape_help(v: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_log_limit_writes_its_lines_a_second_then_says_how_many_it_left_out() {
+        let limit = LogLimit::new(2);
+        let before = log_lines_suppressed();
+        assert_eq!(limit.allow_at(100), Some(0));
+        assert_eq!(limit.allow_at(100), Some(0));
+        for _ in 0..5 {
+            assert_eq!(limit.allow_at(100), None);
+        }
+        // The next second's first line carries the count; the second's own go on.
+        assert_eq!(limit.allow_at(101), Some(5));
+        assert_eq!(limit.allow_at(101), Some(0));
+        assert_eq!(limit.allow_at(101), None);
+        assert_eq!(limit.allow_at(105), Some(1));
+        assert!(log_lines_suppressed() >= before + 6);
+        assert_eq!(LeftOut(0).to_string(), "");
+        assert_eq!(
+            LeftOut(3).to_string(),
+            " (3 more like it left out of the log)"
+        );
+    }
+
     use super::*;
 
     static REQUESTS: Desc =

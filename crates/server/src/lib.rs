@@ -6,6 +6,7 @@
 //! Owns: sockets, connection state, timers, framing, request metrics. Must not: know any
 //! service's rules (services plug in through `hotpath_service::Service`).
 
+pub mod access_log;
 pub mod host;
 pub mod limits;
 pub mod listen;
@@ -54,6 +55,14 @@ pub enum ServerError {
     /// `server.udp_io = "io_uring"` on a kernel that does not allow it.
     #[error("server.udp_io = \"io_uring\", but this kernel does not let hotpath use io_uring ({0}); set it to \"auto\" or \"epoll\"")]
     NoIoUring(std::io::Error),
+    /// The access log's file could not be opened.
+    #[error("log.access_log: cannot open {}: {source}", .path.display())]
+    AccessLog {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// Some other start-up step failed.
     #[error("cannot start: {0}")]
     Start(#[from] std::io::Error),
@@ -70,6 +79,8 @@ pub struct RunningServer {
     threads: Vec<JoinHandle<()>>,
     died: Receiver<String>,
     service: Arc<dyn Service>,
+    /// The access log writer's handle, when it writes.
+    reopen: Option<access_log::Reopen>,
     /// The ports this process holds against a second hotpath (see [`listen::PortGuard`]).
     _ports: Vec<listen::PortGuard>,
 }
@@ -305,14 +316,12 @@ impl RunningServer {
         } = bind(config, workers)?;
 
         let stop = Arc::new(AtomicBool::new(false));
-        let access_log = cfg.access_log.then(|| {
-            let (tx, rx) = mpsc::sync_channel::<String>(65_536);
-            std::thread::Builder::new()
-                .name("access-log".into())
-                .spawn(move || access_log_writer(rx))
-                .expect("spawn the access log thread");
-            tx
-        });
+        let (access_log, reopen) =
+            match access_log::start(&config.log.access_target(cfg), config.log.format) {
+                Ok(Some((tx, reopen))) => (Some(tx), Some(reopen)),
+                Ok(None) => (None, None),
+                Err((path, source)) => return Err(ServerError::AccessLog { path, source }),
+            };
         // UDP series are printed only by a server that listens on UDP.
         let udp = setups.iter().any(|s| !s.udp.is_empty());
         let kinds = Arc::new(metrics::KindTable::new(service.kinds(), udp));
@@ -397,6 +406,7 @@ impl RunningServer {
             threads,
             died,
             service,
+            reopen,
             _ports: ports.guards,
         })
     }
@@ -428,6 +438,14 @@ impl RunningServer {
     /// The first UDP socket's address.
     pub fn udp_addr(&self) -> Option<SocketAddr> {
         self.addrs.udp.first().copied()
+    }
+
+    /// Has the access log open its file again before its next line (SIGHUP and SIGUSR1, for
+    /// logrotate).
+    pub fn reopen_logs(&self) {
+        if let Some(r) = &self.reopen {
+            r.request();
+        }
     }
 
     /// Reloads the service (what SIGHUP does).
@@ -467,30 +485,12 @@ impl RunningServer {
     }
 }
 
-fn access_log_writer(rx: Receiver<String>) {
-    use std::io::Write as _;
-    let stderr = std::io::stderr();
-    let mut batch = String::new();
-    while let Ok(line) = rx.recv() {
-        batch.push_str(&line);
-        batch.push('\n');
-        while let Ok(line) = rx.try_recv() {
-            batch.push_str(&line);
-            batch.push('\n');
-            if batch.len() > 1 << 16 {
-                break;
-            }
-        }
-        let _ = stderr.lock().write_all(batch.as_bytes());
-        batch.clear();
-    }
-}
-
 /// Runs the server until SIGTERM or SIGINT (drained shutdown, `Ok`) or until a thread dies
-/// (`Err` naming it). SIGHUP reloads the service.
+/// (`Err` naming it). SIGHUP reloads the service and opens the access log's file again;
+/// SIGUSR1 only opens the file again.
 pub fn run(config: &Config, service: Arc<dyn Service>) -> Result<(), ServerError> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])?;
     let server = RunningServer::start(config, service)?;
     loop {
         if let Some(name) = server.thread_died(Duration::from_millis(200)) {
@@ -500,7 +500,11 @@ pub fn run(config: &Config, service: Arc<dyn Service>) -> Result<(), ServerError
         }
         for sig in signals.pending() {
             if sig == SIGHUP {
+                server.reopen_logs();
                 server.reload();
+            } else if sig == SIGUSR1 {
+                log::info!("SIGUSR1: the access log is opened again");
+                server.reopen_logs();
             } else {
                 log::info!("signal {sig}: stopping (in-flight requests are answered first)");
                 return server.shutdown();

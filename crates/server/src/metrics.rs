@@ -293,7 +293,11 @@ pub fn collect(workers: &[WorkerMetrics], server: &ServerFigures, out: &mut Samp
         .add(&UDP_OUT, sum(|w| &w.udp_out))
         .add(&UDP_SEND_ERRORS, sum(|w| &w.udp_send_errors))
         .add(&UDP_BUFFERS_FULL, sum(|w| &w.udp_buffers_full))
-        .add(&ACCESS_LOG_DROPPED, sum(|w| &w.access_log_dropped));
+        .add(&ACCESS_LOG_DROPPED, sum(|w| &w.access_log_dropped))
+        .add(
+            &hotpath_metrics::LOG_LINES_SUPPRESSED_DESC,
+            hotpath_metrics::log_lines_suppressed(),
+        );
 }
 
 /// What the server knows beside its workers' counters.

@@ -5,7 +5,7 @@
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::mpsc::TrySendError;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -83,7 +83,7 @@ pub struct Shared {
     /// Set once to stop.
     pub stop: Arc<AtomicBool>,
     /// Where access log lines go, when enabled.
-    pub access_log: Option<SyncSender<String>>,
+    pub access_log: Option<crate::access_log::Sender>,
     /// Open connections per client address.
     pub per_ip: PerIp,
     /// Bytes all connections' buffers hold, against `server.max_buffer_mb`.
@@ -402,18 +402,20 @@ impl Handler {
         self.metrics().request(metrics::HTTP, k, outcome, nanos);
         if let Some(log) = &self.shared.access_log {
             let query = String::from_utf8_lossy(req.query);
-            let line = format!(
-                "{} \"{} {}{}{}\" {} {} {}us",
-                peer.ip(),
-                req.method,
-                req.path,
-                if query.is_empty() { "" } else { "?" },
-                query,
-                self.resp.status,
-                self.resp.body.len(),
-                nanos / 1000
-            );
-            if let Err(TrySendError::Full(_)) = log.try_send(line) {
+            let entry = crate::access_log::Entry {
+                ip: peer.ip(),
+                request: format!(
+                    "{} {}{}{}",
+                    req.method,
+                    req.path,
+                    if query.is_empty() { "" } else { "?" },
+                    query
+                ),
+                status: self.resp.status,
+                bytes: self.resp.body.len(),
+                micros: nanos / 1000,
+            };
+            if let Err(TrySendError::Full(_)) = log.try_send(entry) {
                 self.metrics().access_log_dropped.add(1);
             }
         }
@@ -780,8 +782,14 @@ impl Worker {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    // EMFILE and friends: log rarely, keep serving the open connections.
-                    log::warn!("worker {}: accept failed: {e}", self.h.index);
+                    // EMFILE and friends (a connection flood can cause them): log rarely,
+                    // keep serving the open connections.
+                    hotpath_metrics::log_limited!(
+                        warn,
+                        1,
+                        "worker {}: accept failed: {e}",
+                        self.h.index
+                    );
                     return;
                 }
             }
@@ -1034,7 +1042,12 @@ impl Worker {
             {
                 Ok(()) => conn.registered = true,
                 Err(e) => {
-                    log::warn!("worker {}: cannot register a connection: {e}", self.h.index);
+                    hotpath_metrics::log_limited!(
+                        warn,
+                        1,
+                        "worker {}: cannot register a connection: {e}",
+                        self.h.index
+                    );
                     self.close(slot);
                 }
             }
@@ -1075,7 +1088,9 @@ impl Worker {
             }
             if self.h.service.uncommitted() && !self.h.service.commit() {
                 // Not durable: no answer may acknowledge it; clients retry.
-                log::error!(
+                hotpath_metrics::log_limited!(
+                    error,
+                    1,
                     "worker {}: the journal write failed; dropping a batch of answers",
                     self.h.index
                 );
@@ -1143,7 +1158,9 @@ impl Worker {
             }
             let durable = !self.h.service.uncommitted() || self.h.service.commit();
             if !durable {
-                log::error!(
+                hotpath_metrics::log_limited!(
+                    error,
+                    1,
                     "worker {}: the journal write failed; dropping a batch of answers",
                     self.h.index
                 );

@@ -354,6 +354,24 @@ pub fn civil_time(t: i64) -> String {
     )
 }
 
+/// `t` as RFC 3339 in UTC, `2026-11-29T14:30:37Z`, with milliseconds (`…37.123Z`) when
+/// `millis`: the time of log lines.
+pub fn rfc3339(t: std::time::SystemTime, millis: bool) -> String {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, s) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, mo, day) = civil_date(days);
+    let (h, mi, sec) = (s / 3600, s / 60 % 60, s % 60);
+    if millis {
+        format!(
+            "{y:04}-{mo:02}-{day:02}T{h:02}:{mi:02}:{sec:02}.{:03}Z",
+            d.subsec_millis()
+        )
+    } else {
+        format!("{y:04}-{mo:02}-{day:02}T{h:02}:{mi:02}:{sec:02}Z")
+    }
+}
+
 /// Formats `unix_secs` as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the HTTP Date format.
 pub fn http_date(unix_secs: u64) -> [u8; 29] {
     const DAYS: [&[u8; 3]; 7] = [b"Thu", b"Fri", b"Sat", b"Sun", b"Mon", b"Tue", b"Wed"];

@@ -418,8 +418,6 @@ pub struct Private {
     too_soon: Counter,
     credit_cut: Counter,
     credit_cut_bytes: Counter,
-    /// Process second of the last log line about a cut claim (one a second at most).
-    cut_logged: AtomicU32,
     /// Unknown passkeys per client address (`private.max_auth_failures_per_min`).
     pub passkey_guesses: hotpath_service::Throttle,
     /// Wrong push API tokens per client address (the same limit).
@@ -512,7 +510,6 @@ impl Private {
             too_soon: Counter::default(),
             credit_cut: Counter::default(),
             credit_cut_bytes: Counter::default(),
-            cut_logged: AtomicU32::new(u32::MAX),
             passkey_guesses: hotpath_service::Throttle::new(
                 c.max_auth_failures_per_min,
                 60,
@@ -759,22 +756,21 @@ impl Private {
             self.credit_cut.add(1);
             self.credit_cut_bytes
                 .add(d.cut_uploaded.saturating_add(d.cut_downloaded));
-            let last = self.cut_logged.swap(a.now, Ordering::Relaxed);
-            if last != a.now {
-                log::warn!(
-                    "private: user {} on torrent {} claimed {} bytes up and {} down past the \
-                     credit bound in {} s (private.max_rate_bytes_per_sec): credited {} and {}, \
-                     flagged suspicious (at most one such line a second; \
-                     hotpath_private_credit_cut_total counts them all)",
-                    user.id,
-                    torrent.id,
-                    d.cut_uploaded,
-                    d.cut_downloaded,
-                    d.since,
-                    d.uploaded,
-                    d.downloaded
-                );
-            }
+            hotpath_metrics::log_limited!(
+                warn,
+                1,
+                "private: user {} on torrent {} claimed {} bytes up and {} down past the credit \
+                 bound in {} s (private.max_rate_bytes_per_sec): credited {} and {}, flagged \
+                 suspicious (at most one such line a second; hotpath_private_credit_cut_total \
+                 counts them all)",
+                user.id,
+                torrent.id,
+                d.cut_uploaded,
+                d.cut_downloaded,
+                d.since,
+                d.uploaded,
+                d.downloaded
+            );
         }
         let change = AccountChange {
             user: user.id,
