@@ -1410,6 +1410,54 @@ impl Config {
         validate::all(self)
     }
 
+    /// The keys (`section.key`; a list such as `lua.routes` as one key) whose values differ
+    /// between `self` and `other`, sorted.
+    pub fn changed_keys(&self, other: &Config) -> Vec<String> {
+        let (a, b) = (self.to_value(), other.to_value());
+        let mut out = Vec::new();
+        for (section, av) in a.as_table().into_iter().flatten() {
+            let bv = &b[section.as_str()];
+            match (av.as_table(), bv.as_table()) {
+                (Some(at), Some(bt)) => {
+                    for (key, v) in at {
+                        if bt.get(key) != Some(v) {
+                            out.push(format!("{section}.{key}"));
+                        }
+                    }
+                }
+                _ if av != bv => out.push(section.clone()),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// `self` with the values `other` has for `keys` (as [`Config::changed_keys`] names them).
+    pub fn with_keys_of(&self, other: &Config, keys: &[&str]) -> Config {
+        let (mut a, b) = (self.to_value(), other.to_value());
+        for key in keys {
+            let (section, name) = key.split_once('.').unwrap_or((key, ""));
+            let v = if name.is_empty() {
+                b.get(section).cloned()
+            } else {
+                b.get(section).and_then(|t| t.get(name)).cloned()
+            };
+            let (Some(v), Some(t)) = (v, a.as_table_mut()) else {
+                continue;
+            };
+            if name.is_empty() {
+                t.insert(section.to_string(), v);
+            } else if let Some(st) = t.get_mut(section).and_then(toml::Value::as_table_mut) {
+                st.insert(name.to_string(), v);
+            }
+        }
+        a.try_into().expect("a config's own values make a config")
+    }
+
+    fn to_value(&self) -> toml::Value {
+        toml::Value::try_from(self).expect("a config serializes")
+    }
+
     /// The defaults as a TOML file with every key commented, generated from the types.
     pub fn default_toml() -> String {
         Config::default().to_commented_toml()
@@ -1465,6 +1513,24 @@ pub fn effective_workers(configured: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn changed_keys_name_what_differs_and_with_keys_of_takes_only_those() {
+        let a = Config::default();
+        let b = Config::parse(
+            "[server]\nworkers = 3\n[tracker]\ninterval_secs = 1200\n[[lua.routes]]\npath = \"/e\"\nscript = \"e.lua\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            a.changed_keys(&b),
+            ["lua.routes", "server.workers", "tracker.interval_secs"]
+        );
+        assert!(a.changed_keys(&a).is_empty());
+        let c = a.with_keys_of(&b, &["tracker.interval_secs"]);
+        assert_eq!(c.tracker.interval_secs, 1200);
+        assert_eq!(c.server.workers, a.server.workers);
+        assert_eq!(c.changed_keys(&b), ["lua.routes", "server.workers"]);
+    }
+
     use super::*;
 
     #[test]

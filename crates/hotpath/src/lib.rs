@@ -121,6 +121,63 @@ pub fn load_config(path: Option<&PathBuf>) -> Result<Config, ConfigErrors> {
     Config::load_with(path, preflight)
 }
 
+/// SIGHUP: the config file read again and checked whole, as `serve` checks it. A file with
+/// an error changes nothing (the errors are logged). Otherwise what can change in place is
+/// applied from the next request on (the tracker's intervals, numwant, scrape and proxy
+/// settings and growth caps; the log's level and format), and the log says which changed
+/// keys were applied and which wait for a restart, their running values staying until then.
+fn reload_config(path: Option<&PathBuf>, running: &mut Config, server: &RunningServer) {
+    let Some(path) = path else {
+        return;
+    };
+    let new = match load_config(Some(path)) {
+        Ok(c) => c,
+        Err(e) => {
+            log::error!(
+                "SIGHUP: {} has errors, no setting changed:\n{e}",
+                path.display()
+            );
+            return;
+        }
+    };
+    let changed = running.changed_keys(&new);
+    if changed.is_empty() {
+        log::info!("SIGHUP: {}: no setting changed", path.display());
+        return;
+    }
+    let mut applied = server.reconfigure(&new);
+    for (key, differs) in [
+        ("log.level", running.log.level != new.log.level),
+        ("log.format", running.log.format != new.log.format),
+    ] {
+        if differs {
+            applied.push(key);
+        }
+    }
+    logging::configure(&new.log);
+    applied.sort_unstable();
+    applied.dedup();
+    let restart: Vec<&str> = changed
+        .iter()
+        .map(String::as_str)
+        .filter(|k| !applied.contains(k))
+        .collect();
+    *running = running.with_keys_of(&new, &applied);
+    let list = |keys: &[&str]| {
+        if keys.is_empty() {
+            "none".to_string()
+        } else {
+            keys.join(", ")
+        }
+    };
+    log::info!(
+        "SIGHUP: {}: applied: {}; need a restart (their running values stay until then): {}",
+        path.display(),
+        list(&applied),
+        list(&restart)
+    );
+}
+
 /// What the config names that would stop a start: Lua scripts that cannot be read or do not
 /// compile (or define no `handle`), a module directory that is not one, an access list that
 /// cannot be read or parsed. Each as (key, what is wrong). Nothing is started or written.
@@ -199,8 +256,8 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
             println!("{})", notes.concat());
             Ok(0)
         }
-        Command::Serve { config } => {
-            let config = load_config(config.as_ref())?;
+        Command::Serve { config: path } => {
+            let config = load_config(path.as_ref())?;
             logging::configure(&config.log);
             // The host checks of `hotpath doctor`, as warnings.
             for f in hotpath_doctor::check(&config, &hotpath_doctor::Host::local()) {
@@ -210,7 +267,11 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
                 }
             }
             let (tracker, service) = services(&config)?;
-            hotpath_server::run(&config, service).context("server")?;
+            let mut running = config.clone();
+            hotpath_server::run(&config, service, &mut |server| {
+                reload_config(path.as_ref(), &mut running, server)
+            })
+            .context("server")?;
             tracker.save();
             log::info!("stopped");
             Ok(0)

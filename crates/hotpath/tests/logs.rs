@@ -1,7 +1,8 @@
 //! The log as an operator meets it, from the binary: levels from `--log-level`, RUST_LOG and
 //! `log.level` in that order, per module; JSON lines; the access log in a file of its own,
-//! opened again on SIGUSR1 and SIGHUP after logrotate moved it; and a flood of log lines a
-//! client can cause held to its limit, what was left out counted.
+//! opened again on SIGUSR1 and SIGHUP after logrotate moved it; a flood of log lines a
+//! client can cause held to its limit, what was left out counted; and SIGHUP reading the config
+//! again, its log saying what took effect and what waits for a restart.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -273,5 +274,86 @@ fn a_script_logging_what_clients_send_is_held_to_its_limit_and_counts_the_rest()
         server.text().contains("(5904 bytes more)")
     });
     assert!(server.text().lines().all(|l| l.len() < 4300));
+    server.stop();
+}
+
+/// The interval a fresh client is told, or its failure reason.
+fn announce_answer(http: SocketAddr, peer: u8, port: u16) -> Result<i64, String> {
+    let a = common::announce(
+        [7; 20],
+        peer,
+        port,
+        100,
+        hotpath_wire::query::Event::Started,
+    );
+    let body = Client::connect(http).get(&common::announce_target(&a)).body;
+    match common::failure(&body) {
+        Some(reason) => Err(reason),
+        None => Ok(common::int(&body, "interval")),
+    }
+}
+
+#[test]
+fn sighup_applies_what_can_change_in_place_names_what_needs_a_restart_and_keeps_a_broken_file_out()
+{
+    let config = |interval: u32, per_ip: u32, workers: u32| {
+        format!(
+            "{LISTEN}[server]\nworkers = {workers}\n[tracker]\ninterval_secs = {interval}\n\
+             min_interval_secs = 60\ninterval_jitter_percent = 0\nmax_peers_per_ip = {per_ip}\n"
+        )
+    };
+    let server = Server::start(&config(1800, 64, 2), &[], &[]);
+    let http = server.addr("HTTP");
+    assert_eq!(announce_answer(http, 1, 7001), Ok(1800));
+    assert_eq!(announce_answer(http, 2, 7002), Ok(1800));
+
+    // Intervals and a cap applied from the next announce on; workers wait for a restart.
+    let file = server.dir.join("hotpath.toml");
+    std::fs::write(&file, config(1200, 2, 3)).unwrap();
+    server.signal("-HUP");
+    wait_until("the reload's line", Duration::from_secs(10), || {
+        server.text().contains("SIGHUP: hotpath.toml: applied")
+    });
+    let text = server.text();
+    let line = text
+        .lines()
+        .find(|l| l.contains("SIGHUP: hotpath.toml: applied"))
+        .unwrap();
+    assert!(
+        line.ends_with(
+            "applied: tracker.interval_secs, tracker.max_peers_per_ip; need a restart (their \
+             running values stay until then): server.workers"
+        ),
+        "{line}"
+    );
+    assert_eq!(announce_answer(http, 1, 7001), Ok(1200));
+    // Two peers of 127.0.0.1 are in the torrent: a third is past the new cap.
+    let third = announce_answer(http, 3, 7003).unwrap_err();
+    assert!(
+        third.contains("too many peers from your address"),
+        "{third}"
+    );
+
+    // A file with an error changes nothing, and says why.
+    std::fs::write(
+        &file,
+        config(600, 64, 2).replace("interval_secs = 600", "interval_secs = \"x\""),
+    )
+    .unwrap();
+    server.signal("-HUP");
+    wait_until("the refusal", Duration::from_secs(10), || {
+        server.text().contains("has errors, no setting changed")
+    });
+    assert!(server.text().contains("tracker.interval_secs"));
+    assert_eq!(announce_answer(http, 1, 7001), Ok(1200));
+
+    // The restart's key is still reported as such; an unchanged file says so.
+    std::fs::write(&file, config(1200, 2, 2)).unwrap();
+    server.signal("-HUP");
+    wait_until("no change", Duration::from_secs(10), || {
+        server
+            .text()
+            .contains("SIGHUP: hotpath.toml: no setting changed")
+    });
     server.stop();
 }

@@ -36,14 +36,24 @@ pub struct Entry {
 /// The workers' end: where entries go.
 pub type Sender = SyncSender<Entry>;
 
-/// The server's handle on the writer: asks it to open its file again.
+/// The server's handle on the writer: asks it to open its file again, or to write JSON or
+/// text from the next line on.
 #[derive(Debug, Clone)]
-pub struct Reopen(Arc<AtomicBool>);
+pub struct Reopen {
+    reopen: Arc<AtomicBool>,
+    json: Arc<AtomicBool>,
+}
 
 impl Reopen {
     /// The file is opened again before the next line (a no-op on standard error).
     pub fn request(&self) {
-        self.0.store(true, Ordering::Release);
+        self.reopen.store(true, Ordering::Release);
+    }
+
+    /// Lines in `format` from the next batch on; whether that is a change.
+    pub fn set_format(&self, format: LogFormat) -> bool {
+        let json = format == LogFormat::Json;
+        self.json.swap(json, Ordering::AcqRel) != json
     }
 }
 
@@ -71,16 +81,19 @@ pub fn start(
         },
     };
     let (tx, rx) = mpsc::sync_channel::<Entry>(QUEUE);
-    let reopen = Reopen(Arc::new(AtomicBool::new(false)));
-    let flag = reopen.0.clone();
+    let reopen = Reopen {
+        reopen: Arc::new(AtomicBool::new(false)),
+        json: Arc::new(AtomicBool::new(format == LogFormat::Json)),
+    };
+    let handle = reopen.clone();
     std::thread::Builder::new()
         .name("access-log".into())
-        .spawn(move || writer(rx, sink, format, &flag))
+        .spawn(move || writer(rx, sink, &handle))
         .expect("spawn the access log thread");
     Ok(Some((tx, reopen)))
 }
 
-fn writer(rx: Receiver<Entry>, mut sink: Sink, format: LogFormat, reopen: &AtomicBool) {
+fn writer(rx: Receiver<Entry>, mut sink: Sink, handle: &Reopen) {
     let mut batch = String::new();
     loop {
         // Woken once a second with nothing to write, to open the file again when asked.
@@ -89,7 +102,7 @@ fn writer(rx: Receiver<Entry>, mut sink: Sink, format: LogFormat, reopen: &Atomi
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => return,
         };
-        if reopen.swap(false, Ordering::AcqRel) {
+        if handle.reopen.swap(false, Ordering::AcqRel) {
             if let Sink::File { path, file } = &mut sink {
                 match open(path) {
                     Ok(f) => *file = f,
@@ -103,6 +116,11 @@ fn writer(rx: Receiver<Entry>, mut sink: Sink, format: LogFormat, reopen: &Atomi
         }
         let Some(first) = first else { continue };
         let now = SystemTime::now();
+        let format = if handle.json.load(Ordering::Acquire) {
+            LogFormat::Json
+        } else {
+            LogFormat::Text
+        };
         render(&mut batch, &first, format, now);
         while let Ok(e) = rx.try_recv() {
             render(&mut batch, &e, format, now);

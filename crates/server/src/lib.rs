@@ -448,6 +448,18 @@ impl RunningServer {
         }
     }
 
+    /// Applies what `new` changes of the settings that can change in place (the services',
+    /// and the access log's format); returns those keys.
+    pub fn reconfigure(&self, new: &Config) -> Vec<&'static str> {
+        let mut applied = self.service.reconfigure(new);
+        if let Some(r) = &self.reopen {
+            if r.set_format(new.log.format) {
+                applied.push("log.format");
+            }
+        }
+        applied
+    }
+
     /// Reloads the service (what SIGHUP does).
     pub fn reload(&self) {
         match self.service.reload() {
@@ -486,9 +498,14 @@ impl RunningServer {
 }
 
 /// Runs the server until SIGTERM or SIGINT (drained shutdown, `Ok`) or until a thread dies
-/// (`Err` naming it). SIGHUP reloads the service and opens the access log's file again;
-/// SIGUSR1 only opens the file again.
-pub fn run(config: &Config, service: Arc<dyn Service>) -> Result<(), ServerError> {
+/// (`Err` naming it). SIGHUP calls `on_hup` (the binary reads its config again there), then
+/// opens the access log's file again and reloads the service; SIGUSR1 only opens the file
+/// again.
+pub fn run(
+    config: &Config,
+    service: Arc<dyn Service>,
+    on_hup: &mut dyn FnMut(&RunningServer),
+) -> Result<(), ServerError> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])?;
     let server = RunningServer::start(config, service)?;
@@ -500,6 +517,7 @@ pub fn run(config: &Config, service: Arc<dyn Service>) -> Result<(), ServerError
         }
         for sig in signals.pending() {
             if sig == SIGHUP {
+                on_hup(&server);
                 server.reopen_logs();
                 server.reload();
             } else if sig == SIGUSR1 {

@@ -290,6 +290,14 @@ pub trait Service: Send + Sync + 'static {
         Ok("nothing to reload".into())
     }
 
+    /// Applies what `new` (the config file read again on SIGHUP, checked whole) changes of
+    /// the settings this service can change in place, from the next request on; returns
+    /// those keys (`tracker.interval_secs`). Every other changed key waits for a restart,
+    /// and the binary says so.
+    fn reconfigure(&self, _new: &hotpath_config::Config) -> Vec<&'static str> {
+        Vec::new()
+    }
+
     /// Jobs to run on their own threads (expiry sweepers, flushers).
     fn background(&self) -> Vec<Background> {
         Vec::new()
@@ -425,6 +433,13 @@ impl Service for Composite {
         } else {
             Err(failed.join("; ").into())
         }
+    }
+
+    fn reconfigure(&self, new: &hotpath_config::Config) -> Vec<&'static str> {
+        self.services
+            .iter()
+            .flat_map(|s| s.reconfigure(new))
+            .collect()
     }
 
     fn background(&self) -> Vec<Background> {

@@ -61,6 +61,9 @@ pub struct TrackerWorker {
     journal: Option<JournalWriter>,
     /// Scratch for BEP 41 URL data.
     url_data: Vec<u8>,
+    /// The settings in force (`Shared::live`) and their generation.
+    cfg: Arc<hotpath_config::TrackerConfig>,
+    cfg_gen: u64,
 }
 
 fn compact4(ip: std::net::Ipv4Addr, port: u16) -> [u8; 6] {
@@ -134,7 +137,10 @@ impl TrackerWorker {
     pub fn new(shared: Arc<Shared>, index: usize) -> Self {
         let access = shared.access.view();
         let journal = shared.persist.as_ref().map(|db| db.writer(index as u32));
+        let cfg = shared.live.read().clone();
         Self {
+            cfg,
+            cfg_gen: shared.live_gen.load(std::sync::atomic::Ordering::Acquire),
             journal,
             rng: fastrand::Rng::with_seed(fastrand::u64(..) ^ index as u64),
             shared,
@@ -142,6 +148,18 @@ impl TrackerWorker {
             hashes: Vec::new(),
             access,
             url_data: Vec::new(),
+        }
+    }
+
+    /// Takes the settings a reload changed, if one did since the last request.
+    fn refresh(&mut self) {
+        let gen = self
+            .shared
+            .live_gen
+            .load(std::sync::atomic::Ordering::Acquire);
+        if gen != self.cfg_gen {
+            self.cfg = self.shared.live.read().clone();
+            self.cfg_gen = gen;
         }
     }
 
@@ -153,7 +171,7 @@ impl TrackerWorker {
     /// The intervals clients are told (interval, min interval): the config's, or those
     /// pushed to a private tracker.
     fn intervals(&self) -> (u32, u32) {
-        let cfg = &self.shared.cfg;
+        let cfg = &self.cfg;
         let config = (cfg.interval_secs, cfg.min_interval_secs);
         match &self.shared.private {
             Some(p) => p.intervals(config),
@@ -170,7 +188,7 @@ impl TrackerWorker {
     /// The most seconds of jitter added to interval `base` (`tracker.interval_jitter_percent`
     /// of it, and never past `u32::MAX` in all).
     fn jitter(&self, base: u32) -> u32 {
-        (u64::from(base) * u64::from(self.shared.cfg.interval_jitter_percent) / 100)
+        (u64::from(base) * u64::from(self.cfg.interval_jitter_percent) / 100)
             .min(u64::from(u32::MAX - base)) as u32
     }
 
@@ -305,7 +323,7 @@ impl TrackerWorker {
 
     fn client_ip(&self, req: &Request<'_, '_>, ctx: &Context) -> Result<IpAddr, &'static str> {
         let ip = ctx.peer.ip().to_canonical();
-        let cfg = &self.shared.cfg;
+        let cfg = &self.cfg;
         if cfg.real_ip_header.is_empty() || !cfg.trusted_proxies.iter().any(|n| n.contains(&ip)) {
             return Ok(ip);
         }
@@ -332,7 +350,7 @@ impl TrackerWorker {
         // they are global unicast: else anyone could make a swarm send its peers to a third
         // party, or to the tracker's own network.
         if let Some(given) = a.ip {
-            if self.shared.cfg.accept_ip_param && is_global_unicast(given) {
+            if self.cfg.accept_ip_param && is_global_unicast(given) {
                 ip = given;
             } else {
                 self.shared.counters.client_addresses_ignored.add(1);
@@ -355,7 +373,7 @@ impl TrackerWorker {
                 (Some(change), too_soon)
             }
         };
-        let cfg = &self.shared.cfg;
+        let cfg = &self.cfg;
         let ignored = &self.shared.counters.client_addresses_ignored;
         // Too soon: still in the swarm and accounted, but no peers.
         let want = match too_soon {
@@ -441,7 +459,7 @@ impl TrackerWorker {
         key: Result<&[u8], &'static str>,
     ) -> Result<(), &'static str> {
         let private = self.shared.private.clone();
-        let max = self.shared.cfg.max_scrape_hashes;
+        let max = self.cfg.max_scrape_hashes;
         let mut parsed = false;
         if let Some(p) = &private {
             let known = key.map(|k| p.users.get(k).map(|u| u.id));
@@ -496,7 +514,7 @@ impl TrackerWorker {
             out.push(b'e');
         };
         if self.hashes.is_empty() {
-            if !self.shared.cfg.full_scrape {
+            if !self.cfg.full_scrape {
                 return Err("full scrape is disabled: name info_hash parameters");
             }
             let shared = self.shared.clone();
@@ -576,7 +594,7 @@ impl TrackerWorker {
                 }
             }
         }
-        let cfg = &self.shared.cfg;
+        let cfg = &self.cfg;
         // Too soon: still in the swarm and accounted, but no peers (UDP has no warning).
         let want = if too_soon {
             0
@@ -665,10 +683,7 @@ impl TrackerWorker {
             return Some(admin_error(resp, 405, "use GET, as Gazelle does"));
         }
         let at = self.unix(ctx.now);
-        let cfg = (
-            self.shared.cfg.interval_secs,
-            self.shared.cfg.min_interval_secs,
-        );
+        let cfg = (self.cfg.interval_secs, self.cfg.min_interval_secs);
         match gazelle::decode(req.query).and_then(|a| p.ocelot(a, at, cfg)) {
             Ok(body) => {
                 resp.content_type = "text/plain";
@@ -851,6 +866,7 @@ impl ServiceWorker for TrackerWorker {
         ctx: &Context,
         resp: &mut HttpResponse,
     ) -> Option<Handled> {
+        self.refresh();
         let (kind, key) = match &self.shared.private {
             None => match req.path {
                 "/announce" => (ANNOUNCE, Err("")),
@@ -892,6 +908,7 @@ impl ServiceWorker for TrackerWorker {
         ctx: &Context,
         resp: &mut HttpResponse,
     ) -> Option<Handled> {
+        self.refresh();
         let p = self.shared.private.clone()?;
         if let Some(answered) = self.ocelot(&p, req, ctx, resp) {
             return Some(answered);
@@ -979,6 +996,7 @@ impl ServiceWorker for TrackerWorker {
     }
 
     fn udp(&mut self, packet: &[u8], ctx: &Context, out: &mut Vec<u8>) -> (Kind, Outcome) {
+        self.refresh();
         let len = packet.len();
         match udp::parse_request(packet) {
             Err(udp::ParseError::Drop) => (Kind::OTHER, Outcome::Dropped),

@@ -135,6 +135,66 @@ pub struct Shared {
     pub private: Option<Arc<private::Private>>,
     /// Where a private tracker's ledger is saved at a graceful stop and loaded at start.
     pub ledger_dir: Option<std::path::PathBuf>,
+    /// The settings announces and scrapes read, which a reload may change
+    /// ([`Tracker::reconfigure`]), and their generation: each worker keeps a copy and takes
+    /// the new one when the generation moves (one relaxed load a request).
+    pub live: parking_lot::RwLock<Arc<hotpath_config::TrackerConfig>>,
+    /// Moves on each change of `live`.
+    pub live_gen: std::sync::atomic::AtomicU64,
+}
+
+/// The swarm table's caps of `cfg`.
+fn caps(cfg: &hotpath_config::TrackerConfig) -> Caps {
+    Caps {
+        max_torrents: cfg.max_torrents,
+        max_peers: cfg.max_peers,
+        max_peers_per_torrent: cfg.max_peers_per_torrent,
+        max_peers_per_ip: cfg.max_peers_per_ip,
+        max_peers_per_ip_48: cfg.max_peers_per_ip_48,
+        max_idle_torrents: cfg.max_idle_torrents,
+        max_torrents_per_address: cfg.max_torrents_per_address,
+        max_torrents_per_48: cfg.max_torrents_per_48,
+        max_peers_per_address: cfg.max_peers_per_address,
+        max_peers_per_48: cfg.max_peers_per_48,
+    }
+}
+
+/// `running` with the settings of `new` a reload may change in place (those announces and
+/// scrapes read, and the swarm table's caps on growth); the keys that differ. The intervals
+/// stay when they would reach the running `peer_timeout_secs` (peers would expire first).
+fn reloaded(
+    running: &hotpath_config::TrackerConfig,
+    new: &hotpath_config::TrackerConfig,
+) -> (hotpath_config::TrackerConfig, Vec<&'static str>) {
+    let mut out = running.clone();
+    let mut changed = Vec::new();
+    macro_rules! take {
+        ($($field:ident),*) => {$(
+            if out.$field != new.$field {
+                out.$field = new.$field.clone();
+                changed.push(concat!("tracker.", stringify!($field)));
+            }
+        )*};
+    }
+    if new.interval_secs < running.peer_timeout_secs {
+        take!(interval_secs, min_interval_secs, interval_jitter_percent);
+    }
+    take!(
+        numwant_default,
+        numwant_max,
+        max_scrape_hashes,
+        full_scrape,
+        accept_ip_param,
+        accept_ipv6_param,
+        real_ip_header,
+        trusted_proxies,
+        max_torrents,
+        max_peers,
+        max_peers_per_torrent,
+        max_peers_per_ip,
+        max_peers_per_ip_48
+    );
+    (out, changed)
 }
 
 /// The tracker service.
@@ -155,18 +215,7 @@ impl Tracker {
         persist: Option<Arc<hotpath_store::Store>>,
     ) -> Result<Tracker, TrackerError> {
         let cfg = config.tracker.clone();
-        let caps = Caps {
-            max_torrents: cfg.max_torrents,
-            max_peers: cfg.max_peers,
-            max_peers_per_torrent: cfg.max_peers_per_torrent,
-            max_peers_per_ip: cfg.max_peers_per_ip,
-            max_peers_per_ip_48: cfg.max_peers_per_ip_48,
-            max_idle_torrents: cfg.max_idle_torrents,
-            max_torrents_per_address: cfg.max_torrents_per_address,
-            max_torrents_per_48: cfg.max_torrents_per_48,
-            max_peers_per_address: cfg.max_peers_per_address,
-            max_peers_per_48: cfg.max_peers_per_48,
-        };
+        let caps = caps(&cfg);
         let swarms: Box<dyn SwarmTable> = if cfg.keep_peer_ids {
             Box::new(Table::<20>::new(cfg.shards, caps))
         } else {
@@ -236,6 +285,8 @@ impl Tracker {
         }
         let tracker = Tracker {
             shared: Arc::new(Shared {
+                live: parking_lot::RwLock::new(Arc::new(cfg.clone())),
+                live_gen: std::sync::atomic::AtomicU64::new(0),
                 cfg,
                 swarms,
                 access,
@@ -408,6 +459,19 @@ fn sweeper(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
 }
 
 impl Service for Tracker {
+    fn reconfigure(&self, new: &Config) -> Vec<&'static str> {
+        let mut live = self.shared.live.write();
+        let (next, changed) = reloaded(&live, &new.tracker);
+        if !changed.is_empty() {
+            self.shared.swarms.set_caps(&caps(&next));
+            *live = Arc::new(next);
+            self.shared
+                .live_gen
+                .fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+        changed
+    }
+
     fn worker(&self, index: usize) -> Box<dyn ServiceWorker> {
         Box::new(handler::TrackerWorker::new(self.shared.clone(), index))
     }

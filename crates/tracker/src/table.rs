@@ -97,6 +97,40 @@ pub struct Caps {
     pub max_peers_per_48: usize,
 }
 
+/// The caps a reload may change in place (`Service::reconfigure`), read per announce with
+/// plain loads.
+#[derive(Debug)]
+struct LiveCaps {
+    max_torrents: AtomicUsize,
+    max_peers: AtomicUsize,
+    max_peers_per_torrent: AtomicUsize,
+    max_peers_per_ip: AtomicUsize,
+    max_peers_per_ip_48: AtomicUsize,
+}
+
+impl LiveCaps {
+    fn new(c: &Caps) -> LiveCaps {
+        LiveCaps {
+            max_torrents: AtomicUsize::new(c.max_torrents),
+            max_peers: AtomicUsize::new(c.max_peers),
+            max_peers_per_torrent: AtomicUsize::new(c.max_peers_per_torrent),
+            max_peers_per_ip: AtomicUsize::new(c.max_peers_per_ip),
+            max_peers_per_ip_48: AtomicUsize::new(c.max_peers_per_ip_48),
+        }
+    }
+
+    fn set(&self, c: &Caps) {
+        self.max_torrents.store(c.max_torrents, Ordering::Relaxed);
+        self.max_peers.store(c.max_peers, Ordering::Relaxed);
+        self.max_peers_per_torrent
+            .store(c.max_peers_per_torrent, Ordering::Relaxed);
+        self.max_peers_per_ip
+            .store(c.max_peers_per_ip, Ordering::Relaxed);
+        self.max_peers_per_ip_48
+            .store(c.max_peers_per_ip_48, Ordering::Relaxed);
+    }
+}
+
 impl Caps {
     /// Caps high enough that tests of other things never meet them.
     pub const LARGE: Caps = Caps {
@@ -174,6 +208,10 @@ pub trait SwarmTable: Send + Sync {
 
     /// How often each cap was met.
     fn cap_hits(&self) -> &CapHits;
+
+    /// Applies `caps`' max_torrents, max_peers, max_peers_per_torrent, max_peers_per_ip and
+    /// max_peers_per_ip_48 from the next announce on (a reload); the others stay as built.
+    fn set_caps(&self, caps: &Caps);
 
     /// The counts of one torrent (zeros when unknown).
     fn scrape(&self, info_hash: &Id20) -> Counts;
@@ -323,7 +361,7 @@ pub struct Table<const I: usize> {
     swarms: Swarms<I>,
     torrents: AtomicUsize,
     peers: AtomicUsize,
-    caps: Caps,
+    live: LiveCaps,
     hits: CapHits,
     /// Idle torrents' counts one shard keeps.
     idle_per_shard: usize,
@@ -364,7 +402,7 @@ impl<const I: usize> Table<I> {
             spread: Spread::new(caps.max_peers_per_address, caps.max_peers_per_48),
             evict_from: AtomicUsize::new(0),
             last_now: AtomicUsize::new(0),
-            caps,
+            live: LiveCaps::new(&caps),
             hits: CapHits::default(),
         }
     }
@@ -376,19 +414,19 @@ impl<const I: usize> Table<I> {
 
     /// What a new peer at `addr` may take in `t` when the table holds `table_peers`.
     fn room_at(&self, t: &Torrent<I>, table_peers: usize, addr: &[u8]) -> Room {
-        let swarm = (t.peers() as usize) < self.caps.max_peers_per_torrent;
-        let table = table_peers < self.caps.max_peers;
+        let swarm = (t.peers() as usize) < self.live.max_peers_per_torrent.load(Ordering::Relaxed);
+        let table = table_peers < self.live.max_peers.load(Ordering::Relaxed);
         Room {
             swarm: swarm && table,
-            per_ip: self.caps.max_peers_per_ip,
-            per_48: self.caps.max_peers_per_ip_48,
+            per_ip: self.live.max_peers_per_ip.load(Ordering::Relaxed),
+            per_48: self.live.max_peers_per_ip_48.load(Ordering::Relaxed),
             address: self.spread.may_add(owners::key(addr)),
         }
     }
 
     /// Counts a new peer that did not fit.
     fn count_full(&self, t: &Torrent<I>) {
-        if (t.peers() as usize) < self.caps.max_peers_per_torrent {
+        if (t.peers() as usize) < self.live.max_peers_per_torrent.load(Ordering::Relaxed) {
             self.hits.peers.add(1);
         } else {
             self.hits.swarm.add(1);
@@ -559,7 +597,10 @@ impl<const I: usize> SwarmTable for Table<I> {
         sel: &mut Selection,
     ) -> Result<(Counts, bool), &'static str> {
         let stopped = a.event == Event::Stopped;
-        if !stopped && self.torrents.load(Ordering::Relaxed) >= self.caps.max_torrents {
+        if !stopped
+            && self.torrents.load(Ordering::Relaxed)
+                >= self.live.max_torrents.load(Ordering::Relaxed)
+        {
             self.make_room(a, now);
         }
         let mut guard = self.swarms.shard(&a.info_hash).lock();
@@ -578,7 +619,9 @@ impl<const I: usize> SwarmTable for Table<I> {
                         false,
                     ));
                 }
-                if self.torrents.load(Ordering::Relaxed) >= self.caps.max_torrents {
+                if self.torrents.load(Ordering::Relaxed)
+                    >= self.live.max_torrents.load(Ordering::Relaxed)
+                {
                     self.hits.torrents.add(1);
                     return Err("tracker is full: it tracks as many torrents as it may");
                 }
@@ -631,8 +674,8 @@ impl<const I: usize> SwarmTable for Table<I> {
             // Goes and comes with its IPv4 record; never counted.
             let room = Room {
                 swarm: room.swarm || change == Change::Updated,
-                per_ip: self.caps.max_peers_per_ip,
-                per_48: self.caps.max_peers_per_ip_48,
+                per_ip: self.live.max_peers_per_ip.load(Ordering::Relaxed),
+                per_48: self.live.max_peers_per_ip_48.load(Ordering::Relaxed),
                 address: true,
             };
             t.alias6()
@@ -699,6 +742,10 @@ impl<const I: usize> SwarmTable for Table<I> {
 
     fn cap_hits(&self) -> &CapHits {
         &self.hits
+    }
+
+    fn set_caps(&self, caps: &Caps) {
+        self.live.set(caps);
     }
 
     fn scrape(&self, info_hash: &Id20) -> Counts {
@@ -823,7 +870,10 @@ impl<const I: usize> SwarmTable for Table<I> {
             let mut guard = self.swarms.shard(&hash).lock();
             let shard = &mut *guard;
             let fresh = !shard.torrents.contains_key(&hash);
-            if fresh && self.torrents.load(Ordering::Relaxed) >= self.caps.max_torrents {
+            if fresh
+                && self.torrents.load(Ordering::Relaxed)
+                    >= self.live.max_torrents.load(Ordering::Relaxed)
+            {
                 self.hits.torrents.add(1);
                 // Left out whole, but read through to keep the place in the body.
                 for _ in 0..n4 {
