@@ -257,8 +257,43 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
             Ok(0)
         }
         Command::Serve { config: path } => {
-            let config = load_config(path.as_ref())?;
+            // Started by a running hotpath to take over its sockets (SIGUSR2): said once the
+            // config is read, and served once that process has stopped.
+            let mut handshake = hotpath_server::upgrade::Handshake::from_env()
+                .context("the upgrade's handshake")?;
+            // SIGUSR2 starts this binary again from the path it was started from (where a
+            // package upgrade puts the new version), with the same arguments.
+            let successor = std::env::current_exe()
+                .ok()
+                .map(|exe| (exe, std::env::args_os().skip(1).collect::<Vec<_>>()));
+            let config = match load_config(path.as_ref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    if let Some(h) = handshake.as_mut() {
+                        h.failed(&e.to_string());
+                    }
+                    return Err(e.into());
+                }
+            };
             logging::configure(&config.log);
+            let inherited = match hotpath_server::upgrade::Inherited::from_env() {
+                Ok(i) => i,
+                Err(e) => {
+                    if let Some(h) = handshake.as_mut() {
+                        h.failed(&e.to_string());
+                    }
+                    return Err(anyhow::Error::from(e).context("the sockets handed over"));
+                }
+            };
+            if let Some(mut h) = handshake {
+                // systemd follows this process from now on: the old one's exit is not the
+                // service's.
+                hotpath_server::upgrade::notify_systemd(&format!("MAINPID={}", std::process::id()));
+                h.ready().context("the upgrade's handshake")?;
+                log::info!("upgrade: ready; waiting for the running hotpath to stop");
+                h.wait_for_exit();
+                log::info!("upgrade: it stopped; taking over its sockets");
+            }
             // The host checks of `hotpath doctor`, as warnings.
             for f in hotpath_doctor::check(&config, &hotpath_doctor::Host::local()) {
                 if f.status >= hotpath_doctor::Status::Warn {
@@ -268,12 +303,21 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
             }
             let (tracker, service) = services(&config)?;
             let mut running = config.clone();
-            hotpath_server::run(&config, service, &mut |server| {
-                reload_config(path.as_ref(), &mut running, server)
-            })
+            let ended = hotpath_server::run(
+                &config,
+                service,
+                hotpath_server::RunOptions {
+                    inherited,
+                    successor,
+                    on_hup: &mut |server| reload_config(path.as_ref(), &mut running, server),
+                },
+            )
             .context("server")?;
             tracker.save();
             log::info!("stopped");
+            // An upgrade's successor starts once this process has exited: the pair's end it
+            // holds closes then, with the store's locks.
+            std::mem::forget(ended);
             Ok(0)
         }
         Command::Bench(args) => match hotpath_bench::command(&args)? {

@@ -433,6 +433,15 @@ fn snapshot(seeds: &mut Seeds) {
     seeds.put("snapshot", "file", &file);
 }
 
+fn connection_key(seeds: &mut Seeds) {
+    let mut file = b"HPCONNK1".to_vec();
+    file.extend_from_slice(&1_800_000_000i64.to_le_bytes());
+    file.extend_from_slice(&[9u8; 16]);
+    let crc = crc32fast::hash(&file);
+    file.extend_from_slice(&crc.to_le_bytes());
+    seeds.put("connection_key", "fresh", &file);
+}
+
 fn popups(seeds: &mut Seeds) {
     let signer = hotpath_wire::popup_token::Signer::new(b"fuzz secret");
     let mut token = Vec::new();
@@ -697,6 +706,7 @@ fn all() -> Seeds {
     bencode(&mut seeds);
     journal(&mut seeds);
     snapshot(&mut seeds);
+    connection_key(&mut seeds);
     popups(&mut seeds);
     push_api(&mut seeds);
     ocelot_api(&mut seeds);

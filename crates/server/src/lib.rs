@@ -13,6 +13,7 @@ pub mod listen;
 pub mod metrics;
 pub mod statsd;
 pub mod udp;
+pub mod upgrade;
 pub mod worker;
 
 use std::net::SocketAddr;
@@ -81,6 +82,8 @@ pub struct RunningServer {
     service: Arc<dyn Service>,
     /// The access log writer's handle, when it writes.
     reopen: Option<access_log::Reopen>,
+    /// Duplicates of the sockets and port guards, for a binary upgrade.
+    handover: upgrade::Handover,
     /// The ports this process holds against a second hotpath (see [`listen::PortGuard`]).
     _ports: Vec<listen::PortGuard>,
 }
@@ -106,12 +109,19 @@ impl Drop for DeathNotice {
 struct Ports {
     claimed: Vec<(&'static str, u16)>,
     guards: Vec<listen::PortGuard>,
+    /// What a binary upgrade handed this process: taken before anything is bound anew.
+    inherited: upgrade::Inherited,
 }
 
 impl Ports {
     fn claim(&mut self, proto: &'static str, addr: SocketAddr) -> Result<(), ServerError> {
         let key = (proto, addr.port());
         if self.claimed.contains(&key) {
+            return Ok(());
+        }
+        if let Some(guard) = self.inherited.take_guard(proto, addr.port()) {
+            self.claimed.push(key);
+            self.guards.push(guard);
             return Ok(());
         }
         match listen::claim_port(proto, addr.port()) {
@@ -148,12 +158,12 @@ fn first_claimed<T>(
     proto: &'static str,
     what: &str,
     (addr, optional): (SocketAddr, bool),
-    bind: impl Fn(SocketAddr) -> std::io::Result<T>,
+    bind: impl Fn(&mut Ports, SocketAddr) -> std::io::Result<T>,
     local: impl Fn(&T) -> std::io::Result<SocketAddr>,
 ) -> Result<Option<(T, SocketAddr)>, ServerError> {
     let mut draws = 0;
     loop {
-        let s = match bind(addr) {
+        let s = match bind(ports, addr) {
             Ok(s) => s,
             Err(e) if optional => {
                 log::info!("no IPv6 {what}: {}", ServerError::Bind { addr, source: e });
@@ -178,6 +188,7 @@ struct Bound {
     ports: Ports,
     setups: Vec<Setup>,
     wakers: Vec<Arc<mio::Waker>>,
+    handover: upgrade::Handover,
 }
 
 /// Whether the UDP workers use io_uring, as `server.udp_io` asks and the kernel allows.
@@ -201,9 +212,25 @@ fn ring_wanted(io: UdpIo) -> Result<bool, ServerError> {
 
 /// Binds the first worker's sockets (port 0 resolves there), then every other worker's on the
 /// resolved addresses, and makes each worker's poll.
-fn bind(config: &Config, workers: usize) -> Result<Bound, ServerError> {
+fn bind(
+    config: &Config,
+    workers: usize,
+    inherited: upgrade::Inherited,
+) -> Result<Bound, ServerError> {
     let cfg = &config.server;
-    let mut ports = Ports::default();
+    let mut ports = Ports {
+        inherited,
+        ..Ports::default()
+    };
+    // A socket the process before this one handed over, else a new one.
+    let tcp_on = |ports: &mut Ports, a: SocketAddr| match ports.inherited.take_tcp(a) {
+        Some(l) => l.set_nonblocking(true).map(|()| l),
+        None => listen::tcp_listener(a, cfg.backlog),
+    };
+    let udp_on = |ports: &mut Ports, a: SocketAddr| match ports.inherited.take_udp(a) {
+        Some(s) => s.set_nonblocking(true).map(|()| s),
+        None => listen::udp_socket(a, cfg.udp_recv_buffer, cfg.udp_send_buffer),
+    };
     let mut addrs = Addresses::default();
     let mut first_tcp = Vec::new();
     let mut first_udp = Vec::new();
@@ -218,18 +245,21 @@ fn bind(config: &Config, workers: usize) -> Result<Bound, ServerError> {
                 .map(|a| (*a, false, ListenerKind::Admin)),
         );
     for (addr, optional, kind) in tcp_wanted {
-        let bind = |a| listen::tcp_listener(a, cfg.backlog);
-        let first = first_claimed(&mut ports, "tcp", "listener", (addr, optional), bind, |l| {
-            l.local_addr()
-        })?;
+        let first = first_claimed(
+            &mut ports,
+            "tcp",
+            "listener",
+            (addr, optional),
+            tcp_on,
+            |l| l.local_addr(),
+        )?;
         if let Some((l, resolved)) = first {
             first_tcp.push((mio::net::TcpListener::from_std(l), kind));
             addrs.tcp.push((resolved, kind));
         }
     }
     for wanted in listen::with_ipv6(&config.listen.udp, config.listen.ipv6) {
-        let bind = |a| listen::udp_socket(a, cfg.udp_recv_buffer, cfg.udp_send_buffer);
-        let first = first_claimed(&mut ports, "udp", "UDP socket", wanted, bind, |s| {
+        let first = first_claimed(&mut ports, "udp", "UDP socket", wanted, udp_on, |s| {
             s.local_addr()
         })?;
         if let Some((s, resolved)) = first {
@@ -249,13 +279,13 @@ fn bind(config: &Config, workers: usize) -> Result<Bound, ServerError> {
         } else {
             let mut tcp = Vec::new();
             for &(addr, kind) in &addrs.tcp {
-                let l = listen::tcp_listener(addr, cfg.backlog)
+                let l = tcp_on(&mut ports, addr)
                     .map_err(|source| ServerError::Bind { addr, source })?;
                 tcp.push((mio::net::TcpListener::from_std(l), kind));
             }
             let mut udp = Vec::new();
             for &addr in &addrs.udp {
-                let s = listen::udp_socket(addr, cfg.udp_recv_buffer, cfg.udp_send_buffer)
+                let s = udp_on(&mut ports, addr)
                     .map_err(|source| ServerError::Bind { addr, source })?;
                 udp.push(mio::net::UdpSocket::from_std(s));
             }
@@ -272,11 +302,55 @@ fn bind(config: &Config, workers: usize) -> Result<Bound, ServerError> {
             udp,
         });
     }
+    // Handed over with more workers than this process has: the extra sockets of an address
+    // go to the workers in turn (each is still read, or what the kernel queued on it would
+    // wait for ever). Those of an address the config no longer names close once the process
+    // before this one has exited.
+    for &(addr, kind) in &addrs.tcp {
+        for (i, l) in ports.inherited.rest_tcp(addr).into_iter().enumerate() {
+            l.set_nonblocking(true)?;
+            setups[i % workers]
+                .tcp
+                .push((mio::net::TcpListener::from_std(l), kind));
+        }
+    }
+    for &addr in &addrs.udp {
+        for (i, s) in ports.inherited.rest_udp(addr).into_iter().enumerate() {
+            s.set_nonblocking(true)?;
+            setups[i % workers]
+                .udp
+                .push(mio::net::UdpSocket::from_std(s));
+        }
+    }
+    let (tcp_left, udp_left) = ports.inherited.left();
+    if !tcp_left.is_empty() || !udp_left.is_empty() {
+        log::warn!(
+            "upgrade: sockets handed over that the config no longer names are closed: TCP \
+             {tcp_left:?}, UDP {udp_left:?}"
+        );
+    }
+    // A duplicate of every socket and guard, for the next upgrade.
+    let mut handover = upgrade::Handover::default();
+    {
+        use std::os::fd::AsFd as _;
+        for s in &setups {
+            for (l, _) in &s.tcp {
+                handover.keep("tcp", l.as_fd().try_clone_to_owned()?);
+            }
+            for u in &s.udp {
+                handover.keep("udp", u.as_fd().try_clone_to_owned()?);
+            }
+        }
+        for g in &ports.guards {
+            handover.keep("guard", g.dup()?);
+        }
+    }
     Ok(Bound {
         addrs,
         ports,
         setups,
         wakers,
+        handover,
     })
 }
 
@@ -304,6 +378,16 @@ impl RunningServer {
     /// Binds every socket, then starts the workers, the service's background jobs and the
     /// statsd exporter.
     pub fn start(config: &Config, service: Arc<dyn Service>) -> Result<RunningServer, ServerError> {
+        RunningServer::start_with(config, service, upgrade::Inherited::default())
+    }
+
+    /// [`RunningServer::start`] on the sockets a binary upgrade handed over, where the config
+    /// names their addresses (see [`upgrade`]).
+    pub fn start_with(
+        config: &Config,
+        service: Arc<dyn Service>,
+        inherited: upgrade::Inherited,
+    ) -> Result<RunningServer, ServerError> {
         let cfg = &config.server;
         let workers = effective_workers(cfg.workers);
         let _ = process_secs();
@@ -313,7 +397,8 @@ impl RunningServer {
             ports,
             setups,
             wakers,
-        } = bind(config, workers)?;
+            handover,
+        } = bind(config, workers, inherited)?;
 
         let stop = Arc::new(AtomicBool::new(false));
         let (access_log, reopen) =
@@ -407,6 +492,7 @@ impl RunningServer {
             died,
             service,
             reopen,
+            handover,
             _ports: ports.guards,
         })
     }
@@ -460,6 +546,41 @@ impl RunningServer {
         applied
     }
 
+    /// SIGUSR2: starts `successor` on this server's sockets and waits for it to say it is
+    /// ready; the successor when it is (the caller stops this server then), None when it is
+    /// not, this server serving on (the log says why).
+    pub fn upgrade(
+        &self,
+        successor: Option<&(std::path::PathBuf, Vec<std::ffi::OsString>)>,
+    ) -> Option<upgrade::Successor> {
+        let Some((exe, args)) = successor else {
+            log::warn!("SIGUSR2: no binary to upgrade to; serving on");
+            return None;
+        };
+        log::info!("SIGUSR2: starting {} to take over", exe.display());
+        let mut s = match self.handover.spawn(exe, args) {
+            Ok(s) => s,
+            Err(e) => {
+                log::error!("upgrade: cannot start {}: {e}; serving on", exe.display());
+                return None;
+            }
+        };
+        match s.ready(SUCCESSOR_READY) {
+            Ok(()) => {
+                log::info!(
+                    "upgrade: pid {} is ready; stopping here (in-flight requests answered, \
+                     pending rows written, swarms saved), then it serves",
+                    s.child.id()
+                );
+                Some(s)
+            }
+            Err(why) => {
+                log::error!("upgrade: the new binary did not take over: {why}; serving on");
+                None
+            }
+        }
+    }
+
     /// Reloads the service (what SIGHUP does).
     pub fn reload(&self) {
         match self.service.reload() {
@@ -497,18 +618,46 @@ impl RunningServer {
     }
 }
 
-/// Runs the server until SIGTERM or SIGINT (drained shutdown, `Ok`) or until a thread dies
-/// (`Err` naming it). SIGHUP calls `on_hup` (the binary reads its config again there), then
-/// opens the access log's file again and reloads the service; SIGUSR1 only opens the file
-/// again.
+/// What [`run`] is given beside the config and the service.
+pub struct RunOptions<'a> {
+    /// The sockets a binary upgrade handed this process (see [`upgrade`]).
+    pub inherited: upgrade::Inherited,
+    /// The binary and arguments SIGUSR2 starts to take over (the path this one was started
+    /// from, which now holds the new version); None: SIGUSR2 is refused.
+    pub successor: Option<(std::path::PathBuf, Vec<std::ffi::OsString>)>,
+    /// Called on SIGHUP before the access log's file is opened again and the service
+    /// reloaded (the binary reads its config again there).
+    pub on_hup: &'a mut dyn FnMut(&RunningServer),
+}
+
+/// How [`run`] ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// SIGTERM or SIGINT: drained and stopped.
+    Stopped,
+    /// SIGUSR2: the new binary said it is ready, and this one drained and stopped; the new
+    /// one starts serving once this process has exited (holding the pair's end until then).
+    Upgraded(upgrade::Successor),
+}
+
+/// How long SIGUSR2 waits for the new binary to say it is ready.
+const SUCCESSOR_READY: Duration = Duration::from_secs(60);
+
+/// Runs the server until SIGTERM or SIGINT (drained shutdown) or SIGUSR2 with a successor
+/// ready (drained shutdown, the successor returned), or until a thread dies (`Err` naming
+/// it). SIGHUP calls `on_hup`, then opens the access log's file again and reloads the
+/// service; SIGUSR1 only opens the file again. Under systemd (`Type=notify`) it says
+/// `READY=1` once it serves and `STOPPING=1` when it stops.
 pub fn run(
     config: &Config,
     service: Arc<dyn Service>,
-    on_hup: &mut dyn FnMut(&RunningServer),
-) -> Result<(), ServerError> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])?;
-    let server = RunningServer::start(config, service)?;
+    opts: RunOptions<'_>,
+) -> Result<Ended, ServerError> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2])?;
+    let server = RunningServer::start_with(config, service, opts.inherited)?;
+    upgrade::notify_systemd(&format!("READY=1\nMAINPID={}", std::process::id()));
     loop {
         if let Some(name) = server.thread_died(Duration::from_millis(200)) {
             log::error!("thread {name} died; stopping");
@@ -516,16 +665,29 @@ pub fn run(
             return Err(ServerError::ThreadDied(name));
         }
         for sig in signals.pending() {
-            if sig == SIGHUP {
-                on_hup(&server);
-                server.reopen_logs();
-                server.reload();
-            } else if sig == SIGUSR1 {
-                log::info!("SIGUSR1: the access log is opened again");
-                server.reopen_logs();
-            } else {
-                log::info!("signal {sig}: stopping (in-flight requests are answered first)");
-                return server.shutdown();
+            match sig {
+                SIGHUP => {
+                    (opts.on_hup)(&server);
+                    server.reopen_logs();
+                    server.reload();
+                }
+                SIGUSR1 => {
+                    log::info!("SIGUSR1: the access log is opened again");
+                    server.reopen_logs();
+                }
+                SIGUSR2 => {
+                    if let Some(successor) = server.upgrade(opts.successor.as_ref()) {
+                        upgrade::notify_systemd("STOPPING=1");
+                        server.shutdown()?;
+                        return Ok(Ended::Upgraded(successor));
+                    }
+                }
+                _ => {
+                    log::info!("signal {sig}: stopping (in-flight requests are answered first)");
+                    upgrade::notify_systemd("STOPPING=1");
+                    server.shutdown()?;
+                    return Ok(Ended::Stopped);
+                }
             }
         }
     }

@@ -94,6 +94,24 @@ pub struct PortGuard {
     _socket: std::os::unix::net::UnixListener,
 }
 
+impl PortGuard {
+    /// The abstract socket name that guards `proto`'s `port`.
+    pub fn name(proto: &str, port: u16) -> String {
+        format!("hotpath:{proto}:{port}")
+    }
+
+    /// A guard already bound (inherited from the process before this one).
+    pub fn from_listener(socket: std::os::unix::net::UnixListener) -> PortGuard {
+        PortGuard { _socket: socket }
+    }
+
+    /// A duplicate of its descriptor, to hand over.
+    pub fn dup(&self) -> io::Result<std::os::fd::OwnedFd> {
+        use std::os::fd::AsFd as _;
+        self._socket.as_fd().try_clone_to_owned()
+    }
+}
+
 /// Why a port could not be claimed.
 #[derive(Debug)]
 pub enum Claim {
@@ -107,7 +125,7 @@ pub enum Claim {
 pub fn claim_port(proto: &str, port: u16) -> Result<PortGuard, Claim> {
     use std::os::linux::net::SocketAddrExt;
     use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
-    let name = format!("hotpath:{proto}:{port}");
+    let name = PortGuard::name(proto, port);
     let addr = UnixAddr::from_abstract_name(name.as_bytes()).map_err(Claim::Io)?;
     match UnixListener::bind_addr(&addr) {
         Ok(socket) => Ok(PortGuard { _socket: socket }),

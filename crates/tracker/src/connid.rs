@@ -1,6 +1,7 @@
-//! BEP 15 connection ids without per-client state: the id is an expiry time (seconds on the
-//! process clock) and a keyed MAC (SipHash-1-3, key random per process) over the client's IP
-//! address and that expiry. An id is valid from the connect until the expiry, about two
+//! BEP 15 connection ids without per-client state: the id is an expiry time (unix seconds) and
+//! a keyed MAC (SipHash-1-3, a random key, kept across a restart or a binary upgrade in
+//! `store.data_dir` so the ids clients hold stay good) over the client's IP address and that
+//! expiry. An id is valid from the connect until the expiry, about two
 //! minutes, for the IP it was issued to. The port is left out on purpose: some NATs move a
 //! client's source port between packets, and what the id guards against is a forged source IP.
 
@@ -26,9 +27,14 @@ impl ConnectionIds {
         Self { key }
     }
 
-    /// With a fixed key (tests).
+    /// With a fixed key (one saved before, or tests').
     pub fn with_key(key: [u8; 16]) -> Self {
         Self { key }
+    }
+
+    /// The key, to be saved for the next process.
+    pub fn key(&self) -> [u8; 16] {
+        self.key
     }
 
     fn mac(&self, ip: IpAddr, expires: u32) -> u32 {

@@ -560,7 +560,11 @@ impl TrackerWorker {
         len: usize,
     ) -> Outcome {
         let ip = ctx.peer.ip().to_canonical();
-        if !self.shared.conn_ids.check(r.connection_id, ip, ctx.now) {
+        if !self
+            .shared
+            .conn_ids
+            .check(r.connection_id, ip, self.unix(ctx.now))
+        {
             return self.bad_connection_id(r.transaction_id, out, len);
         }
         if let Some(reason) = self.check_access(&r.info_hash) {
@@ -1009,7 +1013,7 @@ impl ServiceWorker for TrackerWorker {
             }
             Ok(udp::Request::Connect { transaction_id }) => {
                 let ip = ctx.peer.ip().to_canonical();
-                let id = self.shared.conn_ids.issue(ip, ctx.now);
+                let id = self.shared.conn_ids.issue(ip, self.unix(ctx.now));
                 udp::write_connect(out, transaction_id, id);
                 (CONNECT, Outcome::Ok)
             }
@@ -1020,7 +1024,11 @@ impl ServiceWorker for TrackerWorker {
                 info_hashes,
             }) => {
                 let ip = ctx.peer.ip().to_canonical();
-                if !self.shared.conn_ids.check(connection_id, ip, ctx.now) {
+                if !self
+                    .shared
+                    .conn_ids
+                    .check(connection_id, ip, self.unix(ctx.now))
+                {
                     return (SCRAPE, self.bad_connection_id(transaction_id, out, len));
                 }
                 udp::write_scrape_head(out, transaction_id);

@@ -234,6 +234,15 @@ impl Tracker {
         }
         let swarms_dir = (persist.is_some() && cfg.persist_swarms)
             .then(|| std::path::PathBuf::from(&config.store.data_dir));
+        // The ids clients got from the process before this one stay good.
+        let conn_ids = match swarms_dir.as_deref().map(persist::load_connection_key) {
+            Some(Ok(Some(ids))) => ids,
+            Some(Err(e)) => {
+                log::warn!("UDP connection ids: {e}; a new key");
+                ConnectionIds::random()
+            }
+            _ => ConnectionIds::random(),
+        };
         let al = &config.access_list;
         let access_db_reload = (al.database && al.mode != hotpath_config::AccessListMode::Off)
             .then_some(al.reload_secs);
@@ -290,7 +299,7 @@ impl Tracker {
                 cfg,
                 swarms,
                 access,
-                conn_ids: ConnectionIds::random(),
+                conn_ids,
                 counters: TrackerCounters::default(),
                 persist,
                 unix_base: hotpath_store::unix_now() - i64::from(hotpath_service::process_secs()),
@@ -375,6 +384,12 @@ impl Tracker {
         match persist::save_swarms(&self.shared, dir) {
             Ok((t, p)) => log::info!("swarms saved: {t} torrents, {p} peers"),
             Err(e) => log::error!("swarms not saved to {}: {e}", dir.display()),
+        }
+        if let Err(e) = persist::save_connection_key(&self.shared.conn_ids, dir) {
+            log::error!(
+                "UDP connection ids' key not saved to {}: {e}",
+                dir.display()
+            );
         }
     }
 

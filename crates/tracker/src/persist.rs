@@ -260,6 +260,63 @@ fn take_file(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, String> {
     data
 }
 
+/// The UDP connection ids' key, in `store.data_dir` beside the swarms, so that the ids clients
+/// hold stay good across a restart or a binary upgrade.
+pub const CONNECTION_KEY_FILE: &str = "connection-ids.key";
+const KEY_MAGIC: &[u8; 8] = b"HPCONNK1";
+
+/// Writes `ids`' key to `dir/connection-ids.key`, readable by this user only: `HPCONNK1`, the
+/// unix second of the save (i64 LE), the key (16 bytes), a CRC-32 of all that (u32 LE).
+pub fn save_connection_key(ids: &crate::ConnectionIds, dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut out = Vec::with_capacity(36);
+    out.extend_from_slice(KEY_MAGIC);
+    out.extend_from_slice(&hotpath_store::unix_now().to_le_bytes());
+    out.extend_from_slice(&ids.key());
+    out.extend_from_slice(&crc32fast::hash(&out).to_le_bytes());
+    let tmp = dir.join(format!("{CONNECTION_KEY_FILE}.tmp"));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(&out)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(CONNECTION_KEY_FILE))
+}
+
+/// The key `dir/connection-ids.key` holds if it was saved less than an id's lifetime ago
+/// (older, every id it issued has expired); the file is deleted either way.
+pub fn load_connection_key(dir: &Path) -> Result<Option<crate::ConnectionIds>, String> {
+    let path = dir.join(CONNECTION_KEY_FILE);
+    let Some(data) = take_file(&path, 64)? else {
+        return Ok(None);
+    };
+    parse_connection_key(&data, hotpath_store::unix_now())
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// A connection key file's bytes (see [`save_connection_key`]) at unix second `now`: the key
+/// when it is whole and was saved within an id's lifetime before `now`.
+pub fn parse_connection_key(
+    data: &[u8],
+    now: i64,
+) -> Result<Option<crate::ConnectionIds>, &'static str> {
+    if data.len() != 36 || &data[..8] != KEY_MAGIC {
+        return Err("not a key this tracker wrote");
+    }
+    let crc = u32::from_le_bytes(data[32..].try_into().expect("4 bytes"));
+    if crc32fast::hash(&data[..32]) != crc {
+        return Err("damaged (its CRC does not match)");
+    }
+    let saved = i64::from_le_bytes(data[8..16].try_into().expect("8 bytes"));
+    let fresh = now
+        .checked_sub(saved)
+        .is_some_and(|age| (0..=i64::from(crate::connid::LIFETIME_SECS)).contains(&age));
+    Ok(fresh.then(|| crate::ConnectionIds::with_key(data[16..32].try_into().expect("16 bytes"))))
+}
+
 /// The private tracker's ledger file's name in `store.data_dir`.
 pub const LEDGER_FILE: &str = "ledger.snapshot";
 

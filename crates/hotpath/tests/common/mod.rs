@@ -403,14 +403,20 @@ impl Proc {
             .unwrap()
             .success();
         assert!(ok, "kill {signal}");
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        self.wait_exit(Duration::from_secs(60))
+    }
+
+    /// Waits up to `within` for the process to exit; returns its status.
+    pub fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + within;
         loop {
             if let Some(s) = self.child.try_wait().unwrap() {
                 return s;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "hotpath did not exit on {signal}"
+                "hotpath did not exit within {within:?}:\n{}",
+                self.log_text()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
