@@ -47,6 +47,8 @@ fn the_systemd_unit_verifies_and_reloads_with_sighup() {
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
         "StateDirectory=hotpath",
+        "Type=notify",
+        "NotifyAccess=all",
     ] {
         assert!(unit.contains(line), "the unit has {line}");
     }

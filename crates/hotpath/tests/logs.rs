@@ -357,3 +357,23 @@ fn sighup_applies_what_can_change_in_place_names_what_needs_a_restart_and_keeps_
     });
     server.stop();
 }
+
+#[test]
+fn under_systemd_it_says_ready_with_its_pid_and_stopping() {
+    let dir = common::data_dir();
+    let path = dir.join("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let server = Server::start(LISTEN, &[], &[("NOTIFY_SOCKET", path.to_str().unwrap())]);
+    let mut buf = [0u8; 256];
+    let n = sock.recv(&mut buf).expect("READY=1");
+    assert_eq!(
+        std::str::from_utf8(&buf[..n]).unwrap(),
+        format!("READY=1\nMAINPID={}", server.child.id())
+    );
+    server.stop();
+    let n = sock.recv(&mut buf).expect("STOPPING=1");
+    assert_eq!(&buf[..n], b"STOPPING=1");
+    let _ = std::fs::remove_dir_all(&dir);
+}
