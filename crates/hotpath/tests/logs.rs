@@ -377,3 +377,43 @@ fn under_systemd_it_says_ready_with_its_pid_and_stopping() {
     assert_eq!(&buf[..n], b"STOPPING=1");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sighup_rotates_the_admin_apis_secrets_in_place() {
+    let config = |popups: &str, private: &str| {
+        format!(
+            "{LISTEN}[tracker]\nmode = \"private\"\n[private]\nadmin_token = \"{private}\"\n\
+             [popups]\nenabled = true\nadmin_token = \"{popups}\"\n"
+        )
+    };
+    let (p1, p2) = ("popups token number one", "popups token number two");
+    let (t1, t2) = ("tracker token number one", "tracker token number two");
+    let server = Server::start(&config(p1, t1), &[], &[]);
+    let admin = server.addr("admin");
+    let status = |path: &str, token: &str| {
+        Client::connect(admin)
+            .request("GET", path, Some(token), "")
+            .status
+    };
+    assert_eq!(status("/admin/popups", p1), 200);
+    assert_eq!(status("/admin/tracker", t1), 200);
+
+    std::fs::write(server.dir.join("hotpath.toml"), config(p2, t2)).unwrap();
+    server.signal("-HUP");
+    wait_until("the reload's line", Duration::from_secs(10), || {
+        server.text().contains("SIGHUP: hotpath.toml: applied")
+    });
+    assert!(
+        server.text().contains(
+            "applied: popups.admin_token, private.admin_token; need a restart (their running \
+             values stay until then): none"
+        ),
+        "{}",
+        server.text()
+    );
+    assert_eq!(status("/admin/popups", p1), 401);
+    assert_eq!(status("/admin/popups", p2), 200);
+    assert_eq!(status("/admin/tracker", t1), 401);
+    assert_eq!(status("/admin/tracker", t2), 200);
+    server.stop();
+}

@@ -667,7 +667,7 @@ impl TrackerWorker {
         let (secret, call) = req.path.strip_prefix('/')?.split_once('/')?;
         if call == "report" {
             let key = ("Ocelot's report API", "private.report_secret");
-            if let Err(refused) = site_secret(p, secret, &g.report_secret, key, ctx, resp) {
+            if let Err(refused) = site_secret(p, secret, &g.report_secret.read(), key, ctx, resp) {
                 return Some(refused);
             }
             return match gazelle::decode_report(req.query) {
@@ -679,7 +679,7 @@ impl TrackerWorker {
             return None;
         }
         let key = ("Ocelot's update API", "private.site_secret");
-        if let Err(refused) = site_secret(p, secret, &g.secret, key, ctx, resp) {
+        if let Err(refused) = site_secret(p, secret, &g.secret.read(), key, ctx, resp) {
             return Some(refused);
         }
         if req.method != "GET" {
@@ -765,7 +765,7 @@ impl TrackerWorker {
         let u = p.unit3d.as_ref()?;
         let (key, rest) = req.path.strip_prefix("/announce/")?.split_once('/')?;
         let api = ("UNIT3D-Announce's API", "private.site_secret");
-        if let Err(refused) = site_secret(p, key, &u.secret, api, ctx, resp) {
+        if let Err(refused) = site_secret(p, key, &u.secret.read(), api, ctx, resp) {
             return Some(refused);
         }
         let at = self.unix(ctx.now);
@@ -926,7 +926,7 @@ impl ServiceWorker for TrackerWorker {
         let guesses = &p.token_guesses;
         if let Err(refused) = hotpath_service::bearer(
             req,
-            &p.admin_token,
+            &p.admin_token.read(),
             "private.admin_token",
             resp,
             guesses,

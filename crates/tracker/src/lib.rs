@@ -476,13 +476,22 @@ fn sweeper(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
 impl Service for Tracker {
     fn reconfigure(&self, new: &Config) -> Vec<&'static str> {
         let mut live = self.shared.live.write();
-        let (next, changed) = reloaded(&live, &new.tracker);
+        let (next, mut changed) = reloaded(&live, &new.tracker);
         if !changed.is_empty() {
             self.shared.swarms.set_caps(&caps(&next));
             *live = Arc::new(next);
             self.shared
                 .live_gen
                 .fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+        // A private tracker's settings, when it stays one of the same preset (else every
+        // changed key waits for the restart).
+        if let Some(p) = &self.shared.private {
+            let same = new.tracker.mode == hotpath_config::TrackerMode::Private
+                && new.private.schema == p.schema;
+            if same {
+                changed.extend(p.reconfigure(&new.private));
+            }
         }
         changed
     }

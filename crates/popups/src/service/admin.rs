@@ -103,11 +103,16 @@ impl PopupsWorker {
         resp: &mut HttpResponse,
     ) -> Option<Handled> {
         const K: Kind = Kind::ADMIN;
-        let token = &self.shared.cfg.admin_token;
-        let guesses = &self.shared.token_guesses;
-        if let Err(refused) =
-            hotpath_service::bearer(req, token, "popups.admin_token", resp, guesses, ctx)
-        {
+        let shared = self.shared.clone();
+        let checked = hotpath_service::bearer(
+            req,
+            &shared.tunable.admin_token.read(),
+            "popups.admin_token",
+            resp,
+            &shared.token_guesses,
+            ctx,
+        );
+        if let Err(refused) = checked {
             return Some(refused);
         }
         // A parked write or statistics request, asked again: its answer is in.

@@ -88,8 +88,9 @@ impl Shared {
         let now = hotpath_store::unix_now();
         let days = |d: u32| now - i64::from(d) * 86_400;
         let done = self.store.connect().and_then(|mut b| {
-            b.forget_idle_users(days(self.cfg.forget_idle_users_after_days))?;
-            b.forget_events(days(self.cfg.keep_events_days))
+            let t = &self.tunable;
+            b.forget_idle_users(days(t.forget_idle_users_after_days.load(Ordering::Relaxed)))?;
+            b.forget_events(days(t.keep_events_days.load(Ordering::Relaxed)))
         });
         if let Err(e) = done {
             log::warn!("popups: idle users and old events not forgotten this hour: {e}");

@@ -19,7 +19,7 @@ use hashbrown::{HashMap, HashSet};
 use std::hash::Hasher as _;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -161,6 +161,8 @@ struct AdminJob {
 /// What the service's workers and threads share.
 pub struct Shared {
     cfg: PopupsConfig,
+    /// The settings a reload may change in place.
+    tunable: Tunable,
     store: Arc<Store>,
     live: RwLock<Arc<Live>>,
     version: AtomicU64,
@@ -186,6 +188,62 @@ pub struct Shared {
     wakes: Mutex<HashMap<usize, Wake>>,
     live_workers: AtomicUsize,
     counters: Counters,
+}
+
+/// The popup settings a reload (SIGHUP) may change in place; the rest of `[popups]` is read
+/// once, at start.
+#[derive(Debug)]
+struct Tunable {
+    admin_token: RwLock<String>,
+    token_ttl_secs: AtomicU64,
+    forget_idle_users_after_days: AtomicU32,
+    keep_events_days: AtomicU32,
+}
+
+impl Tunable {
+    fn of(c: &PopupsConfig) -> Tunable {
+        Tunable {
+            admin_token: RwLock::new(c.admin_token.clone()),
+            token_ttl_secs: AtomicU64::new(c.token_ttl_secs),
+            forget_idle_users_after_days: AtomicU32::new(c.forget_idle_users_after_days),
+            keep_events_days: AtomicU32::new(c.keep_events_days),
+        }
+    }
+
+    /// Takes `c`'s values; the keys that changed.
+    fn set(&self, c: &PopupsConfig) -> Vec<&'static str> {
+        let mut applied = Vec::new();
+        {
+            let mut t = self.admin_token.write();
+            if *t != c.admin_token {
+                *t = c.admin_token.clone();
+                applied.push("popups.admin_token");
+            }
+        }
+        if self
+            .token_ttl_secs
+            .swap(c.token_ttl_secs, Ordering::Relaxed)
+            != c.token_ttl_secs
+        {
+            applied.push("popups.token_ttl_secs");
+        }
+        let days = c.forget_idle_users_after_days;
+        if self
+            .forget_idle_users_after_days
+            .swap(days, Ordering::Relaxed)
+            != days
+        {
+            applied.push("popups.forget_idle_users_after_days");
+        }
+        if self
+            .keep_events_days
+            .swap(c.keep_events_days, Ordering::Relaxed)
+            != c.keep_events_days
+        {
+            applied.push("popups.keep_events_days");
+        }
+        applied
+    }
 }
 
 /// The popup service.
@@ -236,6 +294,7 @@ impl Popups {
         let (admin, admin_rx) = mpsc::sync_channel(64);
         let shared = Arc::new(Shared {
             cfg: cfg.clone(),
+            tunable: Tunable::of(cfg),
             store,
             live: RwLock::new(Arc::new(Live::new(Vec::new()))),
             version: AtomicU64::new(0),
@@ -310,6 +369,13 @@ impl Shared {
 }
 
 impl Service for Popups {
+    fn reconfigure(&self, new: &hotpath_config::Config) -> Vec<&'static str> {
+        if !new.popups.enabled {
+            return Vec::new();
+        }
+        self.shared.tunable.set(&new.popups)
+    }
+
     fn worker(&self, index: usize) -> Box<dyn ServiceWorker> {
         let s = &self.shared;
         s.live_workers.fetch_add(1, Ordering::AcqRel);

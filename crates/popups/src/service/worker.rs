@@ -215,7 +215,7 @@ impl PopupsWorker {
             &event.user,
             event.popup,
             now,
-            self.shared.cfg.token_ttl_secs,
+            self.shared.tunable.token_ttl_secs.load(Ordering::Relaxed),
         ) {
             Ok(at) => at,
             Err(e) => {

@@ -59,10 +59,11 @@ const DELETED: [&str; 23] = [
 /// What the Gazelle preset keeps beside the registries.
 #[derive(Debug)]
 pub struct Gazelle {
-    /// The site's secret (`private.site_secret`; empty: the update API is off).
-    pub secret: String,
+    /// The site's secret (`private.site_secret`; empty: the update API is off; a reload may
+    /// change it).
+    pub secret: RwLock<String>,
     /// The site's report key (`private.report_secret`; empty: the report API is off).
-    pub report_secret: String,
+    pub report_secret: RwLock<String>,
     /// IP-protected users (`Visible` '0', or `IP` 127.0.0.1): no address of theirs is
     /// written.
     pub protected: RwLock<HashSet<u32>>,
@@ -83,8 +84,8 @@ impl Gazelle {
     /// Empty, with `[private]`'s site secret, token cap and allow list.
     pub fn new(c: &hotpath_config::PrivateConfig) -> Gazelle {
         Gazelle {
-            secret: c.site_secret.clone(),
-            report_secret: c.report_secret.clone(),
+            secret: RwLock::new(c.site_secret.clone()),
+            report_secret: RwLock::new(c.report_secret.clone()),
             protected: RwLock::new(HashSet::new()),
             tokens: RwLock::new(HashSet::new()),
             deleted: Mutex::new(hashbrown::HashMap::new()),

@@ -246,8 +246,9 @@ pub struct Ledger {
     /// Random seed of the hash of (torrent, user), so no one can line up a shard's probes.
     seed: u64,
     max_per_user: u16,
-    /// The most an announce credits.
-    bound: CreditBound,
+    /// The most an announce credits: bytes a second, bytes an announce (a reload may change
+    /// them).
+    bound: [std::sync::atomic::AtomicU64; 2],
     /// Torrents each user downloads, sharded by user id; `None` without leech slots.
     leeching: Option<Box<[UserShard]>>,
     /// Peers held, and the most it may hold.
@@ -268,7 +269,10 @@ impl Ledger {
                 u64::from_le_bytes(b)
             },
             max_per_user: max_per_user.max(1),
-            bound: CreditBound::default(),
+            bound: {
+                let b = CreditBound::default();
+                [b.rate.into(), b.per_announce.into()]
+            },
             leeching: slots.then(|| (0..SHARDS).map(|_| Mutex::default()).collect()),
             len: AtomicUsize::new(0),
             max,
@@ -277,7 +281,22 @@ impl Ledger {
 
     /// This ledger, crediting at most `bound` an announce.
     pub fn bounded(self, bound: CreditBound) -> Ledger {
-        Ledger { bound, ..self }
+        self.set_bound(bound);
+        self
+    }
+
+    /// Credits at most `bound` from the next announce on.
+    pub fn set_bound(&self, bound: CreditBound) {
+        self.bound[0].store(bound.rate, Ordering::Relaxed);
+        self.bound[1].store(bound.per_announce, Ordering::Relaxed);
+    }
+
+    /// The bound in force.
+    pub fn bound(&self) -> CreditBound {
+        CreditBound {
+            rate: self.bound[0].load(Ordering::Relaxed),
+            per_announce: self.bound[1].load(Ordering::Relaxed),
+        }
     }
 
     /// The hash a user's peers on a torrent share.
@@ -381,7 +400,7 @@ impl Ledger {
         let last = match shard.find_mut(h, is) {
             // The common case, a known peer announcing again as it did: one lookup.
             Some(last) if !r.stopped && last.leeching() == leeching => {
-                let (d, spent) = delta(last, &r, &self.bound);
+                let (d, spent) = delta(last, &r, &self.bound());
                 last.set_counters(r.uploaded, r.downloaded);
                 last.stamp = stamp(r.now, leeching, spent);
                 return Ok(d);
@@ -411,7 +430,7 @@ impl Ledger {
             self.take_slot(r.user, r.slots)?;
         }
         let (delta, spent) = match last {
-            Some(last) => delta(&last, &r, &self.bound),
+            Some(last) => delta(&last, &r, &self.bound()),
             None => (Delta::default(), 0),
         };
         let now = Slot::new(

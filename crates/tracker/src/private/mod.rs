@@ -394,10 +394,10 @@ pub struct Private {
     /// The policy's intervals (interval << 32 | min interval, 0 for the config's), kept
     /// beside it so announces read them without its lock.
     intervals: AtomicU64,
-    /// Bearer token of the push API (`private.admin_token`).
-    pub admin_token: String,
+    /// Bearer token of the push API (`private.admin_token`; a reload may change it).
+    pub admin_token: RwLock<String>,
     /// Whether a regular announce sooner than the minimum interval gets no peers.
-    pub enforce_min_interval: bool,
+    pub enforce_min_interval: AtomicBool,
     /// The query parameter that may carry the passkey.
     pub passkey_param: Box<[u8]>,
     /// Where users and torrents are read.
@@ -407,7 +407,7 @@ pub struct Private {
     /// How many torrents each user may download at once.
     pub slots: LeechSlots,
     /// Seconds between polls.
-    pub poll_secs: u32,
+    pub poll_secs: AtomicU32,
     /// Whether the preset keeps a row per client (TorrentPier): the accounted changes carry
     /// the client.
     pub client_rows: bool,
@@ -461,9 +461,58 @@ pub struct Private {
     /// The UNIT3D preset: groups and each user's, tokens, personal freeleech, featured
     /// torrents, the site's key for UNIT3D-Announce's API.
     pub unit3d: Option<unit3d::Unit3d>,
+    /// The schema preset.
+    pub schema: PrivateSchema,
 }
 
 impl Private {
+    /// Applies what `c` (the config read again on SIGHUP) changes of the settings a reload
+    /// may change in place: the secrets of the push, update and report APIs, the minimum
+    /// interval's enforcement, the poll's period and the credit bound; returns those keys.
+    pub fn reconfigure(&self, c: &PrivateConfig) -> Vec<&'static str> {
+        let mut applied = Vec::new();
+        let mut swap = |lock: &RwLock<String>, new: &str, key: &'static str| {
+            let mut s = lock.write();
+            if *s != new {
+                *s = new.to_string();
+                applied.push(key);
+            }
+        };
+        swap(&self.admin_token, &c.admin_token, "private.admin_token");
+        if let Some(g) = &self.gazelle {
+            swap(&g.secret, &c.site_secret, "private.site_secret");
+            swap(&g.report_secret, &c.report_secret, "private.report_secret");
+        }
+        if let Some(u) = &self.unit3d {
+            swap(&u.secret, &c.site_secret, "private.site_secret");
+        }
+        if self
+            .enforce_min_interval
+            .swap(c.enforce_min_interval, Ordering::Relaxed)
+            != c.enforce_min_interval
+        {
+            applied.push("private.enforce_min_interval");
+        }
+        if self.poll_secs.swap(c.poll_secs, Ordering::Relaxed) != c.poll_secs {
+            applied.push("private.poll_secs");
+        }
+        let (was, now) = (
+            self.ledger.bound(),
+            CreditBound {
+                rate: c.max_rate_bytes_per_sec,
+                per_announce: c.max_credit_per_announce_bytes,
+            },
+        );
+        if was.rate != now.rate {
+            applied.push("private.max_rate_bytes_per_sec");
+        }
+        if was.per_announce != now.per_announce {
+            applied.push("private.max_credit_per_announce_bytes");
+        }
+        self.ledger.set_bound(now);
+        applied
+    }
+
     /// Empty registries for `[private]` (filled by [`Private::poll`]), and a ledger of at
     /// most `max_peers` clients (`tracker.max_peers`).
     pub fn new(c: &PrivateConfig, max_peers: usize, peer_timeout: u32) -> Private {
@@ -479,8 +528,8 @@ impl Private {
             )),
             log: Mutex::new(None),
             intervals: AtomicU64::new(0),
-            admin_token: c.admin_token.clone(),
-            enforce_min_interval: c.enforce_min_interval,
+            admin_token: RwLock::new(c.admin_token.clone()),
+            enforce_min_interval: AtomicBool::new(c.enforce_min_interval),
             passkey_param: c.passkey_param().as_bytes().into(),
             source: Source::new(c),
             // UNIT3D's groups may have download slots: the ledger counts downloads.
@@ -494,7 +543,7 @@ impl Private {
                 per_announce: c.max_credit_per_announce_bytes,
             }),
             slots: LeechSlots::new(c),
-            poll_secs: c.poll_secs,
+            poll_secs: AtomicU32::new(c.poll_secs),
             client_rows: matches!(
                 c.schema,
                 PrivateSchema::Torrentpier | PrivateSchema::Gazelle | PrivateSchema::Unit3d
@@ -541,6 +590,7 @@ impl Private {
             settings: Mutex::new(None),
             gazelle: (c.schema == PrivateSchema::Gazelle).then(|| gazelle::Gazelle::new(c)),
             unit3d: (c.schema == PrivateSchema::Unit3d).then(|| unit3d::Unit3d::new(c)),
+            schema: c.schema,
         }
     }
 
@@ -712,13 +762,14 @@ impl Private {
                     TooManyPeers::LeechSlots => Refusal::LeechSlots,
                 })
             })?;
-        let too_soon =
-            (self.enforce_min_interval && a.regular && d.known && d.since < min_interval).then(
-                || {
-                    self.too_soon.add(1);
-                    min_interval - d.since
-                },
-            );
+        let too_soon = (self.enforce_min_interval.load(Ordering::Relaxed)
+            && a.regular
+            && d.known
+            && d.since < min_interval)
+            .then(|| {
+                self.too_soon.add(1);
+                min_interval - d.since
+            });
         let credit = |v: u64, pct: u16| (u128::from(v) * u128::from(pct) / 100) as u64;
         let mut flags = 0;
         if a.left == 0 {
@@ -1434,8 +1485,8 @@ fn intern(message: &str) -> &'static str {
 /// [`Private::reread`] asks, until `stop`. A failed read keeps the registries in force and is
 /// retried at the next poll.
 pub fn poller(private: Arc<Private>, store: Arc<hotpath_store::Store>, stop: Arc<AtomicBool>) {
-    let every = Duration::from_secs(u64::from(private.poll_secs));
-    let mut due = Instant::now() + every;
+    let every = || Duration::from_secs(u64::from(private.poll_secs.load(Ordering::Relaxed)));
+    let mut due = Instant::now() + every();
     let mut conn: Option<Box<dyn hotpath_store::Backend>> = None;
     let mut n: u64 = 0;
     while !stop.load(Ordering::Acquire) {
@@ -1444,7 +1495,7 @@ pub fn poller(private: Arc<Private>, store: Arc<hotpath_store::Store>, stop: Arc
         if Instant::now() < due && !asked {
             continue;
         }
-        due = Instant::now() + every;
+        due = Instant::now() + every();
         n += 1;
         let db = match conn.as_mut() {
             Some(db) => db,

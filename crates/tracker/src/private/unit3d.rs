@@ -56,8 +56,8 @@ pub const MAX_UNREGISTERED: usize = 10_000;
 /// What the UNIT3D preset keeps beside the registries.
 #[derive(Debug, Default)]
 pub struct Unit3d {
-    /// The site's key (`private.site_secret`; empty: the API is off).
-    pub secret: String,
+    /// The site's key (`private.site_secret`; empty: the API is off; a reload may change it).
+    pub secret: RwLock<String>,
     /// Groups by id.
     pub groups: RwLock<HashMap<i32, Group>>,
     /// Each user's group.
@@ -84,7 +84,7 @@ impl Unit3d {
     /// Empty, with `[private]`'s site key and caps.
     pub fn new(c: &hotpath_config::PrivateConfig) -> Unit3d {
         Unit3d {
-            secret: c.site_secret.clone(),
+            secret: RwLock::new(c.site_secret.clone()),
             caps: [
                 c.max_tokens,
                 c.max_personal_freeleech,
