@@ -271,7 +271,7 @@ fn a_script_logging_what_clients_send_is_held_to_its_limit_and_counts_the_rest()
     std::thread::sleep(Duration::from_millis(1100));
     assert_eq!(c.get("/flood?long").status, 200);
     wait_until("the long line", Duration::from_secs(10), || {
-        server.text().contains("(5904 bytes more)")
+        server.text().contains("… (5904 more bytes)")
     });
     assert!(server.text().lines().all(|l| l.len() < 4300));
     server.stop();

@@ -927,15 +927,7 @@ fn install_api(
             // What a script logs may be what a client sent, as often as it is sent: a line
             // is cut at 4 KiB, and all scripts together write 100 lines a second at most
             // (the rest counted, and said in the next line written).
-            if text.len() > MAX_LOG_LINE {
-                let mut end = MAX_LOG_LINE;
-                while !text.is_char_boundary(end) {
-                    end -= 1;
-                }
-                let more = text.len() - end;
-                text.truncate(end);
-                text.push_str(&format!("... ({more} bytes more)"));
-            }
+            let text = hotpath_metrics::shortened(text, MAX_LOG_LINE);
             const MAX_LOG_LINE: usize = 4096;
             static LIMIT: hotpath_metrics::LogLimit = hotpath_metrics::LogLimit::new(100);
             if let Some(n) = LIMIT.allow() {

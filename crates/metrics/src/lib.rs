@@ -81,6 +81,21 @@ impl LogLimit {
     }
 }
 
+/// `text` cut to at most `max` bytes (on a character boundary), saying how many were left
+/// out: `… (N more bytes)`. For log lines that may quote what a client or a driver sent.
+pub fn shortened(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let left = text.len() - end;
+        text.truncate(end);
+        text.push_str(&format!("… ({left} more bytes)"));
+    }
+    text
+}
+
 /// What a line written through a [`LogLimit`] adds about the lines left out before it:
 /// nothing, or ` (N more like it left out of the log)`.
 #[derive(Debug, Clone, Copy)]

@@ -584,17 +584,8 @@ const MAX_ERROR_LEN: usize = 1000;
 
 /// `what`, cut to about [`MAX_ERROR_LEN`] bytes (on a character boundary) with the length
 /// left out said.
-fn shortened(mut what: String) -> String {
-    if what.len() > MAX_ERROR_LEN {
-        let mut end = MAX_ERROR_LEN;
-        while !what.is_char_boundary(end) {
-            end -= 1;
-        }
-        let left = what.len() - end;
-        what.truncate(end);
-        what.push_str(&format!("… ({left} more bytes)"));
-    }
-    what
+fn shortened(what: String) -> String {
+    hotpath_metrics::shortened(what, MAX_ERROR_LEN)
 }
 
 /// An error with every cause under it (`error connecting to server: Connection refused`),
