@@ -123,8 +123,9 @@ pub fn load_config(path: Option<&PathBuf>) -> Result<Config, ConfigErrors> {
 
 /// SIGHUP: the config file read again and checked whole, as `serve` checks it. A file with
 /// an error changes nothing (the errors are logged). Otherwise what can change in place is
-/// applied from the next request on (the tracker's intervals, numwant, scrape and proxy
-/// settings and growth caps; the log's level and format), and the log says which changed
+/// applied from the next request on (README, "Reload": server limits and timeouts, the
+/// tracker's intervals, numwant, scrape and proxy settings and growth caps, private and popups
+/// secrets and some of their settings, the log's level and format), and the log says which changed
 /// keys were applied and which wait for a restart, their running values staying until then.
 fn reload_config(path: Option<&PathBuf>, running: &mut Config, server: &RunningServer) {
     let Some(path) = path else {
@@ -155,6 +156,8 @@ fn reload_config(path: Option<&PathBuf>, running: &mut Config, server: &RunningS
         }
     }
     logging::configure(&new.log);
+    // What the file changed, of what was applied (a service may name a key it set again).
+    applied.retain(|k| changed.iter().any(|c| c == k));
     applied.sort_unstable();
     applied.dedup();
     let restart: Vec<&str> = changed

@@ -297,8 +297,11 @@ fn announce_answer(http: SocketAddr, peer: u8, port: u16) -> Result<i64, String>
 fn sighup_applies_what_can_change_in_place_names_what_needs_a_restart_and_keeps_a_broken_file_out()
 {
     let config = |interval: u32, per_ip: u32, workers: u32| {
+        // The server's idle timeout moves with the interval: it applies, the workers wait.
+        let idle = interval / 10;
         format!(
-            "{LISTEN}[server]\nworkers = {workers}\n[tracker]\ninterval_secs = {interval}\n\
+            "{LISTEN}[server]\nworkers = {workers}\nidle_timeout_secs = {idle}\n[tracker]\n\
+             interval_secs = {interval}\n\
              min_interval_secs = 60\ninterval_jitter_percent = 0\nmax_peers_per_ip = {per_ip}\n"
         )
     };
@@ -321,8 +324,9 @@ fn sighup_applies_what_can_change_in_place_names_what_needs_a_restart_and_keeps_
         .unwrap();
     assert!(
         line.ends_with(
-            "applied: tracker.interval_secs, tracker.max_peers_per_ip; need a restart (their \
-             running values stay until then): server.workers"
+            "applied: server.idle_timeout_secs, tracker.interval_secs, \
+             tracker.max_peers_per_ip; need a restart (their running values stay until then): \
+             server.workers"
         ),
         "{line}"
     );

@@ -84,6 +84,8 @@ pub struct RunningServer {
     reopen: Option<access_log::Reopen>,
     /// Duplicates of the sockets and port guards, for a binary upgrade.
     handover: upgrade::Handover,
+    /// What the workers share (the settings a reload changes in place among it).
+    shared: Arc<Shared>,
     /// The ports this process holds against a second hotpath (see [`listen::PortGuard`]).
     _ports: Vec<listen::PortGuard>,
 }
@@ -421,6 +423,7 @@ impl RunningServer {
             metrics,
             stop: stop.clone(),
             access_log,
+            live: worker::LiveServer::of(cfg),
             per_ip: limits::PerIp::new(cfg.max_connections_per_ip, cfg.max_connections_per_48),
             budget: limits::Budget::new(cfg.max_buffer_mb.saturating_mul(1 << 20)),
         });
@@ -493,6 +496,7 @@ impl RunningServer {
             service,
             reopen,
             handover,
+            shared,
             _ports: ports.guards,
         })
     }
@@ -538,6 +542,61 @@ impl RunningServer {
     /// and the access log's format); returns those keys.
     pub fn reconfigure(&self, new: &Config) -> Vec<&'static str> {
         let mut applied = self.service.reconfigure(new);
+        let (s, n) = (&self.shared, &new.server);
+        let live = &s.live;
+        let usize_keys = [
+            (
+                &live.max_connections_per_worker,
+                n.max_connections_per_worker,
+                "server.max_connections_per_worker",
+            ),
+            (
+                &live.max_output_bytes,
+                n.max_output_bytes,
+                "server.max_output_bytes",
+            ),
+        ];
+        for (at, value, key) in usize_keys {
+            if at.swap(value, Ordering::Relaxed) != value {
+                applied.push(key);
+            }
+        }
+        let secs_keys = [
+            (
+                &live.idle_timeout_secs,
+                n.idle_timeout_secs,
+                "server.idle_timeout_secs",
+            ),
+            (
+                &live.header_timeout_secs,
+                n.header_timeout_secs,
+                "server.header_timeout_secs",
+            ),
+            (
+                &live.shutdown_grace_secs,
+                n.shutdown_grace_secs,
+                "server.shutdown_grace_secs",
+            ),
+        ];
+        for (at, value, key) in secs_keys {
+            if at.swap(value, Ordering::Relaxed) != value {
+                applied.push(key);
+            }
+        }
+        // The per-address limits and the buffer budget, set whatever they were (the binary
+        // lists a key as applied only when the file changed it).
+        s.per_ip
+            .set(n.max_connections_per_ip, n.max_connections_per_48);
+        s.budget.set(n.max_buffer_mb.saturating_mul(1 << 20));
+        if s.cfg.max_connections_per_ip != n.max_connections_per_ip {
+            applied.push("server.max_connections_per_ip");
+        }
+        if s.cfg.max_connections_per_48 != n.max_connections_per_48 {
+            applied.push("server.max_connections_per_48");
+        }
+        if s.cfg.max_buffer_mb != n.max_buffer_mb {
+            applied.push("server.max_buffer_mb");
+        }
         if let Some(r) = &self.reopen {
             if r.set_format(new.log.format) {
                 applied.push("log.format");

@@ -33,8 +33,8 @@ fn key48(ip: IpAddr) -> Option<u128> {
 /// Open connections per client address (IPv6: per /64, and per /48 together), in shards
 /// with short locks.
 pub struct PerIp {
-    max: usize,
-    max48: usize,
+    max: AtomicUsize,
+    max48: AtomicUsize,
     shards: Box<[Mutex<HashMap<u128, u32>>]>,
 }
 
@@ -42,10 +42,16 @@ impl PerIp {
     /// Counts that allow `max` connections per address, and `max48` per IPv6 /48.
     pub fn new(max: usize, max48: usize) -> Self {
         Self {
-            max,
-            max48,
+            max: AtomicUsize::new(max),
+            max48: AtomicUsize::new(max48),
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
         }
+    }
+
+    /// New limits, for the next connections (a reload); those open stay.
+    pub fn set(&self, max: usize, max48: usize) {
+        self.max.store(max, Ordering::Relaxed);
+        self.max48.store(max48, Ordering::Relaxed);
     }
 
     fn shard(&self, k: u128) -> &Mutex<HashMap<u128, u32>> {
@@ -57,11 +63,11 @@ impl PerIp {
     /// Counts a new connection from `ip`; false (and nothing counted) when the address, or
     /// its /48, already holds its maximum.
     pub fn try_add(&self, ip: IpAddr) -> bool {
-        if !self.try_add_key(key(ip), self.max) {
+        if !self.try_add_key(key(ip), self.max.load(Ordering::Relaxed)) {
             return false;
         }
         if let Some(k48) = key48(ip) {
-            if !self.try_add_key(k48, self.max48) {
+            if !self.try_add_key(k48, self.max48.load(Ordering::Relaxed)) {
                 self.remove_key(key(ip));
                 return false;
             }
@@ -111,7 +117,7 @@ impl PerIp {
 /// size when it changes; past the budget, connections are held to a small output buffer and a
 /// read buffer that does not grow (see the worker), so the total stays near the budget.
 pub struct Budget {
-    max: usize,
+    max: AtomicUsize,
     used: AtomicUsize,
 }
 
@@ -119,9 +125,14 @@ impl Budget {
     /// A budget of `max` bytes.
     pub fn new(max: usize) -> Self {
         Self {
-            max,
+            max: AtomicUsize::new(max),
             used: AtomicUsize::new(0),
         }
+    }
+
+    /// A new budget (a reload).
+    pub fn set(&self, max: usize) {
+        self.max.store(max, Ordering::Relaxed);
     }
 
     /// Moves a connection's accounted size from `old` to `new` bytes.
@@ -137,7 +148,7 @@ impl Budget {
     /// Whether the buffers hold the budget or more.
     #[inline]
     pub fn spent(&self) -> bool {
-        self.used.load(Ordering::Relaxed) >= self.max
+        self.used.load(Ordering::Relaxed) >= self.max.load(Ordering::Relaxed)
     }
 
     /// Bytes accounted now.

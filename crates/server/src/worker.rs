@@ -84,6 +84,8 @@ pub struct Shared {
     pub stop: Arc<AtomicBool>,
     /// Where access log lines go, when enabled.
     pub access_log: Option<crate::access_log::Sender>,
+    /// The settings a reload may change in place.
+    pub live: LiveServer,
     /// Open connections per client address.
     pub per_ip: PerIp,
     /// Bytes all connections' buffers hold, against `server.max_buffer_mb`.
@@ -102,6 +104,34 @@ impl Shared {
         metrics::collect(&self.metrics, &server, &mut s);
         self.service.collect(&mut s);
         s
+    }
+}
+
+/// The server settings a reload (SIGHUP) may change in place, read with relaxed loads.
+#[derive(Debug)]
+pub struct LiveServer {
+    /// `server.max_connections_per_worker`.
+    pub max_connections_per_worker: std::sync::atomic::AtomicUsize,
+    /// `server.max_output_bytes`.
+    pub max_output_bytes: std::sync::atomic::AtomicUsize,
+    /// `server.idle_timeout_secs`.
+    pub idle_timeout_secs: std::sync::atomic::AtomicU64,
+    /// `server.header_timeout_secs`.
+    pub header_timeout_secs: std::sync::atomic::AtomicU64,
+    /// `server.shutdown_grace_secs`.
+    pub shutdown_grace_secs: std::sync::atomic::AtomicU64,
+}
+
+impl LiveServer {
+    /// The values of `c`.
+    pub fn of(c: &hotpath_config::ServerConfig) -> LiveServer {
+        LiveServer {
+            max_connections_per_worker: c.max_connections_per_worker.into(),
+            max_output_bytes: c.max_output_bytes.into(),
+            idle_timeout_secs: c.idle_timeout_secs.into(),
+            header_timeout_secs: c.header_timeout_secs.into(),
+            shutdown_grace_secs: c.shutdown_grace_secs.into(),
+        }
     }
 }
 
@@ -249,9 +279,9 @@ impl Handler {
     /// while every connection's buffers together hold their budget.
     fn output_cap(&self) -> usize {
         if self.shared.budget.spent() {
-            HELD_OUTPUT.min(self.shared.cfg.max_output_bytes)
+            HELD_OUTPUT.min(self.shared.live.max_output_bytes.load(Ordering::Relaxed))
         } else {
-            self.shared.cfg.max_output_bytes
+            self.shared.live.max_output_bytes.load(Ordering::Relaxed)
         }
     }
 
@@ -648,7 +678,14 @@ impl Worker {
             }
             if grace_until.is_none() && self.h.shared.stop.load(Ordering::Acquire) {
                 grace_until = Some(
-                    Instant::now() + Duration::from_secs(self.h.shared.cfg.shutdown_grace_secs),
+                    Instant::now()
+                        + Duration::from_secs(
+                            self.h
+                                .shared
+                                .live
+                                .shutdown_grace_secs
+                                .load(Ordering::Relaxed),
+                        ),
                 );
                 self.begin_shutdown();
             }
@@ -756,7 +793,12 @@ impl Worker {
     }
 
     fn accept(&mut self, i: usize) {
-        let max = self.h.shared.cfg.max_connections_per_worker;
+        let max = self
+            .h
+            .shared
+            .live
+            .max_connections_per_worker
+            .load(Ordering::Relaxed);
         for _ in 0..ACCEPTS_PER_TURN {
             let Some((listener, kind)) = self.tcp[i].as_ref() else {
                 return;
@@ -950,7 +992,7 @@ impl Worker {
             && (conn.pending_out() >= max_out || self.h.slice_spent());
         if conn.more
             && conn.pending_out() >= max_out
-            && max_out < self.h.shared.cfg.max_output_bytes
+            && max_out < self.h.shared.live.max_output_bytes.load(Ordering::Relaxed)
         {
             // Stopped at the small cap the spent budget imposes, not at its own.
             self.h.metrics().budget_held.add(1);
@@ -1180,8 +1222,13 @@ impl Worker {
     /// answer (slowloris, slow readers).
     fn sweep_timeouts(&mut self) {
         let now = self.h.now;
-        let idle = self.h.shared.cfg.idle_timeout_secs as u32;
-        let slow = self.h.shared.cfg.header_timeout_secs as u32;
+        let idle = self.h.shared.live.idle_timeout_secs.load(Ordering::Relaxed) as u32;
+        let slow = self
+            .h
+            .shared
+            .live
+            .header_timeout_secs
+            .load(Ordering::Relaxed) as u32;
         for slot in 0..self.conns.len() {
             let expired = self.conns[slot].as_ref().is_some_and(|c| {
                 if let Some(since) = c.partial_since {
