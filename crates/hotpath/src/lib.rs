@@ -124,9 +124,10 @@ pub fn load_config(path: Option<&PathBuf>) -> Result<Config, ConfigErrors> {
 /// SIGHUP: the config file read again and checked whole, as `serve` checks it. A file with
 /// an error changes nothing (the errors are logged). Otherwise what can change in place is
 /// applied from the next request on (README, "Reload": server limits and timeouts, the
-/// tracker's intervals, numwant, scrape and proxy settings and growth caps, private and popups
-/// secrets and some of their settings, the log's level and format), and the log says which changed
-/// keys were applied and which wait for a restart, their running values staying until then.
+/// tracker's intervals, numwant, scrape and proxy settings and growth caps, private and
+/// popups secrets and some of their settings, the log's level and format), and the log says
+/// which changed keys were applied and which wait for a restart, their running values
+/// staying until then.
 fn reload_config(path: Option<&PathBuf>, running: &mut Config, server: &RunningServer) {
     let Some(path) = path else {
         return;
