@@ -212,14 +212,30 @@ fn finish(child: &mut Child, within: Duration) -> Option<std::process::ExitStatu
 /// Stops a server as Ctrl-C would (SIGTERM to its group), and waits until its addresses are
 /// free: a new server beside a dying one would bind them too (`SO_REUSEPORT`), and a check
 /// for the new one's ports would be answered by the old one's.
-fn stop(mut server: Child, addrs: &[SocketAddr]) {
-    signal_group(&server, "TERM");
+fn stop(mut server: Server) {
+    let mut child = server.child.take().expect("a running server");
+    signal_group(&child, "TERM");
     common::wait_until(
         "the server to let go of its ports",
         Duration::from_secs(60),
-        || addrs.iter().all(|a| TcpStream::connect(a).is_err()),
+        || server.addrs.iter().all(|a| TcpStream::connect(a).is_err()),
     );
-    finish(&mut server, Duration::from_secs(10));
+    finish(&mut child, Duration::from_secs(10));
+}
+
+/// A server a serve block started, with the addresses it serves; its process group is killed
+/// if the test ends (or fails) while it runs.
+struct Server {
+    child: Option<Child>,
+    addrs: Vec<SocketAddr>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            finish(&mut child, Duration::ZERO);
+        }
+    }
 }
 
 fn signal_group(child: &Child, signal: &str) {
@@ -267,7 +283,7 @@ fn readme_shell_examples_run_as_written() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let mut server: Option<(Child, Vec<SocketAddr>)> = None;
+    let mut server: Option<Server> = None;
     let mut ran = 0;
     for (n, (mark, text)) in blocks.iter().enumerate() {
         if let Mark::Skip = mark {
@@ -281,6 +297,7 @@ fn readme_shell_examples_run_as_written() {
         );
         let spawn = || {
             Command::new("bash")
+                // -x: a failure's message shows each command as it ran.
                 .args(["-xeuo", "pipefail"])
                 .arg(&script)
                 .current_dir(&dir)
@@ -304,19 +321,22 @@ fn readme_shell_examples_run_as_written() {
         match mark {
             Mark::Skip => unreachable!("skipped above"),
             Mark::Serve(addrs) => {
-                if let Some((old, at)) = server.take() {
-                    stop(old, &at);
+                if let Some(old) = server.take() {
+                    stop(old);
                 }
-                let mut child = spawn();
+                let started = server.insert(Server {
+                    child: Some(spawn()),
+                    addrs: addrs.clone(),
+                });
                 let deadline = Instant::now() + Duration::from_secs(60);
                 while !addrs.iter().all(|a| TcpStream::connect(a).is_ok()) {
+                    let child = started.child.as_mut().expect("running");
                     if let Some(status) = child.try_wait().unwrap() {
                         panic!("{}", said(&format!("the server ended: {status}")));
                     }
                     assert!(Instant::now() < deadline, "{}", said("not up in 60 s"));
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                server = Some((child, addrs.clone()));
             }
             Mark::Run => {
                 let mut child = spawn();
@@ -334,8 +354,8 @@ fn readme_shell_examples_run_as_written() {
         }
         ran += 1;
     }
-    if let Some((old, at)) = server.take() {
-        stop(old, &at);
+    if let Some(old) = server.take() {
+        stop(old);
     }
     assert!(ran >= 8, "{ran} blocks ran");
     let _ = std::fs::remove_dir_all(&dir);

@@ -107,6 +107,28 @@ fn udp_loop(stop: &AtomicBool, tally: &Tally) {
     }
 }
 
+/// Kills (by PID) every successor the old process's log names, if the test ends while one
+/// still runs: they are not the test's children.
+struct Successors(Arc<Mutex<Vec<String>>>, bool);
+
+impl Drop for Successors {
+    fn drop(&mut self) {
+        if !self.1 {
+            return; // stopped by the test itself
+        }
+        let log = self.0.lock().map(|l| l.join("\n")).unwrap_or_default();
+        for pid in log
+            .lines()
+            .filter_map(|l| l.split("upgrade: pid ").nth(1)?.split(' ').next())
+        {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", pid])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
 #[test]
 fn sigusr2_hands_sockets_and_swarms_to_the_new_binary_and_drops_no_request() {
     const NAME: &str = "sigusr2_hands_sockets_and_swarms_to_the_new_binary_and_drops_no_request";
@@ -117,6 +139,7 @@ fn sigusr2_hands_sockets_and_swarms_to_the_new_binary_and_drops_no_request() {
     let config = dir.join("hotpath.toml");
     std::fs::write(&config, CONFIG).unwrap();
     let mut old = Proc::spawn(&config, &dir);
+    let mut reap = Successors(old.log.clone(), true);
     // Fifty seeders the new process must know.
     for n in 0..50u8 {
         http_announce(n, 7000 + u16::from(n)).unwrap();
@@ -248,5 +271,6 @@ fn sigusr2_hands_sockets_and_swarms_to_the_new_binary_and_drops_no_request() {
     wait_until("the new one to stop", Duration::from_secs(60), || {
         TcpStream::connect(HTTP).is_err()
     });
+    reap.1 = false;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -543,46 +543,7 @@ impl RunningServer {
     pub fn reconfigure(&self, new: &Config) -> Vec<&'static str> {
         let mut applied = self.service.reconfigure(new);
         let (s, n) = (&self.shared, &new.server);
-        let live = &s.live;
-        let usize_keys = [
-            (
-                &live.max_connections_per_worker,
-                n.max_connections_per_worker,
-                "server.max_connections_per_worker",
-            ),
-            (
-                &live.max_output_bytes,
-                n.max_output_bytes,
-                "server.max_output_bytes",
-            ),
-        ];
-        for (at, value, key) in usize_keys {
-            if at.swap(value, Ordering::Relaxed) != value {
-                applied.push(key);
-            }
-        }
-        let secs_keys = [
-            (
-                &live.idle_timeout_secs,
-                n.idle_timeout_secs,
-                "server.idle_timeout_secs",
-            ),
-            (
-                &live.header_timeout_secs,
-                n.header_timeout_secs,
-                "server.header_timeout_secs",
-            ),
-            (
-                &live.shutdown_grace_secs,
-                n.shutdown_grace_secs,
-                "server.shutdown_grace_secs",
-            ),
-        ];
-        for (at, value, key) in secs_keys {
-            if at.swap(value, Ordering::Relaxed) != value {
-                applied.push(key);
-            }
-        }
+        applied.extend(s.live.set(n));
         // The per-address limits and the buffer budget, set whatever they were (the binary
         // lists a key as applied only when the file changed it).
         s.per_ip

@@ -42,6 +42,10 @@ const READ_BUF_START: usize = 4096;
 const SPARE_BUFFERS: usize = 256;
 /// Unsent answers a connection may hold while the buffer budget is spent.
 const HELD_OUTPUT: usize = 16 << 10;
+/// How long a stop leaves an idle connection open for the request its client may be sending
+/// (one just accepted has not sent it yet): answered, with `Connection: close`, instead of
+/// lost to a close that crosses it. Those still idle then are closed.
+const IDLE_DRAIN: Duration = Duration::from_millis(250);
 /// Room asked for a response head beyond its body and extra headers.
 const HEAD_ROOM: usize = 256;
 /// Requests one connection may have answered per event-loop turn; a longer pipeline goes on
@@ -111,9 +115,9 @@ impl Shared {
 #[derive(Debug)]
 pub struct LiveServer {
     /// `server.max_connections_per_worker`.
-    pub max_connections_per_worker: std::sync::atomic::AtomicUsize,
+    pub max_connections_per_worker: std::sync::atomic::AtomicU64,
     /// `server.max_output_bytes`.
-    pub max_output_bytes: std::sync::atomic::AtomicUsize,
+    pub max_output_bytes: std::sync::atomic::AtomicU64,
     /// `server.idle_timeout_secs`.
     pub idle_timeout_secs: std::sync::atomic::AtomicU64,
     /// `server.header_timeout_secs`.
@@ -126,12 +130,47 @@ impl LiveServer {
     /// The values of `c`.
     pub fn of(c: &hotpath_config::ServerConfig) -> LiveServer {
         LiveServer {
-            max_connections_per_worker: c.max_connections_per_worker.into(),
-            max_output_bytes: c.max_output_bytes.into(),
+            max_connections_per_worker: (c.max_connections_per_worker as u64).into(),
+            max_output_bytes: (c.max_output_bytes as u64).into(),
             idle_timeout_secs: c.idle_timeout_secs.into(),
             header_timeout_secs: c.header_timeout_secs.into(),
             shutdown_grace_secs: c.shutdown_grace_secs.into(),
         }
+    }
+
+    /// Takes `c`'s values; the keys whose value changed.
+    pub fn set(&self, c: &hotpath_config::ServerConfig) -> Vec<&'static str> {
+        [
+            (
+                &self.max_connections_per_worker,
+                c.max_connections_per_worker as u64,
+                "server.max_connections_per_worker",
+            ),
+            (
+                &self.max_output_bytes,
+                c.max_output_bytes as u64,
+                "server.max_output_bytes",
+            ),
+            (
+                &self.idle_timeout_secs,
+                c.idle_timeout_secs,
+                "server.idle_timeout_secs",
+            ),
+            (
+                &self.header_timeout_secs,
+                c.header_timeout_secs,
+                "server.header_timeout_secs",
+            ),
+            (
+                &self.shutdown_grace_secs,
+                c.shutdown_grace_secs,
+                "server.shutdown_grace_secs",
+            ),
+        ]
+        .into_iter()
+        .filter(|(at, value, _)| at.swap(*value, Ordering::Relaxed) != *value)
+        .map(|(_, _, key)| key)
+        .collect()
     }
 }
 
@@ -279,9 +318,9 @@ impl Handler {
     /// while every connection's buffers together hold their budget.
     fn output_cap(&self) -> usize {
         if self.shared.budget.spent() {
-            HELD_OUTPUT.min(self.shared.live.max_output_bytes.load(Ordering::Relaxed))
+            HELD_OUTPUT.min(self.shared.live.max_output_bytes.load(Ordering::Relaxed) as usize)
         } else {
-            self.shared.live.max_output_bytes.load(Ordering::Relaxed)
+            self.shared.live.max_output_bytes.load(Ordering::Relaxed) as usize
         }
     }
 
@@ -481,6 +520,8 @@ pub struct Worker {
     ring_more: bool,
     h: Handler,
     last_sweep: u32,
+    /// When a stop closes the connections still idle ([`IDLE_DRAIN`] after it began).
+    drain_idle_at: Option<Instant>,
     /// Failed journal writes not logged yet, and the process second of the last line about
     /// one: a full disk fails every turn's write, and one line a second says it all.
     failed_commits: (u64, usize, Option<u32>),
@@ -588,6 +629,7 @@ impl Worker {
             ring,
             ring_more: false,
             last_sweep: process_secs(),
+            drain_idle_at: None,
             failed_commits: (0, 0, None),
             h,
             deferred: Vec::new(),
@@ -690,6 +732,9 @@ impl Worker {
                 self.begin_shutdown();
             }
             if let Some(deadline) = grace_until {
+                if self.drain_idle_at.is_some_and(|t| Instant::now() >= t) {
+                    self.close_idle();
+                }
                 if self.open == 0 || Instant::now() >= deadline {
                     if self.open > 0 {
                         log::warn!("worker {}: closing {} connections still busy at the end of the shutdown grace period", self.h.index, self.open);
@@ -779,15 +824,25 @@ impl Worker {
                 }
             }
         }
-        // Idle connections go now; busy ones finish their answers first.
+        // Busy ones finish their answers and close; idle ones get [`IDLE_DRAIN`] for a request
+        // on its way (answered with `Connection: close`), then close; a request still
+        // arriving is read to its end and answered.
+        for c in self.conns.iter_mut().flatten() {
+            if c.pending_out() > 0 && c.rstart == c.rend {
+                c.closing = true;
+            }
+        }
+        self.drain_idle_at = Some(Instant::now() + IDLE_DRAIN);
+    }
+
+    /// Closes the connections with nothing to answer or send (a stop's drain is over).
+    fn close_idle(&mut self) {
         for slot in 0..self.conns.len() {
             let idle = self.conns[slot]
                 .as_ref()
-                .is_some_and(|c| c.pending_out() == 0 && c.rstart == c.rend);
+                .is_some_and(|c| c.pending_out() == 0 && c.rstart == c.rend && !c.parked);
             if idle {
                 self.close(slot);
-            } else if let Some(c) = self.conns[slot].as_mut() {
-                c.closing = c.rstart == c.rend;
             }
         }
     }
@@ -798,7 +853,7 @@ impl Worker {
             .shared
             .live
             .max_connections_per_worker
-            .load(Ordering::Relaxed);
+            .load(Ordering::Relaxed) as usize;
         for _ in 0..ACCEPTS_PER_TURN {
             let Some((listener, kind)) = self.tcp[i].as_ref() else {
                 return;
@@ -992,7 +1047,7 @@ impl Worker {
             && (conn.pending_out() >= max_out || self.h.slice_spent());
         if conn.more
             && conn.pending_out() >= max_out
-            && max_out < self.h.shared.live.max_output_bytes.load(Ordering::Relaxed)
+            && max_out < self.h.shared.live.max_output_bytes.load(Ordering::Relaxed) as usize
         {
             // Stopped at the small cap the spent budget imposes, not at its own.
             self.h.metrics().budget_held.add(1);

@@ -352,6 +352,9 @@ impl Proc {
             .arg(config)
             .current_dir(cwd)
             .env("RUST_LOG", "info")
+            // Not the test's own: a process it starts (an upgrade's successor) must not hold
+            // the test harness's pipe open after the test.
+            .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("hotpath starts");
