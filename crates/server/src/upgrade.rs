@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::{self, BufRead as _, BufReader, Write as _};
+use std::io::{self, BufRead as _, BufReader, Read as _, Write as _};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -31,6 +31,9 @@ use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 use nix::sys::socket::{getsockopt, sockopt};
 
 use crate::listen::PortGuard;
+
+/// The longest line the old process reads from the new one (`ready`, `failed: why`).
+const MAX_SAID: u64 = 4096;
 
 /// The variable that lists the inherited descriptors: `tcp:5,udp:6,guard:7`.
 pub const INHERIT: &str = "HOTPATH_INHERIT";
@@ -107,7 +110,10 @@ impl Successor {
     /// does not (it failed, ended, or took too long; it is stopped then).
     pub fn ready(&mut self, within: Duration) -> Result<(), String> {
         let deadline = Instant::now() + within;
-        let mut reader = BufReader::new(self.stream.try_clone().map_err(|e| e.to_string())?);
+        // A line of at most a few KiB: what the new process says is its own, but nothing read
+        // from a socket grows without a bound.
+        let stream = self.stream.try_clone().map_err(|e| e.to_string())?;
+        let mut reader = BufReader::new(stream.take(MAX_SAID));
         let mut line = String::new();
         let said = loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -178,10 +184,9 @@ impl Handshake {
     }
 
     /// Waits until the old process has exited (its end of the pair closes).
-    pub fn wait_for_exit(self) {
-        let mut reader = BufReader::new(self.0);
-        let mut sink = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut reader, &mut sink);
+    pub fn wait_for_exit(mut self) {
+        // Nothing is expected before the end; whatever comes is read and dropped.
+        let _ = io::copy(&mut self.0, &mut io::sink());
     }
 }
 
