@@ -239,10 +239,7 @@ impl Drop for Server {
 }
 
 fn signal_group(child: &Child, signal: &str) {
-    let _ = Command::new("kill")
-        .args([&format!("-{signal}"), "--", &format!("-{}", child.id())])
-        .stderr(Stdio::null())
-        .status();
+    common::send_signal(&format!("-{signal}"), &format!("-{}", child.id()));
 }
 
 /// Every shell block of README, run in order as a reader would run them in a fresh directory

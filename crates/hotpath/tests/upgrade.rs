@@ -121,10 +121,7 @@ impl Drop for Successors {
             .lines()
             .filter_map(|l| l.split("upgrade: pid ").nth(1)?.split(' ').next())
         {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", pid])
-                .stderr(std::process::Stdio::null())
-                .status();
+            common::send_signal("-KILL", pid);
         }
     }
 }
@@ -174,11 +171,7 @@ fn sigusr2_hands_sockets_and_swarms_to_the_new_binary_and_drops_no_request() {
     // A new binary whose config has an error: the old one serves on.
     std::fs::write(&config, CONFIG.replace("workers = 2", "workers = \"two\"")).unwrap();
     let pid = old.child.id().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-USR2", &pid])
-        .status()
-        .unwrap()
-        .success());
+    assert!(common::send_signal("-USR2", &pid));
     wait_until("the refused upgrade", Duration::from_secs(60), || {
         old.log_text().contains("did not take over")
     });
@@ -198,11 +191,7 @@ fn sigusr2_hands_sockets_and_swarms_to_the_new_binary_and_drops_no_request() {
         http_tally.ok.load(Ordering::Relaxed),
         udp_tally.ok.load(Ordering::Relaxed),
     );
-    assert!(std::process::Command::new("kill")
-        .args(["-USR2", &pid])
-        .status()
-        .unwrap()
-        .success());
+    assert!(common::send_signal("-USR2", &pid));
     let status = old.wait_exit(Duration::from_secs(120));
     assert!(status.success(), "{status}\n{}", old.log_text());
     let new_pid: u32 = {
@@ -263,11 +252,7 @@ fn sigusr2_hands_sockets_and_swarms_to_the_new_binary_and_drops_no_request() {
     );
 
     // Stopped by its PID as any service is.
-    assert!(std::process::Command::new("kill")
-        .args(["-TERM", &new_pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
+    assert!(common::send_signal("-TERM", &new_pid.to_string()));
     wait_until("the new one to stop", Duration::from_secs(60), || {
         TcpStream::connect(HTTP).is_err()
     });

@@ -334,6 +334,16 @@ impl Udp {
     }
 }
 
+/// Sends `signal` ("-TERM", "-KILL", …) to `target` (a PID, or `-PGID` for a process group,
+/// after `--`) with kill(1); whether it was delivered.
+pub fn send_signal(signal: &str, target: &str) -> bool {
+    std::process::Command::new("kill")
+        .args([signal, "--", target])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// A `hotpath serve` process, killed (by its PID) if the test ends while it still runs; its
 /// log lines are kept for the test to read.
 pub struct Proc {
@@ -400,12 +410,10 @@ impl Proc {
 
     /// Sends `signal` (e.g. "-KILL", "-TERM") and waits for the exit; returns its status.
     pub fn signal(&mut self, signal: &str) -> std::process::ExitStatus {
-        let ok = std::process::Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {signal}");
+        assert!(
+            send_signal(signal, &self.child.id().to_string()),
+            "kill {signal}"
+        );
         self.wait_exit(Duration::from_secs(60))
     }
 
