@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod file;
 mod validate;
+pub use validate::MAX_EXCHANGE_MESSAGE;
 
 /// The most bytes a config file may have.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -1138,6 +1139,44 @@ section! {
 }
 
 section! {
+    /// Cluster mode: several hotpath nodes serve one set of swarms (the open tracker, HTTP and
+    /// UDP). Every node keeps every swarm in memory and answers from it; each tells the others
+    /// of the announces it takes through Redis Cluster's sharded pub/sub, signed with the
+    /// shared secret, and merges theirs: nothing on the request path waits for the network.
+    /// UDP connection ids are keyed by the secret, so any node accepts an id another issued.
+    /// Not yet with private mode, popups or Lua routes (`config --check` says so).
+    pub struct ClusterConfig {
+        /// Run as a node of a cluster (off: one process, exactly as without this section).
+        pub enabled: bool = false,
+        /// This node's id, 1-255, different on every node (the origin of its peers).
+        pub node_id: u8 = 1,
+        /// Redis Cluster seed nodes, host:port (any reachable one finds the rest).
+        pub redis: Vec<String> = vec!["127.0.0.1:7000".into()],
+        /// The secret every node shares (at least 16 characters): it signs the exchange and
+        /// keys UDP connection ids. Prefer `secret_file`.
+        pub secret: String = String::new(),
+        /// A file whose first line is the secret (relative to this config file's directory).
+        pub secret_file: String = String::new(),
+        /// The first part of the channels' names (several clusters may share one Redis).
+        pub prefix: String = "hotpath".into(),
+        /// Milliseconds between publishes of this node's deltas.
+        pub publish_ms: u64 = 100,
+        /// Groups of info hashes, one channel each (spread over the Redis masters by the
+        /// channels' hash tags). Every node must use the same number.
+        pub groups: u16 = 64,
+        /// Deltas waiting to be published at most; past it new ones are dropped (counted in
+        /// /metrics: the other nodes learn of those peers at their next announce).
+        pub max_pending_deltas: usize = 262_144,
+        /// The largest message this node publishes; a group's deltas take as many as needed.
+        pub max_message_bytes: usize = 65_536,
+        /// Messages received and not yet applied at most; past it they are dropped (counted).
+        pub max_inbound_messages: usize = 4096,
+        /// Milliseconds to wait for Redis (connect and each command) before counting it down.
+        pub redis_timeout_ms: u64 = 2000,
+    }
+}
+
+section! {
     /// Logging: what goes to standard error (the journal, under systemd) and the access log.
     pub struct LogConfig {
         /// The least severe messages written: "error", "warn", "info", "debug" or "trace",
@@ -1257,6 +1296,8 @@ pub struct Config {
     pub statsd: StatsdConfig,
     /// Logging.
     pub log: LogConfig,
+    /// Cluster mode.
+    pub cluster: ClusterConfig,
 }
 
 impl Config {
@@ -1394,6 +1435,7 @@ impl Config {
         }
         resolve(&mut self.lua.module_dir);
         resolve(&mut self.access_list.path);
+        resolve(&mut self.cluster.secret_file);
     }
 
     /// Checks values that parse but make no sense; the first problem (see
@@ -1479,6 +1521,7 @@ impl Config {
         write_section(&mut out, "lua", &self.lua);
         write_section(&mut out, "statsd", &self.statsd);
         write_section(&mut out, "log", &self.log);
+        write_section(&mut out, "cluster", &self.cluster);
         out
     }
 }
@@ -1817,6 +1860,47 @@ mod tests {
 
     #[test]
     fn invalid_values_are_named() {
+        let on = "[cluster]\nenabled = true\nsecret = \"0123456789abcdef\"\n";
+        let cluster = [
+            ("node_id = 0\n", "cluster.node_id"),
+            ("redis = []\n", "cluster.redis"),
+            ("redis = [\"no-port\"]\n", "cluster.redis"),
+            ("redis = [\"h:0\"]\n", "cluster.redis"),
+            ("prefix = \"a{b}\"\n", "cluster.prefix"),
+            ("publish_ms = 1\n", "cluster.publish_ms"),
+            ("groups = 0\n", "cluster.groups"),
+            ("max_pending_deltas = 0\n", "cluster.max_pending_deltas"),
+            ("max_message_bytes = 100\n", "cluster.max_message_bytes"),
+            ("max_inbound_messages = 0\n", "cluster.max_inbound_messages"),
+            ("redis_timeout_ms = 5\n", "cluster.redis_timeout_ms"),
+            ("secret_file = \"s\"\n", "cluster.secret"),
+        ];
+        for (line, key) in cluster {
+            let text = format!("{on}{line}");
+            let err = Config::parse(&text).unwrap_err().to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
+        for (text, key) in [
+            ("[cluster]\nenabled = true\n", "cluster.secret_file"),
+            (
+                "[cluster]\nenabled = true\nsecret = \"short\"\n",
+                "cluster.secret",
+            ),
+            (
+                &format!("{on}[tracker]\nmode = \"private\"\n") as &str,
+                "not yet with tracker.mode",
+            ),
+            (
+                &format!("{on}[popups]\nenabled = true\n"),
+                "not yet with popups",
+            ),
+        ] {
+            let err = Config::parse(text).unwrap_err().to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
+        // Off, nothing in the section is checked; on and complete, it passes.
+        Config::parse("[cluster]\nnode_id = 0\n").unwrap();
+        Config::parse(on).unwrap();
         let cases = [
             (
                 "[tracker]\nnumwant_default = 500\n",

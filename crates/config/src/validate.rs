@@ -2,8 +2,8 @@
 //! every problem it finds (the key's full name and what is allowed).
 
 use crate::{
-    AccessListMode, Config, ConfigError, ServerConfig, StatsdConfig, StoreConfig, TrackerConfig,
-    TrackerMode,
+    AccessListMode, ClusterConfig, Config, ConfigError, ServerConfig, StatsdConfig, StoreConfig,
+    TrackerConfig, TrackerMode,
 };
 
 /// The problems found so far.
@@ -34,7 +34,109 @@ pub(crate) fn all(c: &Config) -> Vec<ConfigError> {
         p.bad("log.level", e);
     }
     listen(c, &mut p);
+    cluster(c, &mut p);
     p.0
+}
+
+/// The largest exchange message a node may be set to publish (`cluster.max_message_bytes`):
+/// Redis takes far larger, but a message is one allocation on every node that reads it.
+pub const MAX_EXCHANGE_MESSAGE: usize = 1 << 20;
+
+/// `[cluster]`.
+fn cluster(c: &Config, p: &mut Problems) {
+    let cl: &ClusterConfig = &c.cluster;
+    if !cl.enabled {
+        return;
+    }
+    if cl.node_id == 0 {
+        p.bad("cluster.node_id", "must be between 1 and 255");
+    }
+    if cl.redis.is_empty() {
+        p.bad(
+            "cluster.redis",
+            "needs at least one Redis Cluster node, host:port",
+        );
+    }
+    for a in &cl.redis {
+        let ok = a
+            .rsplit_once(':')
+            .is_some_and(|(h, port)| !h.is_empty() && port.parse::<u16>().is_ok_and(|n| n > 0));
+        if !ok {
+            p.bad("cluster.redis", format!("{a:?} must be host:port"));
+        }
+    }
+    match (cl.secret.is_empty(), cl.secret_file.is_empty()) {
+        (true, true) => p.bad(
+            "cluster.secret_file",
+            "cluster mode needs the shared secret: set cluster.secret_file (or cluster.secret)",
+        ),
+        (false, false) => p.bad(
+            "cluster.secret",
+            "set cluster.secret or cluster.secret_file, not both",
+        ),
+        (false, true) if cl.secret.trim().len() < 16 => {
+            p.bad("cluster.secret", "must be at least 16 characters")
+        }
+        _ => {}
+    }
+    let prefix_ok = !cl.prefix.is_empty()
+        && cl.prefix.len() <= 64
+        && cl
+            .prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if !prefix_ok {
+        p.bad(
+            "cluster.prefix",
+            "must be 1-64 letters, digits, _, . and - (no braces: they pick Redis hash slots)",
+        );
+    }
+    if !(10..=10_000).contains(&cl.publish_ms) {
+        p.bad("cluster.publish_ms", "must be between 10 and 10000");
+    }
+    if !(1..=16_384).contains(&cl.groups) {
+        p.bad("cluster.groups", "must be between 1 and 16384");
+    }
+    if cl.max_pending_deltas == 0 || cl.max_pending_deltas > 1 << 26 {
+        p.bad(
+            "cluster.max_pending_deltas",
+            "must be between 1 and 67108864",
+        );
+    }
+    if !(1024..=MAX_EXCHANGE_MESSAGE).contains(&cl.max_message_bytes) {
+        p.bad(
+            "cluster.max_message_bytes",
+            format!("must be between 1024 and {MAX_EXCHANGE_MESSAGE}"),
+        );
+    }
+    if cl.max_inbound_messages == 0 || cl.max_inbound_messages > 1 << 20 {
+        p.bad(
+            "cluster.max_inbound_messages",
+            "must be between 1 and 1048576",
+        );
+    }
+    if !(100..=60_000).contains(&cl.redis_timeout_ms) {
+        p.bad("cluster.redis_timeout_ms", "must be between 100 and 60000");
+    }
+    // Their state is not exchanged yet: each node would answer from its own.
+    if c.tracker.mode == TrackerMode::Private {
+        p.bad(
+            "cluster.enabled",
+            "not yet with tracker.mode = \"private\" (users' accounting is not shared between nodes)",
+        );
+    }
+    if c.popups.enabled {
+        p.bad(
+            "cluster.enabled",
+            "not yet with popups.enabled (its users' state is not shared between nodes)",
+        );
+    }
+    if !c.lua.routes.is_empty() {
+        p.bad(
+            "cluster.enabled",
+            "not yet with lua.routes (their shared state is not shared between nodes)",
+        );
+    }
 }
 
 /// `[server]`.

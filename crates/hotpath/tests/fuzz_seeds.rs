@@ -442,6 +442,37 @@ fn connection_key(seeds: &mut Seeds) {
     seeds.put("connection_key", "fresh", &file);
 }
 
+fn exchange_message(seeds: &mut Seeds) {
+    use hotpath_wire::exchange::{begin, put, seal, Delta};
+    // The fuzz target's key.
+    let key = *b"hotpath-fuzz-key";
+    let hash = *b"\x12\x34\x56\x78\x9a\xbc\xde\xf0\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa%&";
+    let at = 1_800_000_000 - 30;
+    let mut v6 = Delta::v6(
+        hash,
+        [
+            0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0x1a, 0xe1,
+        ],
+        at,
+    );
+    v6.seeder = true;
+    v6.peer_id = Some(*b"-HP0001-abcdefghijkl");
+    let mut gone = Delta::v4(hash, [192, 0, 2, 7, 0x1a, 0xe1], at);
+    gone.stopped = true;
+    gone.snatched = true;
+    let mut msg = Vec::new();
+    let start = begin(&mut msg, 2, 1_800_000_000_000);
+    for d in [Delta::v4(hash, [192, 0, 2, 7, 0x1a, 0xe1], at), v6, gone] {
+        put(&mut msg, &d);
+    }
+    seal(&mut msg, start, &key);
+    seeds.put("exchange_message", "three_deltas", &msg);
+    let mut empty = Vec::new();
+    let start = begin(&mut empty, 3, 1_800_000_000_000);
+    seal(&mut empty, start, &key);
+    seeds.put("exchange_message", "empty", &empty);
+}
+
 fn popups(seeds: &mut Seeds) {
     let signer = hotpath_wire::popup_token::Signer::new(b"fuzz secret");
     let mut token = Vec::new();
@@ -707,6 +738,7 @@ fn all() -> Seeds {
     journal(&mut seeds);
     snapshot(&mut seeds);
     connection_key(&mut seeds);
+    exchange_message(&mut seeds);
     popups(&mut seeds);
     push_api(&mut seeds);
     ocelot_api(&mut seeds);

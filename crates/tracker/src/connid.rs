@@ -17,6 +17,9 @@ pub const LIFETIME_SECS: u32 = 120;
 #[derive(Debug, Clone)]
 pub struct ConnectionIds {
     key: [u8; 16],
+    /// Seconds an expiry may lie beyond this clock's idea of the latest one: 0 for ids only
+    /// this process issues, a few for a cluster's nodes, whose clocks differ a little.
+    skew: u32,
 }
 
 impl ConnectionIds {
@@ -24,12 +27,18 @@ impl ConnectionIds {
     pub fn random() -> Self {
         let mut key = [0u8; 16];
         getrandom::fill(&mut key).expect("the OS random source works");
-        Self { key }
+        Self { key, skew: 0 }
     }
 
     /// With a fixed key (one saved before, or tests').
     pub fn with_key(key: [u8; 16]) -> Self {
-        Self { key }
+        Self { key, skew: 0 }
+    }
+
+    /// With a key every node of a cluster derives from its shared secret, so any node accepts
+    /// an id another issued, whose clock may be up to `skew` seconds ahead.
+    pub fn shared(key: [u8; 16], skew: u32) -> Self {
+        Self { key, skew }
     }
 
     /// The key, to be saved for the next process.
@@ -56,7 +65,9 @@ impl ConnectionIds {
     /// Whether `id` was issued by this process to `ip` and has not expired at `now`.
     pub fn check(&self, id: u64, ip: IpAddr, now: u32) -> bool {
         let expires = (id >> 32) as u32;
-        expires >= now && expires <= now + LIFETIME_SECS && self.mac(ip, expires) == id as u32
+        expires >= now
+            && expires <= now + LIFETIME_SECS + self.skew
+            && self.mac(ip, expires) == id as u32
     }
 }
 
@@ -79,5 +90,18 @@ mod tests {
         let far = u64::from(5000u32) << 32 | u64::from(ids.mac(ip, 5000));
         assert!(!ids.check(far, ip, 1000));
         assert!(!ConnectionIds::with_key([8; 16]).check(id, ip, 1000));
+    }
+
+    #[test]
+    fn another_node_within_the_skew_accepts_an_id() {
+        let a = ConnectionIds::shared([7; 16], 5);
+        let b = ConnectionIds::shared([7; 16], 5);
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        // Node a's clock is 4 s ahead of b's.
+        let id = a.issue(ip, 1004);
+        assert!(b.check(id, ip, 1000));
+        let far = a.issue(ip, 1006);
+        assert!(!b.check(far, ip, 1000));
+        assert!(!ConnectionIds::shared([9; 16], 5).check(id, ip, 1000));
     }
 }

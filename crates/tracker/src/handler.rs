@@ -15,6 +15,7 @@ use hotpath_store::JournalWriter;
 
 use crate::stored::{TorrentChange, TORRENT_LEN};
 use hotpath_wire::bencode::{put_bytes, put_failure, put_int};
+use hotpath_wire::exchange::Delta;
 use hotpath_wire::query::{self, is_global_unicast, Event, Id20};
 use hotpath_wire::udp;
 
@@ -64,6 +65,8 @@ pub struct TrackerWorker {
     /// The settings in force (`Shared::live`) and their generation.
     cfg: Arc<hotpath_config::TrackerConfig>,
     cfg_gen: u64,
+    /// The server worker this handler belongs to.
+    index: usize,
 }
 
 fn compact4(ip: std::net::Ipv4Addr, port: u16) -> [u8; 6] {
@@ -148,6 +151,7 @@ impl TrackerWorker {
             hashes: Vec::new(),
             access,
             url_data: Vec::new(),
+            index,
         }
     }
 
@@ -240,6 +244,19 @@ impl TrackerWorker {
         }
         let (c, snatched) = result?;
         let at = self.unix(now);
+        if let Some(x) = &self.shared.exchange {
+            // The other nodes learn of the peer (or of its leaving) within a publish interval.
+            let mut d = match (peer.v4, peer.v6) {
+                (Some(a), _) => Delta::v4(peer.info_hash, a, at),
+                (None, Some(a)) => Delta::v6(peer.info_hash, a, at),
+                (None, None) => return Ok(c),
+            };
+            d.seeder = peer.seeder;
+            d.stopped = peer.event == Event::Stopped;
+            d.snatched = snatched;
+            d.peer_id = self.shared.cfg.keep_peer_ids.then_some(peer.peer_id);
+            x.push(self.index, d);
+        }
         if let (true, Some(j)) = (snatched, &mut self.journal) {
             j.push(&TorrentChange {
                 info_hash: peer.info_hash,

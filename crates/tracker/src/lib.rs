@@ -13,6 +13,7 @@ pub mod access;
 pub mod connid;
 mod dense;
 mod error;
+pub mod exchange;
 pub mod handler;
 pub mod owners;
 pub mod persist;
@@ -40,6 +41,10 @@ pub const ANNOUNCE: Kind = Kind::http_and_udp("announce");
 pub const SCRAPE: Kind = Kind::http_and_udp("scrape");
 /// A BEP 15 connect.
 pub const CONNECT: Kind = Kind::udp("connect");
+
+/// Seconds the clocks of a cluster's nodes may differ by: a UDP connection id another node
+/// issued, or a delta it stamped, may lie that far in this node's future.
+pub const CLOCK_SKEW_SECS: u32 = 5;
 
 /// The tracker's metrics.
 mod m {
@@ -141,6 +146,8 @@ pub struct Shared {
     pub live: parking_lot::RwLock<Arc<hotpath_config::TrackerConfig>>,
     /// Moves on each change of `live`.
     pub live_gen: std::sync::atomic::AtomicU64,
+    /// Cluster mode: the deltas this node has yet to publish to the others.
+    pub exchange: Option<Arc<exchange::Exchange>>,
 }
 
 /// The swarm table's caps of `cfg`.
@@ -214,13 +221,41 @@ impl Tracker {
         config: &Config,
         persist: Option<Arc<hotpath_store::Store>>,
     ) -> Result<Tracker, TrackerError> {
+        Tracker::build(config, persist, None)
+    }
+
+    /// Builds the tracker as a node of a cluster (`cluster.enabled`): its peers carry the
+    /// node they announced to, accepted announces are queued for the other nodes, and UDP
+    /// connection ids are keyed by `connection_key` (from the cluster's shared secret), so
+    /// every node accepts the ids any node issued.
+    pub fn for_node(
+        config: &Config,
+        persist: Option<Arc<hotpath_store::Store>>,
+        connection_key: [u8; 16],
+    ) -> Result<Tracker, TrackerError> {
+        Tracker::build(config, persist, Some(connection_key))
+    }
+
+    fn build(
+        config: &Config,
+        persist: Option<Arc<hotpath_store::Store>>,
+        node_key: Option<[u8; 16]>,
+    ) -> Result<Tracker, TrackerError> {
         let cfg = config.tracker.clone();
         let caps = caps(&cfg);
-        let swarms: Box<dyn SwarmTable> = if cfg.keep_peer_ids {
-            Box::new(Table::<20>::new(cfg.shards, caps))
-        } else {
-            Box::new(Table::<0>::new(cfg.shards, caps))
+        let node = config.cluster.node_id;
+        let swarms: Box<dyn SwarmTable> = match (node_key.is_some(), cfg.keep_peer_ids) {
+            (false, true) => Box::new(Table::<20>::new(cfg.shards, caps)),
+            (false, false) => Box::new(Table::<0>::new(cfg.shards, caps)),
+            (true, true) => Box::new(Table::<20, 1>::new(cfg.shards, caps).with_origin(node)),
+            (true, false) => Box::new(Table::<0, 1>::new(cfg.shards, caps).with_origin(node)),
         };
+        let exchange = node_key.map(|_| {
+            Arc::new(exchange::Exchange::new(
+                node,
+                config.cluster.max_pending_deltas,
+            ))
+        });
         let access = AccessList::load(config.access_list.mode, &config.access_list.path)?;
         // Started without the database, the counts come once it answers (below).
         if let Some(db) = persist.as_ref().filter(|db| db.online()) {
@@ -235,9 +270,13 @@ impl Tracker {
         let swarms_dir = (persist.is_some() && cfg.persist_swarms)
             .then(|| std::path::PathBuf::from(&config.store.data_dir));
         // The ids clients got from the process before this one stay good.
-        let conn_ids = match swarms_dir.as_deref().map(persist::load_connection_key) {
-            Some(Ok(Some(ids))) => ids,
-            Some(Err(e)) => {
+        let conn_ids = match (
+            node_key,
+            swarms_dir.as_deref().map(persist::load_connection_key),
+        ) {
+            (Some(key), _) => ConnectionIds::shared(key, CLOCK_SKEW_SECS),
+            (None, Some(Ok(Some(ids)))) => ids,
+            (None, Some(Err(e))) => {
                 log::warn!("UDP connection ids: {e}; a new key");
                 ConnectionIds::random()
             }
@@ -309,6 +348,7 @@ impl Tracker {
                     .as_ref()
                     .map(|_| std::path::PathBuf::from(&config.store.data_dir)),
                 private,
+                exchange,
             }),
         };
         match &tracker.shared.persist {
@@ -384,6 +424,10 @@ impl Tracker {
         match persist::save_swarms(&self.shared, dir) {
             Ok((t, p)) => log::info!("swarms saved: {t} torrents, {p} peers"),
             Err(e) => log::error!("swarms not saved to {}: {e}", dir.display()),
+        }
+        if self.shared.exchange.is_some() {
+            // A node's key comes from the cluster's secret, not from this file.
+            return;
         }
         if let Err(e) = persist::save_connection_key(&self.shared.conn_ids, dir) {
             log::error!(

@@ -27,13 +27,14 @@ pub const INDEX_AT: usize = 32;
 /// last seen, and `I` bytes of peer id (0 or 20).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
-pub struct Record<const A: usize, const I: usize> {
+pub struct Record<const A: usize, const I: usize, const O: usize = 0> {
     addr: [u8; A],
     seen: [u8; 2],
     id: [u8; I],
+    origin: [u8; O],
 }
 
-impl<const A: usize, const I: usize> Record<A, I> {
+impl<const A: usize, const I: usize, const O: usize> Record<A, I, O> {
     /// The process second it was last seen (16 bits, wrapping).
     pub fn seen(&self) -> u16 {
         u16::from_ne_bytes(self.seen)
@@ -47,6 +48,17 @@ impl<const A: usize, const I: usize> Record<A, I> {
     /// The peer id, when ids are kept.
     pub fn peer_id(&self) -> Option<&[u8]> {
         (I > 0).then_some(&self.id[..])
+    }
+
+    /// The node the peer announced to, when the table keeps origins (0 when it does not).
+    pub fn origin(&self) -> u8 {
+        self.origin.first().copied().unwrap_or(0)
+    }
+
+    fn set_origin(&mut self, origin: u8) {
+        if let Some(o) = self.origin.first_mut() {
+            *o = origin;
+        }
     }
 }
 
@@ -124,8 +136,8 @@ impl Room {
 /// The peers of one address family of one torrent, borrowed from wherever the torrent keeps
 /// them: the records (seeders in `[0, seeders)`, leechers after), the seeder count, and the
 /// address index when the set is large enough to have one.
-pub struct PeerSet<'a, const A: usize, const I: usize> {
-    peers: &'a mut Vec<Record<A, I>>,
+pub struct PeerSet<'a, const A: usize, const I: usize, const O: usize = 0> {
+    peers: &'a mut Vec<Record<A, I, O>>,
     seeders: &'a mut u32,
     index: Option<&'a mut Index<A>>,
 }
@@ -149,7 +161,7 @@ pub enum Change {
     AddressSpent,
 }
 
-impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
+impl<const A: usize, const I: usize, const O: usize> PeerSet<'_, A, I, O> {
     fn find(&self, addr: &[u8; A]) -> Option<usize> {
         match &self.index {
             Some(index) => index.pos.get(addr).map(|&i| i as usize),
@@ -235,7 +247,9 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
     }
 
     /// Applies an announce; a new peer is added only if `room` allows. Returns what changed
-    /// and whether the peer was a seeder before.
+    /// and whether the peer was a seeder before. `origin` is the node it announced to (kept
+    /// only by tables that keep origins).
+    #[allow(clippy::too_many_arguments)]
     pub fn announce(
         &mut self,
         addr: [u8; A],
@@ -244,6 +258,7 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
         stopped: bool,
         now: u16,
         room: Room,
+        origin: u8,
     ) -> (Change, bool) {
         let found = self.find(&addr);
         let was_seeder = found.is_some_and(|i| i < *self.seeders as usize);
@@ -258,35 +273,103 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
                 let record = &mut self.peers[i];
                 record.seen = now.to_ne_bytes();
                 record.id.copy_from_slice(&id[..I]);
+                record.set_origin(origin);
                 Change::Updated
             }
-            None if !room.swarm => Change::SwarmFull,
-            None if self.address_full(&addr, room) => Change::AddressFull,
-            None if !room.address => Change::AddressSpent,
-            None => {
-                let mut record = Record {
-                    addr,
-                    seen: now.to_ne_bytes(),
-                    id: [0; I],
-                };
-                record.id.copy_from_slice(&id[..I]);
-                if self.peers.len() < INDEX_AT {
-                    // Small sets grow one record at a time: memory per peer is the headline.
-                    self.peers.reserve_exact(1);
-                }
-                self.peers.push(record);
-                let i = self.peers.len() - 1;
-                if let Some(index) = &mut self.index {
-                    index.pos.insert(addr, i as u32);
-                    index.count(&addr, true);
-                }
-                if seeder {
-                    self.set_seeder(i, true);
-                }
-                Change::Added
-            }
+            None => self.add(addr, id, seeder, now, room, origin),
         };
         (change, was_seeder)
+    }
+
+    /// Adds a peer the set does not hold, if `room` allows.
+    fn add(
+        &mut self,
+        addr: [u8; A],
+        id: &Id20,
+        seeder: bool,
+        seen: u16,
+        room: Room,
+        origin: u8,
+    ) -> Change {
+        if !room.swarm {
+            return Change::SwarmFull;
+        }
+        if self.address_full(&addr, room) {
+            return Change::AddressFull;
+        }
+        if !room.address {
+            return Change::AddressSpent;
+        }
+        let mut record = Record {
+            addr,
+            seen: seen.to_ne_bytes(),
+            id: [0; I],
+            origin: [0; O],
+        };
+        record.id.copy_from_slice(&id[..I]);
+        record.set_origin(origin);
+        if self.peers.len() < INDEX_AT {
+            // Small sets grow one record at a time: memory per peer is the headline.
+            self.peers.reserve_exact(1);
+        }
+        self.peers.push(record);
+        let i = self.peers.len() - 1;
+        if let Some(index) = &mut self.index {
+            index.pos.insert(addr, i as u32);
+            index.count(&addr, true);
+        }
+        if seeder {
+            self.set_seeder(i, true);
+        }
+        Change::Added
+    }
+
+    /// Applies what another node saw of a peer, last seen at `seen` (process seconds, at or
+    /// before `now`): the newer of it and the record held wins, so deltas that arrive out of
+    /// order or twice change nothing. A tombstone (`stopped`) removes a record seen no later
+    /// than it. Returns what changed ([`Change::None`] for a stale delta or a tombstone of an
+    /// unknown peer) and whether the peer was a seeder before.
+    #[allow(clippy::too_many_arguments)]
+    pub fn merge(
+        &mut self,
+        addr: [u8; A],
+        id: &Id20,
+        seeder: bool,
+        stopped: bool,
+        seen: u16,
+        now: u16,
+        room: Room,
+        origin: u8,
+    ) -> (Change, bool) {
+        let found = self.find(&addr);
+        let was_seeder = found.is_some_and(|i| i < *self.seeders as usize);
+        let change = match found {
+            Some(i) if now.wrapping_sub(self.peers[i].seen()) < now.wrapping_sub(seen) => {
+                Change::None
+            }
+            Some(i) if stopped => {
+                self.remove_at(i);
+                Change::Removed
+            }
+            None if stopped => Change::None,
+            Some(i) => {
+                let i = self.set_seeder(i, seeder);
+                let record = &mut self.peers[i];
+                record.seen = seen.to_ne_bytes();
+                record.id.copy_from_slice(&id[..I]);
+                record.set_origin(origin);
+                Change::Updated
+            }
+            None => self.add(addr, id, seeder, seen, room, origin),
+        };
+        (change, was_seeder)
+    }
+
+    /// Adds one to `tally[origin]` for each peer of the set.
+    pub fn tally_origins(&self, tally: &mut [u32; 256]) {
+        for p in self.peers.iter() {
+            tally[usize::from(p.origin())] += 1;
+        }
     }
 
     /// Drops peers not seen for more than `timeout` seconds, telling `gone` each one's
@@ -310,14 +393,14 @@ impl<const A: usize, const I: usize> PeerSet<'_, A, I> {
 /// Calls `each` with up to `want` of `peers` (seeders first, `seeders` of them) for a client at
 /// `own`: only leechers when the client is a seeder, never the client itself, starting at a
 /// random offset. Returns how many were given.
-pub fn select<const A: usize, const I: usize>(
-    peers: &[Record<A, I>],
+pub fn select<const A: usize, const I: usize, const O: usize>(
+    peers: &[Record<A, I, O>],
     seeders: u32,
     own: &[u8; A],
     seeder: bool,
     want: usize,
     rng: &mut fastrand::Rng,
-    mut each: impl FnMut(&Record<A, I>),
+    mut each: impl FnMut(&Record<A, I, O>),
 ) -> usize {
     let range = if seeder {
         &peers[seeders as usize..]
@@ -343,7 +426,10 @@ pub fn select<const A: usize, const I: usize>(
 
 /// Builds or drops an index so that sets of [`INDEX_AT`] peers or more have one and sets of
 /// fewer than half that do not (the gap keeps a set at the edge from flapping).
-fn fit_index<const A: usize, const I: usize>(peers: &[Record<A, I>], index: &mut Option<Index<A>>) {
+fn fit_index<const A: usize, const I: usize, const O: usize>(
+    peers: &[Record<A, I, O>],
+    index: &mut Option<Index<A>>,
+) {
     if peers.len() >= INDEX_AT && index.is_none() {
         let mut built = Index::<A> {
             pos: HashMap::with_capacity(peers.len()),
@@ -363,17 +449,17 @@ fn fit_index<const A: usize, const I: usize>(peers: &[Record<A, I>], index: &mut
 /// addresses IPv4 peers also gave (BEP 7's `ipv6=`, when accepted): those are handed to IPv6
 /// peers but not counted, as they are peers counted already.
 #[derive(Debug)]
-struct Extra<const I: usize> {
+struct Extra<const I: usize, const O: usize> {
     index4: Option<Index<6>>,
-    v6: Vec<Record<18, I>>,
+    v6: Vec<Record<18, I, O>>,
     seeders6: u32,
     index6: Option<Index<18>>,
-    alias6: Vec<Record<18, I>>,
+    alias6: Vec<Record<18, I, O>>,
     alias_seeders6: u32,
     alias_index6: Option<Index<18>>,
 }
 
-impl<const I: usize> Default for Extra<I> {
+impl<const I: usize, const O: usize> Default for Extra<I, O> {
     fn default() -> Self {
         Self {
             index4: None,
@@ -390,15 +476,15 @@ impl<const I: usize> Default for Extra<I> {
 /// One torrent: 40 bytes in the table (so a table entry with its key is 64), its IPv4 records
 /// behind one pointer, and what few torrents need behind another.
 #[derive(Debug)]
-pub struct Torrent<const I: usize> {
-    v4: Vec<Record<6, I>>,
+pub struct Torrent<const I: usize, const O: usize = 0> {
+    v4: Vec<Record<6, I, O>>,
     seeders4: u32,
     /// Completed downloads seen (snatches).
     pub completed: u32,
-    extra: Option<Box<Extra<I>>>,
+    extra: Option<Box<Extra<I, O>>>,
 }
 
-impl<const I: usize> Default for Torrent<I> {
+impl<const I: usize, const O: usize> Default for Torrent<I, O> {
     fn default() -> Self {
         Self {
             v4: Vec::new(),
@@ -409,9 +495,9 @@ impl<const I: usize> Default for Torrent<I> {
     }
 }
 
-impl<const I: usize> Torrent<I> {
+impl<const I: usize, const O: usize> Torrent<I, O> {
     /// The IPv4 peer set.
-    pub fn v4(&mut self) -> PeerSet<'_, 6, I> {
+    pub fn v4(&mut self) -> PeerSet<'_, 6, I, O> {
         PeerSet {
             peers: &mut self.v4,
             seeders: &mut self.seeders4,
@@ -420,7 +506,7 @@ impl<const I: usize> Torrent<I> {
     }
 
     /// The IPv6 peer set (allocating the extra part on first use).
-    pub fn v6(&mut self) -> PeerSet<'_, 18, I> {
+    pub fn v6(&mut self) -> PeerSet<'_, 18, I, O> {
         let e = self.extra.get_or_insert_with(Default::default);
         PeerSet {
             peers: &mut e.v6,
@@ -430,7 +516,7 @@ impl<const I: usize> Torrent<I> {
     }
 
     /// The IPv6 addresses IPv4 peers also gave (allocating the extra part on first use).
-    pub fn alias6(&mut self) -> PeerSet<'_, 18, I> {
+    pub fn alias6(&mut self) -> PeerSet<'_, 18, I, O> {
         let e = self.extra.get_or_insert_with(Default::default);
         PeerSet {
             peers: &mut e.alias6,
@@ -466,7 +552,7 @@ impl<const I: usize> Torrent<I> {
         seeder: bool,
         want: usize,
         rng: &mut fastrand::Rng,
-        each: impl FnMut(&Record<6, I>),
+        each: impl FnMut(&Record<6, I, O>),
     ) -> usize {
         select(&self.v4, self.seeders4, own, seeder, want, rng, each)
     }
@@ -479,7 +565,7 @@ impl<const I: usize> Torrent<I> {
         seeder: bool,
         want: usize,
         rng: &mut fastrand::Rng,
-        mut each: impl FnMut(&Record<18, I>),
+        mut each: impl FnMut(&Record<18, I, O>),
     ) -> usize {
         match &self.extra {
             Some(e) => {
@@ -512,19 +598,19 @@ impl<const I: usize> Torrent<I> {
     }
 
     /// The IPv4 records (seeders first) and how many are seeders.
-    pub fn records_v4(&self) -> (&[Record<6, I>], u32) {
+    pub fn records_v4(&self) -> (&[Record<6, I, O>], u32) {
         (&self.v4, self.seeders4)
     }
 
     /// The IPv6 records (seeders first) and how many are seeders.
-    pub fn records_v6(&self) -> (&[Record<18, I>], u32) {
+    pub fn records_v6(&self) -> (&[Record<18, I, O>], u32) {
         self.extra
             .as_ref()
             .map_or((&[][..], 0), |e| (&e.v6[..], e.seeders6))
     }
 
     /// The IPv6 addresses IPv4 peers gave (seeders first) and how many are seeders.
-    pub fn records_alias6(&self) -> (&[Record<18, I>], u32) {
+    pub fn records_alias6(&self) -> (&[Record<18, I, O>], u32) {
         self.extra
             .as_ref()
             .map_or((&[][..], 0), |e| (&e.alias6[..], e.alias_seeders6))
@@ -557,9 +643,9 @@ impl<const I: usize> Torrent<I> {
 
 /// One shard: its torrents and its share of the global counts, all under one short lock.
 #[derive(Debug, Default)]
-pub struct Shard<const I: usize> {
+pub struct Shard<const I: usize, const O: usize = 0> {
     /// The torrents with peers.
-    pub torrents: HashMap<Id20, Torrent<I>>,
+    pub torrents: HashMap<Id20, Torrent<I, O>>,
     /// Completed counts of torrents without peers (their swarms freed), so scrapes still
     /// report them; bounded (see `tracker.max_idle_torrents`).
     pub idle: HashMap<Id20, u32>,
@@ -572,17 +658,20 @@ pub struct Shard<const I: usize> {
     pub peers: usize,
     /// Seeders in this shard.
     pub seeders: usize,
+    /// Peers by the node they announced to, as of the shard's last sweep (empty in a table
+    /// that keeps no origins).
+    pub origins: Vec<(u8, u32)>,
 }
 
 /// All torrents, sharded by info hash. Each operation locks one shard for a short,
 /// allocation-light critical section and never across a syscall.
 #[derive(Debug)]
-pub struct Swarms<const I: usize> {
-    shards: Box<[Mutex<Shard<I>>]>,
+pub struct Swarms<const I: usize, const O: usize = 0> {
+    shards: Box<[Mutex<Shard<I, O>>]>,
     mask: usize,
 }
 
-impl<const I: usize> Swarms<I> {
+impl<const I: usize, const O: usize> Swarms<I, O> {
     /// An empty table of `shards` shards (a power of two).
     pub fn new(shards: usize) -> Self {
         assert!(shards.is_power_of_two());
@@ -598,13 +687,13 @@ impl<const I: usize> Swarms<I> {
     }
 
     /// The shard holding `info_hash`.
-    pub fn shard(&self, info_hash: &Id20) -> &Mutex<Shard<I>> {
+    pub fn shard(&self, info_hash: &Id20) -> &Mutex<Shard<I, O>> {
         let n = u32::from_le_bytes([info_hash[16], info_hash[17], info_hash[18], info_hash[19]]);
         &self.shards[n as usize & self.mask]
     }
 
     /// Shard `i`.
-    pub fn shard_at(&self, i: usize) -> &Mutex<Shard<I>> {
+    pub fn shard_at(&self, i: usize) -> &Mutex<Shard<I, O>> {
         &self.shards[i]
     }
 }
@@ -653,7 +742,7 @@ mod tests {
         };
         let r = t
             .v4()
-            .announce(addr(n), &[n as u8; 20], seeder, stopped, now, room);
+            .announce(addr(n), &[n as u8; 20], seeder, stopped, now, room, 0);
         t.tidy();
         r
     }
@@ -763,14 +852,14 @@ mod tests {
         let mut t = Torrent::<0>::default();
         let mut a6 = [0u8; 18];
         a6[0] = 0x20;
-        t.v6().announce(a6, &[0; 20], true, false, 0, Room::ANY);
+        t.v6().announce(a6, &[0; 20], true, false, 0, Room::ANY, 0);
         t.tidy();
         assert_eq!((t.seeders(), t.leechers()), (1, 0));
         let mut rng = fastrand::Rng::with_seed(1);
         let mut got = 0;
         t.select_v6(&[0; 18], false, 10, &mut rng, |_| got += 1);
         assert_eq!(got, 1);
-        t.v6().announce(a6, &[0; 20], true, true, 0, Room::ANY);
+        t.v6().announce(a6, &[0; 20], true, true, 0, Room::ANY, 0);
         t.tidy();
         assert!(t.is_empty() && t.extra.is_none());
     }
@@ -787,7 +876,7 @@ mod tests {
         let one_ip = |t: &mut Torrent<0>, port: u16| {
             let mut a = addr(7);
             a[4..].copy_from_slice(&port.to_be_bytes());
-            let r = t.v4().announce(a, &[0; 20], false, false, 0, room).0;
+            let r = t.v4().announce(a, &[0; 20], false, false, 0, room, 0).0;
             t.tidy();
             r
         };
@@ -807,7 +896,7 @@ mod tests {
         // A departure makes room again.
         let mut a = addr(7);
         a[4..].copy_from_slice(&1u16.to_be_bytes());
-        t.v4().announce(a, &[0; 20], false, true, 0, room);
+        t.v4().announce(a, &[0; 20], false, true, 0, room, 0);
         assert_eq!(one_ip(&mut t, 5), Change::Added);
         check_invariants(&t);
         // An address out of budget across torrents adds nothing, and is still updated.
@@ -817,13 +906,13 @@ mod tests {
         };
         let mut a = addr(9);
         assert_eq!(
-            t.v4().announce(a, &[0; 20], false, false, 0, spent).0,
+            t.v4().announce(a, &[0; 20], false, false, 0, spent, 0).0,
             Change::AddressSpent
         );
         a = addr(7);
         a[4..].copy_from_slice(&5u16.to_be_bytes());
         assert_eq!(
-            t.v4().announce(a, &[0; 20], true, false, 0, spent).0,
+            t.v4().announce(a, &[0; 20], true, false, 0, spent, 0).0,
             Change::Updated
         );
     }
@@ -848,7 +937,7 @@ mod tests {
             a
         };
         let join = |t: &mut Torrent<0>, a: [u8; 18], stopped: bool| {
-            let r = t.v6().announce(a, &[0; 20], false, stopped, 0, room).0;
+            let r = t.v6().announce(a, &[0; 20], false, stopped, 0, room, 0).0;
             t.tidy();
             r
         };
@@ -874,13 +963,13 @@ mod tests {
         for n in 0..3 {
             let a = peer(7, n, 1);
             assert_eq!(
-                small.v6().announce(a, &[0; 20], false, false, 0, room).0,
+                small.v6().announce(a, &[0; 20], false, false, 0, room, 0).0,
                 Change::Added
             );
         }
         let a = peer(7, 9, 1);
         assert_eq!(
-            small.v6().announce(a, &[0; 20], false, false, 0, room).0,
+            small.v6().announce(a, &[0; 20], false, false, 0, room, 0).0,
             Change::AddressFull
         );
     }

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hashbrown::hash_map::Entry;
 
+use hotpath_wire::exchange::Delta;
 use hotpath_wire::query::{Event, Id20};
 
 use crate::owners::{self, Owners, Spread};
@@ -189,6 +190,22 @@ pub struct Totals {
     pub idle: usize,
 }
 
+/// What applying another node's delta did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merged {
+    /// A peer this node did not know was added.
+    Added,
+    /// A known peer was updated.
+    Updated,
+    /// A known peer was removed (a tombstone).
+    Removed,
+    /// Nothing changed: the record held is newer, the peer already expired, or a tombstone
+    /// of an unknown peer.
+    Stale,
+    /// Not added: a cap (torrents, peers, peers per swarm or per address) holds.
+    Full,
+}
+
 /// The swarm table, whatever its record layout.
 pub trait SwarmTable: Send + Sync {
     /// Applies an announce and fills `sel`; returns the torrent's counts and whether this
@@ -200,6 +217,15 @@ pub trait SwarmTable: Send + Sync {
         rng: &mut fastrand::Rng,
         sel: &mut Selection,
     ) -> Result<(Counts, bool), &'static str>;
+
+    /// Applies a delta another node (`origin`) published, its peer last seen at `seen`
+    /// (process seconds, at or before `now`): the newer record wins; a snatch adds to the
+    /// completed count whatever the record. The caps hold as for announces.
+    fn merge(&self, d: &Delta, origin: u8, seen: u16, now: u16) -> Merged;
+
+    /// Peers by the node they announced to, as of each shard's last sweep (empty when the
+    /// table keeps no origins).
+    fn peers_by_origin(&self) -> Vec<(u8, usize)>;
 
     /// Adds to a torrent's completed count (what the database held, read at start or once
     /// it is reached); kept as an idle torrent's count until a peer comes, within
@@ -252,9 +278,9 @@ pub trait SwarmTable: Send + Sync {
 }
 
 /// Appends one peer set's records: address, age in seconds, seeder flag, peer id if kept.
-fn put_records<const A: usize, const I: usize>(
+fn put_records<const A: usize, const I: usize, const O: usize>(
     out: &mut Vec<u8>,
-    (records, seeders): (&[Record<A, I>], u32),
+    (records, seeders): (&[Record<A, I, O>], u32),
     now: u16,
 ) {
     for (i, r) in records.iter().enumerate() {
@@ -299,16 +325,17 @@ impl<const A: usize> SavedPeer<A> {
     /// Puts the peer back into the set `set` picks, unless `when` (given its age and
     /// address) says it has expired; else `when` gives its last-seen time and the room the
     /// table has. Returns whether it was added.
-    fn restore<const I: usize>(
+    fn restore<const I: usize, const O: usize>(
         &self,
-        t: &mut Torrent<I>,
-        set: fn(&mut Torrent<I>) -> PeerSet<'_, A, I>,
-        when: &mut impl FnMut(&mut Torrent<I>, u16, &[u8]) -> Option<(u16, Room)>,
+        t: &mut Torrent<I, O>,
+        set: fn(&mut Torrent<I, O>) -> PeerSet<'_, A, I, O>,
+        when: &mut impl FnMut(&mut Torrent<I, O>, u16, &[u8]) -> Option<(u16, Room)>,
+        origin: u8,
     ) -> bool {
         match when(t, self.age, &self.addr) {
             Some((seen, room)) => {
                 let (change, _) =
-                    set(t).announce(self.addr, &self.id, self.seeder, false, seen, room);
+                    set(t).announce(self.addr, &self.id, self.seeder, false, seen, room, origin);
                 t.tidy();
                 change == Change::Added
             }
@@ -345,7 +372,7 @@ fn announcer(a: &PeerAnnounce) -> &[u8] {
 }
 
 /// The address of a torrent's only peer, if it has exactly one (see [`crate::owners`]).
-fn sole<const I: usize>(t: &Torrent<I>) -> Option<owners::Key> {
+fn sole<const I: usize, const O: usize>(t: &Torrent<I, O>) -> Option<owners::Key> {
     if t.peers() != 1 {
         return None;
     }
@@ -357,8 +384,10 @@ fn sole<const I: usize>(t: &Torrent<I>) -> Option<owners::Key> {
 }
 
 /// [`Swarms`] with the global torrent and peer counts the caps use.
-pub struct Table<const I: usize> {
-    swarms: Swarms<I>,
+pub struct Table<const I: usize, const O: usize = 0> {
+    swarms: Swarms<I, O>,
+    /// The node this table's own announces are recorded as coming from (cluster mode).
+    origin: u8,
     torrents: AtomicUsize,
     peers: AtomicUsize,
     live: LiveCaps,
@@ -383,11 +412,12 @@ pub struct Table<const I: usize> {
 /// Torrents an eviction looks at, at most, for one of the heaviest address's.
 const EVICT_LOOK: usize = 4096;
 
-impl<const I: usize> Table<I> {
+impl<const I: usize, const O: usize> Table<I, O> {
     /// An empty table.
     pub fn new(shards: usize, caps: Caps) -> Self {
         Self {
             swarms: Swarms::new(shards),
+            origin: 0,
             torrents: AtomicUsize::new(0),
             peers: AtomicUsize::new(0),
             idle_per_shard: caps.max_idle_torrents.div_ceil(shards).max(1),
@@ -407,13 +437,19 @@ impl<const I: usize> Table<I> {
         }
     }
 
+    /// The same table recording its own announces as node `origin`'s.
+    pub fn with_origin(mut self, origin: u8) -> Self {
+        self.origin = origin;
+        self
+    }
+
     /// What a new peer at `addr` (compact) may take in `t` now.
-    fn room(&self, t: &Torrent<I>, addr: &[u8]) -> Room {
+    fn room(&self, t: &Torrent<I, O>, addr: &[u8]) -> Room {
         self.room_at(t, self.peers.load(Ordering::Relaxed), addr)
     }
 
     /// What a new peer at `addr` may take in `t` when the table holds `table_peers`.
-    fn room_at(&self, t: &Torrent<I>, table_peers: usize, addr: &[u8]) -> Room {
+    fn room_at(&self, t: &Torrent<I, O>, table_peers: usize, addr: &[u8]) -> Room {
         let swarm = (t.peers() as usize) < self.live.max_peers_per_torrent.load(Ordering::Relaxed);
         let table = table_peers < self.live.max_peers.load(Ordering::Relaxed);
         Room {
@@ -425,7 +461,7 @@ impl<const I: usize> Table<I> {
     }
 
     /// Counts a new peer that did not fit.
-    fn count_full(&self, t: &Torrent<I>) {
+    fn count_full(&self, t: &Torrent<I, O>) {
         if (t.peers() as usize) < self.live.max_peers_per_torrent.load(Ordering::Relaxed) {
             self.hits.peers.add(1);
         } else {
@@ -547,7 +583,7 @@ impl<const I: usize> Table<I> {
     /// Keeps the completed count of a torrent whose swarm was freed, within the shard's share
     /// of `max_idle_torrents` (past it, an arbitrary one is dropped: its count stays in the
     /// database, scrapes report 0 until a peer returns).
-    fn keep_idle(&self, shard: &mut Shard<I>, hash: Id20, completed: u32) {
+    fn keep_idle(&self, shard: &mut Shard<I, O>, hash: Id20, completed: u32) {
         if completed == 0 {
             return;
         }
@@ -561,7 +597,7 @@ impl<const I: usize> Table<I> {
     }
 
     /// Takes the peers of a torrent dropped whole off their addresses' counts.
-    fn forget_peers(&self, t: &Torrent<I>) {
+    fn forget_peers(&self, t: &Torrent<I, O>) {
         for r in t.records_v4().0 {
             self.spread.moved(r.addr(), false);
         }
@@ -580,7 +616,7 @@ impl<const I: usize> Table<I> {
     }
 }
 
-fn counts<const I: usize>(t: &Torrent<I>) -> Counts {
+fn counts<const I: usize, const O: usize>(t: &Torrent<I, O>) -> Counts {
     Counts {
         seeders: t.seeders(),
         leechers: t.leechers(),
@@ -588,7 +624,7 @@ fn counts<const I: usize>(t: &Torrent<I>) -> Counts {
     }
 }
 
-impl<const I: usize> SwarmTable for Table<I> {
+impl<const I: usize, const O: usize> SwarmTable for Table<I, O> {
     fn announce(
         &self,
         a: &PeerAnnounce,
@@ -647,12 +683,14 @@ impl<const I: usize> SwarmTable for Table<I> {
         };
         let room = self.room(t, announcer(a));
         let (change, was) = match (a.v4, a.v6) {
-            (Some(addr), _) => t
-                .v4()
-                .announce(addr, &a.peer_id, a.seeder, stopped, now, room),
-            (None, Some(addr)) => t
-                .v6()
-                .announce(addr, &a.peer_id, a.seeder, stopped, now, room),
+            (Some(addr), _) => {
+                t.v4()
+                    .announce(addr, &a.peer_id, a.seeder, stopped, now, room, self.origin)
+            }
+            (None, Some(addr)) => {
+                t.v6()
+                    .announce(addr, &a.peer_id, a.seeder, stopped, now, room, self.origin)
+            }
             (None, None) => (Change::None, false),
         };
         let mut refused = None;
@@ -679,7 +717,7 @@ impl<const I: usize> SwarmTable for Table<I> {
                 address: true,
             };
             t.alias6()
-                .announce(addr, &a.peer_id, a.seeder, stopped, now, room);
+                .announce(addr, &a.peer_id, a.seeder, stopped, now, room, self.origin);
         }
         t.tidy();
         let snatched = snatch(change, was)
@@ -726,6 +764,91 @@ impl<const I: usize> SwarmTable for Table<I> {
             Some(reason) => Err(reason),
             None => Ok((c, snatched)),
         }
+    }
+
+    fn merge(&self, d: &Delta, origin: u8, seen: u16, now: u16) -> Merged {
+        let mut guard = self.swarms.shard(&d.info_hash).lock();
+        let shard = &mut *guard;
+        let t = match shard.torrents.entry(d.info_hash) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                if d.stopped {
+                    if d.snatched {
+                        let before = shard.idle.get(&d.info_hash).copied().unwrap_or(0);
+                        self.keep_idle(shard, d.info_hash, before.saturating_add(1));
+                    }
+                    return Merged::Stale;
+                }
+                if self.torrents.load(Ordering::Relaxed)
+                    >= self.live.max_torrents.load(Ordering::Relaxed)
+                {
+                    self.hits.torrents.add(1);
+                    return Merged::Full;
+                }
+                self.torrents.fetch_add(1, Ordering::Relaxed);
+                let completed = shard.idle.remove(&d.info_hash).unwrap_or(0);
+                let t = v.insert(Torrent::default());
+                t.completed = completed;
+                t
+            }
+        };
+        let (s0, p0) = (t.seeders(), t.peers());
+        let sole0 = sole(t);
+        let addr = d.address();
+        let room = self.room(t, addr);
+        let id = d.peer_id.unwrap_or([0; 20]);
+        let (change, _) = if d.v6 {
+            t.v6()
+                .merge(d.addr, &id, d.seeder, d.stopped, seen, now, room, origin)
+        } else {
+            let a4: [u8; 6] = d.addr[..6].try_into().expect("6 bytes");
+            t.v4()
+                .merge(a4, &id, d.seeder, d.stopped, seen, now, room, origin)
+        };
+        let merged = match change {
+            Change::Added => {
+                self.spread.moved(addr, true);
+                Merged::Added
+            }
+            Change::Removed => {
+                self.spread.moved(addr, false);
+                Merged::Removed
+            }
+            Change::Updated => Merged::Updated,
+            Change::None => Merged::Stale,
+            Change::SwarmFull | Change::AddressFull | Change::AddressSpent => {
+                if change == Change::SwarmFull {
+                    self.count_full(t);
+                }
+                Merged::Full
+            }
+        };
+        t.tidy();
+        if d.snatched {
+            t.completed = t.completed.saturating_add(1);
+        }
+        let (s1, p1) = (t.seeders(), t.peers());
+        self.owners.moved(sole0, sole(t));
+        shard.seeders = shard.seeders + s1 as usize - s0 as usize;
+        shard.peers = shard.peers + p1 as usize - p0 as usize;
+        self.count_peers(p0 as usize, p1 as usize);
+        if t.is_empty() {
+            let completed = t.completed;
+            shard.torrents.remove(&d.info_hash);
+            self.torrents.fetch_sub(1, Ordering::Relaxed);
+            self.keep_idle(shard, d.info_hash, completed);
+        }
+        merged
+    }
+
+    fn peers_by_origin(&self) -> Vec<(u8, usize)> {
+        let mut tally = [0usize; 256];
+        for i in 0..self.swarms.shard_count() {
+            for &(o, n) in &self.swarms.shard_at(i).lock().origins {
+                tally[usize::from(o)] += n as usize;
+            }
+        }
+        (0..=255u8).zip(tally).filter(|&(_, n)| n > 0).collect()
     }
 
     fn add_completed(&self, info_hash: &Id20, completed: u32) {
@@ -809,6 +932,16 @@ impl<const I: usize> SwarmTable for Table<I> {
         self.count_peers(shard.peers, peers);
         shard.seeders = seeders;
         shard.peers = peers;
+        if O > 0 {
+            let mut tally = [0u32; 256];
+            for t in shard.torrents.values_mut() {
+                t.v4().tally_origins(&mut tally);
+                if !t.records_v6().0.is_empty() {
+                    t.v6().tally_origins(&mut tally);
+                }
+            }
+            shard.origins = (0..=255u8).zip(tally).filter(|&(_, n)| n > 0).collect();
+        }
         self.torrents.fetch_sub(freed, Ordering::Relaxed);
         (dropped, freed)
     }
@@ -895,25 +1028,25 @@ impl<const I: usize> SwarmTable for Table<I> {
             // quadratic: 400k peers in one torrent took 52 s). A body cut short inside the
             // torrent still counts the peers read before the cut (below), then fails.
             let mut read = || -> Result<(), &'static str> {
-                let mut restore = |t: &mut Torrent<I>, age: u16, addr: &[u8]| {
+                let mut restore = |t: &mut Torrent<I, O>, age: u16, addr: &[u8]| {
                     let peers = base + (t.peers() - p0) as usize;
                     seen(age).map(|seen| (seen, self.room_at(t, peers, addr)))
                 };
                 for _ in 0..n4 {
                     let p = read_peer::<6>(&mut r, id_len)?;
-                    if p.restore(t, Torrent::v4, &mut restore) {
+                    if p.restore(t, Torrent::v4, &mut restore, self.origin) {
                         self.spread.moved(&p.addr, true);
                     }
                 }
                 for _ in 0..n6 {
                     let p = read_peer::<18>(&mut r, id_len)?;
-                    if p.restore(t, Torrent::v6, &mut restore) {
+                    if p.restore(t, Torrent::v6, &mut restore, self.origin) {
                         self.spread.moved(&p.addr, true);
                     }
                 }
                 for _ in 0..na {
                     let p = read_peer::<18>(&mut r, id_len)?;
-                    p.restore(t, Torrent::alias6, &mut restore);
+                    p.restore(t, Torrent::alias6, &mut restore, self.origin);
                 }
                 Ok(())
             };
@@ -988,14 +1121,14 @@ mod tests {
     }
 
     /// A table with the random generator and selection buffer a worker passes it.
-    struct Fixture<const I: usize> {
-        table: Table<I>,
+    struct Fixture<const I: usize, const O: usize = 0> {
+        table: Table<I, O>,
         rng: fastrand::Rng,
         sel: Selection,
     }
 
-    impl<const I: usize> Fixture<I> {
-        fn new(table: Table<I>, with_ids: bool) -> Self {
+    impl<const I: usize, const O: usize> Fixture<I, O> {
+        fn new(table: Table<I, O>, with_ids: bool) -> Self {
             Self {
                 table,
                 rng: fastrand::Rng::with_seed(1),
@@ -1538,5 +1671,83 @@ mod tests {
             .table
             .announce(&other, 500, &mut f.rng, &mut f.sel)
             .is_ok());
+    }
+
+    fn delta(n: u8, at: u32) -> Delta {
+        Delta::v4([1; 20], [127, 0, 0, 2, 0, n], at)
+    }
+
+    #[test]
+    fn merge_keeps_the_newest_and_tombstones_remove() {
+        let t = Table::<0, 1>::new(2, Caps::LARGE).with_origin(1);
+        assert_eq!(t.merge(&delta(1, 0), 2, 100, 100), Merged::Added);
+        // An older delta (seen at 90) changes nothing; a newer one updates.
+        let seeder = Delta {
+            seeder: true,
+            ..delta(1, 0)
+        };
+        assert_eq!(t.merge(&seeder, 2, 90, 100), Merged::Stale);
+        assert_eq!(t.scrape(&[1; 20]).seeders, 0);
+        assert_eq!(t.merge(&seeder, 2, 100, 100), Merged::Updated);
+        assert_eq!(t.scrape(&[1; 20]).seeders, 1);
+        // A tombstone older than the record is stale; a newer one removes it.
+        let gone = Delta {
+            stopped: true,
+            ..delta(1, 0)
+        };
+        assert_eq!(t.merge(&gone, 2, 99, 101), Merged::Stale);
+        assert_eq!(t.merge(&gone, 2, 101, 101), Merged::Removed);
+        assert_eq!(t.totals().torrents, 0);
+        assert_eq!(t.merge(&gone, 2, 101, 101), Merged::Stale);
+        // A snatch counts whatever the record, and the count stays when the swarm is freed.
+        let snatch = Delta {
+            stopped: true,
+            snatched: true,
+            ..delta(1, 0)
+        };
+        t.merge(&snatch, 3, 101, 101);
+        assert_eq!(t.scrape(&[1; 20]).completed, 1);
+    }
+
+    #[test]
+    fn merged_peers_are_handed_out_counted_and_tallied_by_origin() {
+        let t = Table::<0, 1>::new(1, Caps::LARGE).with_origin(1);
+        for n in 1..=3 {
+            t.merge(&delta(n, 0), 2, 10, 10);
+        }
+        t.merge(&delta(9, 0), 3, 10, 10);
+        let mut f = Fixture::new(t, false);
+        let (c, _) = f
+            .table
+            .announce(
+                &announce(200, false, Event::Started),
+                10,
+                &mut f.rng,
+                &mut f.sel,
+            )
+            .unwrap();
+        assert_eq!(c.leechers, 5);
+        assert_eq!(f.sel.v4.len(), 4 * 6);
+        f.table.sweep(0, 10, 100);
+        assert_eq!(f.table.peers_by_origin(), vec![(1, 1), (2, 3), (3, 1)]);
+        // Remote peers expire on the normal timeout, as local ones do.
+        f.table.sweep(0, 200, 100);
+        assert_eq!(f.table.totals().peers, 0);
+    }
+
+    #[test]
+    fn merge_holds_the_caps() {
+        let caps = Caps {
+            max_peers: 2,
+            max_torrents: 1,
+            ..Caps::LARGE
+        };
+        let t = Table::<0, 1>::new(1, caps);
+        assert_eq!(t.merge(&delta(1, 0), 2, 0, 0), Merged::Added);
+        assert_eq!(t.merge(&delta(2, 0), 2, 0, 0), Merged::Added);
+        assert_eq!(t.merge(&delta(3, 0), 2, 0, 0), Merged::Full);
+        let other = Delta::v4([2; 20], [127, 0, 0, 2, 0, 4], 0);
+        assert_eq!(t.merge(&other, 2, 0, 0), Merged::Full);
+        assert_eq!(t.totals().peers, 2);
     }
 }

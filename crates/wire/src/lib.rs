@@ -7,6 +7,7 @@
 //! BEP 15 error messages or HTTP 4xx bodies as they are, with no allocation.
 
 pub mod bencode;
+pub mod exchange;
 pub mod http;
 pub mod passkey;
 pub mod popup_token;
