@@ -214,6 +214,12 @@ fn preflight(config: &Config) -> Vec<(String, String)> {
             out.push(("access_list.path".into(), e.to_string()));
         }
     }
+    let cluster = &config.cluster;
+    if cluster.enabled && !cluster.secret_file.is_empty() {
+        if let Err(e) = hotpath_cluster::Keys::load(cluster) {
+            out.push(("cluster.secret_file".into(), e.to_string()));
+        }
+    }
     out
 }
 
@@ -390,7 +396,18 @@ fn services(config: &Config) -> anyhow::Result<(Arc<Tracker>, Arc<dyn Service>)>
         log::info!("store disabled: nothing is kept across restarts");
         None
     };
-    let tracker = Arc::new(Tracker::with_store(config, store.clone()).context("tracker")?);
+    let node_keys = if config.cluster.enabled {
+        Some(hotpath_cluster::Keys::load(&config.cluster).context("cluster")?)
+    } else {
+        None
+    };
+    let tracker = Arc::new(
+        match &node_keys {
+            Some(keys) => Tracker::for_node(config, store.clone(), keys.connection),
+            None => Tracker::with_store(config, store.clone()),
+        }
+        .context("tracker")?,
+    );
     // The tracker first (it answers UDP), then the popup service, then the Lua routes: a
     // path the tracker or the popups serve is theirs.
     let mut all: Vec<Arc<dyn Service>> = vec![tracker.clone()];
@@ -404,14 +421,30 @@ fn services(config: &Config) -> anyhow::Result<(Arc<Tracker>, Arc<dyn Service>)>
         log::info!("lua: {} routes", config.lua.routes.len());
         all.push(Arc::new(lua));
     }
-    let service: Arc<dyn Service> = match store {
-        None if all.len() == 1 => tracker.clone(),
-        None => Arc::new(Composite::new(all)),
-        Some(store) => {
-            Arc::new(Composite::new(all).with_component(Arc::new(StoreComponent(store))))
+    let node = match node_keys {
+        Some(keys) => {
+            let node = hotpath_cluster::Node::new(&config.cluster, keys, tracker.shared().clone())
+                .context("cluster")?;
+            log::info!(
+                "cluster: node {} of the swarms exchanged through Redis Cluster at {}",
+                config.cluster.node_id,
+                config.cluster.redis.join(", ")
+            );
+            Some(Arc::new(hotpath_cluster::NodeComponent(Arc::new(node))))
         }
+        None => None,
     };
-    Ok((tracker, service))
+    if store.is_none() && node.is_none() && all.len() == 1 {
+        return Ok((tracker.clone(), tracker));
+    }
+    let mut composite = Composite::new(all);
+    if let Some(store) = store {
+        composite = composite.with_component(Arc::new(StoreComponent(store)));
+    }
+    if let Some(node) = node {
+        composite = composite.with_component(node);
+    }
+    Ok((tracker, Arc::new(composite)))
 }
 
 /// The write-behind store every service shares, run beside them: its flusher (with the
