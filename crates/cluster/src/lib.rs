@@ -347,11 +347,17 @@ impl Node {
                 Ok(())
             })
             .build()?;
-        let mut conn = client.get_async_connection().await?;
-        let channels: Vec<String> = (0..self.cfg.groups)
-            .map(|g| channel(&self.cfg.prefix, g))
-            .collect();
-        conn.ssubscribe(channels).await?;
+        let conn = client.get_async_connection().await?;
+        // One SSUBSCRIBE per channel: a command's channels must share a hash slot. The
+        // client subscribes them again after a reconnect or a failover.
+        let subscribes = (0..self.cfg.groups).map(|g| {
+            let mut conn = conn.clone();
+            let ch = channel(&self.cfg.prefix, g);
+            async move { conn.ssubscribe(ch).await }
+        });
+        for r in futures_util::future::join_all(subscribes).await {
+            r?;
+        }
         Ok(conn)
     }
 

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod netns;
+pub mod redis_cluster;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};

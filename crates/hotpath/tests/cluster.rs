@@ -1,0 +1,169 @@
+//! Cluster mode against a real Redis Cluster (3 masters, 3 replicas, on loopback): three
+//! nodes share their swarms, any node accepts a UDP connection id another issued, leavers and
+//! completions travel too, and a message not signed with the cluster's secret changes nothing.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::redis_cluster::RedisCluster;
+use common::*;
+use hotpath_config::Config;
+use hotpath_server::RunningServer;
+use hotpath_wire::query::Event;
+use hotpath_wire::udp::{self, Response};
+
+const SECRET: &str = "a cluster secret for the tests";
+const WAIT: Duration = Duration::from_secs(20);
+
+fn node_config(redis: &RedisCluster, id: u8, prefix: &str) -> Config {
+    let mut c = test_config();
+    c.cluster.enabled = true;
+    c.cluster.node_id = id;
+    c.cluster.redis = redis.seeds();
+    c.cluster.secret = SECRET.into();
+    c.cluster.prefix = prefix.into();
+    c.cluster.publish_ms = 20;
+    c.cluster.groups = 8;
+    // Peers by origin are tallied by the sweep.
+    c.tracker.sweep_interval_secs = 1;
+    c
+}
+
+struct Node {
+    server: RunningServer,
+    http: SocketAddr,
+    udp: SocketAddr,
+    admin: SocketAddr,
+}
+
+fn node(redis: &RedisCluster, id: u8, prefix: &str) -> Node {
+    let server = start(&node_config(redis, id, prefix));
+    let n = Node {
+        http: server.http_addr().unwrap(),
+        udp: server.udp_addr().unwrap(),
+        admin: server.admin_addr().unwrap(),
+        server,
+    };
+    wait_until("the node reaches Redis", WAIT, || {
+        metric(n.admin, "hotpath_cluster_redis_up") == 1.0
+    });
+    n
+}
+
+fn metric(admin: SocketAddr, name: &str) -> f64 {
+    let text = String::from_utf8(Client::connect(admin).get("/metrics").body).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// An HTTP announce's body.
+fn http_announce(at: SocketAddr, hash: [u8; 20], n: u8, port: u16, left: u64, e: Event) -> Vec<u8> {
+    let mut a = announce(hash, n, port, left, e);
+    a.numwant = Some(50);
+    let r = Client::connect(at).get(&announce_target(&a));
+    assert_eq!(r.status, 200);
+    assert_eq!(failure(&r.body), None);
+    r.body
+}
+
+/// (seeders, completed, leechers) of `hash`, by a UDP scrape.
+fn scrape(at: SocketAddr, hash: [u8; 20]) -> (u32, u32, u32) {
+    let mut c = Udp::new(at);
+    c.connect();
+    let mut p = Vec::new();
+    udp::write_scrape_request(&mut p, c.connection_id, 8, &[hash]);
+    let r = c
+        .exchange(&p, Duration::from_secs(2))
+        .expect("scrape answer");
+    let Response::Scrape { entries, .. } = udp::parse_response(&r).unwrap() else {
+        panic!("{r:?}")
+    };
+    let n = |i: usize| u32::from_be_bytes(entries[i..i + 4].try_into().unwrap());
+    (n(0), n(4), n(8))
+}
+
+fn ports(compact: &[u8]) -> Vec<u16> {
+    compact
+        .chunks(6)
+        .map(|p| u16::from_be_bytes([p[4], p[5]]))
+        .collect()
+}
+
+#[test]
+fn three_nodes_share_their_swarms_through_redis_cluster() {
+    let redis = RedisCluster::start(3, 1);
+    let nodes: Vec<Node> = (1..=3).map(|i| node(&redis, i, "t1")).collect();
+    let h = [0x51; 20];
+
+    // A leecher announced to node 1 is handed out by node 2 and counted by node 3.
+    http_announce(nodes[0].http, h, 1, 7001, 100, Event::Started);
+    wait_until("node 3 counts the leecher of node 1", WAIT, || {
+        scrape(nodes[2].udp, h) == (0, 0, 1)
+    });
+    let body = http_announce(nodes[1].http, h, 2, 7002, 0, Event::Started);
+    assert_eq!(ports(&peers(&body, "peers")), [7001]);
+    assert_eq!((int(&body, "complete"), int(&body, "incomplete")), (1, 1));
+
+    // A UDP connection id from node 1 is good on node 2.
+    let mut c = Udp::new(nodes[0].udp);
+    c.connect();
+    c.server = nodes[1].udp;
+    let r = c.announce(h, 3, 7003, 100, Event::Started);
+    let Response::Announce { peers, .. } = udp::parse_response(&r).unwrap() else {
+        panic!("node 2 refused node 1's connection id: {r:?}")
+    };
+    let mut got = ports(peers);
+    got.sort();
+    assert_eq!(got, [7001, 7002]);
+
+    // A completion on node 1 counts on every node; a leaver leaves every node.
+    http_announce(nodes[0].http, h, 1, 7001, 0, Event::Completed);
+    wait_until("node 3 sees the completion", WAIT, || {
+        scrape(nodes[2].udp, h) == (2, 1, 1)
+    });
+    http_announce(nodes[0].http, h, 1, 7001, 0, Event::Stopped);
+    wait_until("node 2 and 3 drop the leaver", WAIT, || {
+        scrape(nodes[1].udp, h) == (1, 1, 1) && scrape(nodes[2].udp, h) == (1, 1, 1)
+    });
+
+    let admin = nodes[2].admin;
+    assert!(metric(admin, "hotpath_cluster_messages_received_total") >= 2.0);
+    assert_eq!(
+        metric(nodes[0].admin, "hotpath_cluster_deltas_dropped_total"),
+        0.0
+    );
+    // Node 3 holds the two peers that announced to node 2, none of its own.
+    wait_until("node 3's peers by origin", WAIT, || {
+        metric(admin, "hotpath_cluster_peers{origin=\"2\"}") == 2.0
+    });
+    assert!(metric(admin, "hotpath_cluster_peers{origin=\"3\"}").is_nan());
+    for n in nodes {
+        n.server.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn messages_not_signed_with_the_secret_are_refused_whole() {
+    let redis = RedisCluster::start(3, 0);
+    let n = node(&redis, 1, "t2");
+    let h = [0x52; 20];
+    // A well-formed message from "node 9", signed with another secret.
+    let mut msg = Vec::new();
+    let start = hotpath_wire::exchange::begin(&mut msg, 9, 0);
+    let d = hotpath_wire::exchange::Delta::v4(h, [127, 0, 0, 1, 0x1b, 0x59], u32::MAX / 2);
+    hotpath_wire::exchange::put(&mut msg, &d);
+    hotpath_wire::exchange::seal(&mut msg, start, b"not the secret!!");
+    let group = hotpath_wire::exchange::group_of(&h, 8);
+    let channel = hotpath_cluster::channel("t2", group);
+    for payload in [&msg[..], b"garbage"] {
+        redis.command(&["SPUBLISH", &channel], payload);
+    }
+    wait_until("both refused", WAIT, || {
+        metric(n.admin, "hotpath_cluster_messages_refused_total") == 2.0
+    });
+    assert_eq!(scrape(n.udp, h), (0, 0, 0));
+    n.server.shutdown().unwrap();
+}
