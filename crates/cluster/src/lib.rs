@@ -123,6 +123,77 @@ pub fn channel(prefix: &str, g: u16) -> String {
     format!("{prefix}:x:{{{g}}}")
 }
 
+/// The snapshot of node `node`'s peers in group `g`: a list of exchange messages, on the same
+/// hash slot as the group's channel.
+pub fn snapshot_key(prefix: &str, g: u16, node: u8) -> String {
+    format!("{prefix}:s:{{{g}}}:{node}")
+}
+
+/// The nodes that wrote snapshots, scored by when (unix seconds).
+pub fn nodes_key(prefix: &str) -> String {
+    format!("{prefix}:nodes")
+}
+
+/// Sealed messages, each with how many deltas it carries.
+type Sealed = Vec<(Vec<u8>, usize)>;
+
+/// One group's messages: the sealed ones, the open one and its delta count.
+#[derive(Default)]
+struct Group {
+    sealed: Sealed,
+    open: Vec<u8>,
+    n: usize,
+}
+
+/// Deltas packed into signed messages of at most a given size, group by group.
+struct Packer<'a> {
+    origin: u8,
+    sent_ms: u64,
+    max: usize,
+    key: &'a [u8; 16],
+    groups: Vec<Group>,
+}
+
+impl<'a> Packer<'a> {
+    fn new(node: &'a Node, sent_ms: u64) -> Packer<'a> {
+        Packer {
+            origin: node.outbox.origin,
+            sent_ms,
+            max: node.cfg.max_message_bytes,
+            key: &node.keys.exchange,
+            groups: (0..node.cfg.groups).map(|_| Default::default()).collect(),
+        }
+    }
+
+    fn put(&mut self, g: u16, d: &Delta) {
+        let gr = &mut self.groups[usize::from(g)];
+        if gr.n > 0 && gr.open.len() + d.encoded_len() + exchange::MAC > self.max {
+            exchange::seal(&mut gr.open, 0, self.key);
+            gr.sealed.push((std::mem::take(&mut gr.open), gr.n));
+            gr.n = 0;
+        }
+        if gr.n == 0 {
+            exchange::begin(&mut gr.open, self.origin, self.sent_ms);
+        }
+        exchange::put(&mut gr.open, d);
+        gr.n += 1;
+    }
+
+    /// Every group's messages (none for a group without deltas), with their delta counts.
+    fn finish(self) -> Vec<Sealed> {
+        self.groups
+            .into_iter()
+            .map(|mut gr| {
+                if gr.n > 0 {
+                    exchange::seal(&mut gr.open, 0, self.key);
+                    gr.sealed.push((gr.open, gr.n));
+                }
+                gr.sealed
+            })
+            .collect()
+    }
+}
+
 /// Unix milliseconds now.
 fn unix_ms() -> u64 {
     SystemTime::now()
@@ -140,6 +211,8 @@ pub struct Node {
     inbound: SyncSender<Vec<u8>>,
     /// Taken by the apply thread when it starts.
     receiver: parking_lot::Mutex<Option<Receiver<Vec<u8>>>>,
+    /// The replica was filled from the snapshots (or Redis could not be reached at start).
+    ready: AtomicBool,
 }
 
 impl Node {
@@ -155,12 +228,19 @@ impl Node {
             stats: Stats::default(),
             inbound,
             receiver: parking_lot::Mutex::new(Some(receiver)),
+            ready: AtomicBool::new(false),
         })
     }
 
     /// Checks one received message and merges its deltas (not this node's own: every node
     /// hears its own publishes too). Returns whether it was accepted.
     pub fn apply_message(&self, msg: &[u8]) -> bool {
+        self.apply(msg, false)
+    }
+
+    /// [`Node::apply_message`]; with `own`, this node's own deltas too (its snapshot, read
+    /// back after a restart).
+    fn apply(&self, msg: &[u8], own: bool) -> bool {
         let m = match exchange::open(msg, &self.keys.exchange) {
             Ok(m) => m,
             Err(e) => {
@@ -169,10 +249,12 @@ impl Node {
                 return false;
             }
         };
-        if m.origin == self.outbox.origin {
+        if m.origin == self.outbox.origin && !own {
             return true;
         }
-        self.stats.lag.observe(unix_ms().saturating_sub(m.sent_ms));
+        if !own {
+            self.stats.lag.observe(unix_ms().saturating_sub(m.sent_ms));
+        }
         let now = hotpath_service::process_secs();
         let unix_now = (self.shared.unix_base + i64::from(now)) as u32;
         let timeout = self.shared.cfg.peer_timeout_secs as u16;
@@ -231,50 +313,27 @@ impl Node {
         }
     }
 
-    /// Packs `deltas` (one group's) into messages of at most `cluster.max_message_bytes`,
-    /// each with the deltas it carries, so a failed publish can put them back.
-    fn pack(&self, deltas: &[Delta], sent_ms: u64) -> Vec<(Vec<u8>, std::ops::Range<usize>)> {
-        let max = self.cfg.max_message_bytes;
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < deltas.len() {
-            let from = i;
-            let mut msg = Vec::with_capacity(max.min(64 * 1024));
-            let start = exchange::begin(&mut msg, self.outbox.origin, sent_ms);
-            while i < deltas.len()
-                && (i == from || msg.len() + deltas[i].encoded_len() + exchange::MAC <= max)
-            {
-                exchange::put(&mut msg, &deltas[i]);
-                i += 1;
-            }
-            exchange::seal(&mut msg, start, &self.keys.exchange);
-            out.push((msg, from..i));
-        }
-        out
-    }
-
     /// Publishes every queued delta, one group's at a time into messages, all sent at once
     /// (the client pipelines them per master); what fails is put back for the next round.
-    async fn publish(&self, conn: &mut redis::cluster_async::ClusterConnection) {
+    async fn publish(&self, conn: &mut redis::cluster_async::ClusterConnection) -> bool {
         let mut all = Vec::new();
         self.outbox.take(&mut all);
         if all.is_empty() {
-            return;
+            return true;
         }
         let groups = self.cfg.groups;
         all.sort_by_key(|d| exchange::group_of(&d.info_hash, groups));
-        let sent_ms = unix_ms();
+        let mut packer = Packer::new(self, unix_ms());
+        for d in &all {
+            packer.put(exchange::group_of(&d.info_hash, groups), d);
+        }
         let mut sends = Vec::new();
         let mut at = 0;
-        while at < all.len() {
-            let g = exchange::group_of(&all[at].info_hash, groups);
-            let end = at
-                + all[at..]
-                    .iter()
-                    .position(|d| exchange::group_of(&d.info_hash, groups) != g)
-                    .unwrap_or(all.len() - at);
-            for (msg, range) in self.pack(&all[at..end], sent_ms) {
-                let range = at + range.start..at + range.end;
+        for (g, messages) in packer.finish().into_iter().enumerate() {
+            let g = g as u16;
+            for (msg, n) in messages {
+                let range = at..at + n;
+                at += n;
                 let mut conn = conn.clone();
                 let ch = channel(&self.cfg.prefix, g);
                 sends.push(async move {
@@ -287,7 +346,6 @@ impl Node {
                     (r, range, len)
                 });
             }
-            at = end;
         }
         let mut failed = Vec::new();
         let mut first_error = None;
@@ -306,7 +364,10 @@ impl Node {
             }
         }
         match first_error {
-            None => self.stats.redis_up.set(1),
+            None => {
+                self.stats.redis_up.set(1);
+                true
+            }
             Some(e) => {
                 self.stats.redis_up.set(0);
                 let n = failed.len();
@@ -315,8 +376,154 @@ impl Node {
                     "cluster: publish failed ({e}): {n} deltas kept for the next round, \
                      {dropped} dropped"
                 );
+                false
             }
         }
+    }
+
+    /// Rewrites this node's snapshot keys: its own peers, group by group, as signed exchange
+    /// messages in a list per group (written under a scratch name, then renamed over the
+    /// old one), kept for `tracker.peer_timeout_secs` past the next rewrite; and notes the
+    /// node in the nodes key.
+    async fn snapshot(&self, conn: &mut redis::cluster_async::ClusterConnection) -> bool {
+        let now = hotpath_service::process_secs();
+        let unix_now = (self.shared.unix_base + i64::from(now)) as u32;
+        let groups = self.cfg.groups;
+        let mut packer = Packer::new(self, unix_ms());
+        let mut peers = 0u64;
+        self.shared
+            .swarms
+            .export(self.outbox.origin, now as u16, unix_now, &mut |d| {
+                peers += 1;
+                packer.put(exchange::group_of(&d.info_hash, groups), d);
+            });
+        let ttl_ms = 1000 * (self.cfg.snapshot_secs + u64::from(self.shared.cfg.peer_timeout_secs));
+        let prefix = &self.cfg.prefix;
+        let node = self.outbox.origin;
+        let mut bytes = 0u64;
+        let writes = packer
+            .finish()
+            .into_iter()
+            .enumerate()
+            .map(|(g, messages)| {
+                bytes += messages.iter().map(|(m, _)| m.len() as u64).sum::<u64>();
+                let mut conn = conn.clone();
+                let key = snapshot_key(prefix, g as u16, node);
+                async move {
+                    if messages.is_empty() {
+                        return redis::cmd("DEL")
+                            .arg(&key)
+                            .query_async::<i64>(&mut conn)
+                            .await
+                            .map(drop);
+                    }
+                    let scratch = format!("{key}:new");
+                    redis::cmd("DEL")
+                        .arg(&scratch)
+                        .query_async::<i64>(&mut conn)
+                        .await?;
+                    for chunk in messages.chunks(256) {
+                        let mut push = redis::cmd("RPUSH");
+                        push.arg(&scratch);
+                        for (m, _) in chunk {
+                            push.arg(m.as_slice());
+                        }
+                        push.query_async::<i64>(&mut conn).await?;
+                    }
+                    redis::cmd("PEXPIRE")
+                        .arg(&scratch)
+                        .arg(ttl_ms)
+                        .query_async::<i64>(&mut conn)
+                        .await?;
+                    redis::cmd("RENAME")
+                        .arg(&scratch)
+                        .arg(&key)
+                        .query_async::<()>(&mut conn)
+                        .await
+                }
+            });
+        let mut ok = true;
+        for r in futures_util::future::join_all(writes).await {
+            if let Err(e) = r {
+                self.stats.redis_errors.add(1);
+                if ok {
+                    log::warn!("cluster: snapshot not written: {e}");
+                }
+                ok = false;
+            }
+        }
+        let unix = i64::from(unix_now);
+        let index = async {
+            let key = nodes_key(prefix);
+            redis::cmd("ZADD")
+                .arg(&key)
+                .arg(unix)
+                .arg(node)
+                .query_async::<i64>(&mut conn.clone())
+                .await?;
+            redis::cmd("ZREMRANGEBYSCORE")
+                .arg(&key)
+                .arg("-inf")
+                .arg(unix - (ttl_ms / 1000) as i64)
+                .query_async::<i64>(&mut conn.clone())
+                .await
+        };
+        if let Err(e) = index.await {
+            self.stats.redis_errors.add(1);
+            log::warn!("cluster: snapshot not noted in {}: {e}", nodes_key(prefix));
+            ok = false;
+        }
+        if ok {
+            self.stats.snapshots.add(1);
+            self.stats.snapshot_peers.set(peers);
+            self.stats.snapshot_bytes.set(bytes);
+        }
+        ok
+    }
+
+    /// Fills the replica from every node's snapshot keys (this node's own too: its peers
+    /// from before a restart); returns the messages read, or the first error.
+    async fn fill(
+        &self,
+        conn: &mut redis::cluster_async::ClusterConnection,
+    ) -> redis::RedisResult<usize> {
+        let ttl = self.cfg.snapshot_secs + u64::from(self.shared.cfg.peer_timeout_secs);
+        let since = (unix_ms() / 1000) as i64 - ttl as i64;
+        let nodes: Vec<u8> = redis::cmd("ZRANGEBYSCORE")
+            .arg(nodes_key(&self.cfg.prefix))
+            .arg(since)
+            .arg("+inf")
+            .query_async(conn)
+            .await?;
+        let keys: Vec<String> = nodes
+            .iter()
+            .flat_map(|&node| (0..self.cfg.groups).map(move |g| (g, node)))
+            .map(|(g, node)| snapshot_key(&self.cfg.prefix, g, node))
+            .collect();
+        let reads = keys.into_iter().map(|key| {
+            let mut conn = conn.clone();
+            async move {
+                redis::cmd("LRANGE")
+                    .arg(&key)
+                    .arg(0)
+                    .arg(-1)
+                    .query_async::<Vec<Vec<u8>>>(&mut conn)
+                    .await
+            }
+        });
+        let mut read = 0;
+        for r in futures_util::future::join_all(reads).await {
+            for msg in r? {
+                self.stats.received_bytes.add(msg.len() as u64);
+                self.apply(&msg, true);
+                read += 1;
+            }
+        }
+        self.stats.fills.add(1);
+        log::info!(
+            "cluster: replica filled from the snapshots of nodes {nodes:?} ({read} messages)"
+        );
+        Ok(read)
     }
 
     /// Connects to Redis Cluster and subscribes to every group.
@@ -377,40 +584,66 @@ impl Node {
         };
         rt.block_on(async {
             let every = Duration::from_millis(self.cfg.publish_ms);
+            let snapshot_every = Duration::from_secs(self.cfg.snapshot_secs);
             let mut conn = None;
             let mut logged_down = false;
+            // Filled at the start, and again after Redis was out of reach (what the other
+            // nodes said meanwhile was missed).
+            let mut need_fill = true;
+            let mut last_snapshot = std::time::Instant::now();
             while !stop.load(Ordering::Relaxed) {
-                let Some(c) = conn.as_mut() else {
-                    match self.connect().await {
-                        Ok(c) => {
-                            log::info!(
-                                "cluster: node {} joined through {} ({} groups)",
-                                self.outbox.origin,
-                                self.cfg.redis.join(", "),
-                                self.cfg.groups
-                            );
+                let step = match conn.as_mut() {
+                    None => self.connect().await.map(|c| {
+                        log::info!(
+                            "cluster: node {} joined through {} ({} groups)",
+                            self.outbox.origin,
+                            self.cfg.redis.join(", "),
+                            self.cfg.groups
+                        );
+                        self.stats.redis_up.set(1);
+                        conn = Some(c);
+                    }),
+                    Some(c) if need_fill => self.fill(c).await.map(|_| {
+                        need_fill = false;
+                        self.ready.store(true, Ordering::Relaxed);
+                    }),
+                    Some(c) => {
+                        tokio::time::sleep(every).await;
+                        need_fill = !self.publish(c).await;
+                        if !need_fill && last_snapshot.elapsed() >= snapshot_every {
+                            last_snapshot = std::time::Instant::now();
+                            self.snapshot(c).await;
+                        }
+                        Ok(())
+                    }
+                };
+                match step {
+                    Ok(()) => {
+                        if conn.is_some() && !need_fill {
                             self.stats.redis_up.set(1);
-                            conn = Some(c);
                             logged_down = false;
                         }
-                        Err(e) => {
-                            self.stats.redis_up.set(0);
-                            self.stats.redis_errors.add(1);
-                            if !logged_down {
-                                log::warn!(
-                                    "cluster: Redis Cluster at {} not reached ({e}); this node \
-                                     answers from its own memory and tries again every second",
-                                    self.cfg.redis.join(", ")
-                                );
-                                logged_down = true;
-                            }
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                        }
                     }
-                    continue;
-                };
-                tokio::time::sleep(every).await;
-                self.publish(c).await;
+                    Err(e) => {
+                        self.stats.redis_up.set(0);
+                        self.stats.redis_errors.add(1);
+                        if !logged_down {
+                            log::warn!(
+                                "cluster: Redis Cluster at {} not reached ({e}); this node \
+                                 answers from its own memory and tries again every second",
+                                self.cfg.redis.join(", ")
+                            );
+                            logged_down = true;
+                        }
+                        if !self.ready.swap(true, Ordering::Relaxed) {
+                            log::warn!(
+                                "cluster: ready without the other nodes' peers (they come \
+                                 once Redis answers)"
+                            );
+                        }
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
             }
             if let Some(c) = conn.as_mut() {
                 self.publish(c).await;
@@ -425,8 +658,20 @@ pub struct NodeComponent(pub Arc<Node>);
 impl Component for NodeComponent {
     fn collect(&self, out: &mut Samples) {
         let n = &self.0;
-        n.stats
-            .collect(out, &n.outbox, &n.shared.swarms.peers_by_origin());
+        n.stats.collect(
+            out,
+            &n.outbox,
+            &n.shared.swarms.peers_by_origin(),
+            n.ready.load(Ordering::Relaxed),
+        );
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        if self.0.ready.load(Ordering::Relaxed) {
+            Ok(())
+        } else {
+            Err("cluster: filling this node's replica from the other nodes' snapshots".into())
+        }
     }
 
     fn background(&self) -> Vec<Background> {
@@ -457,5 +702,34 @@ mod tests {
     #[test]
     fn channels_carry_their_group_as_hash_tag() {
         assert_eq!(channel("hotpath", 7), "hotpath:x:{7}");
+    }
+
+    #[test]
+    fn packed_messages_stay_within_the_size_and_carry_every_delta_once() {
+        let key = [5u8; 16];
+        let mut p = Packer {
+            origin: 4,
+            sent_ms: 1,
+            max: 1024,
+            key: &key,
+            groups: (0..3).map(|_| Group::default()).collect(),
+        };
+        for i in 0..200u32 {
+            let mut h = [0u8; 20];
+            h[..4].copy_from_slice(&i.to_le_bytes());
+            p.put((i % 2) as u16, &Delta::v4(h, [127, 0, 0, 1, 0, 1], i));
+        }
+        let groups = p.finish();
+        assert!(groups[2].is_empty());
+        let mut seen = Vec::new();
+        for (msg, n) in groups.iter().flatten() {
+            assert!(msg.len() <= 1024);
+            let m = exchange::open(msg, &key).unwrap();
+            let ds: Vec<Delta> = m.deltas().map(Result::unwrap).collect();
+            assert_eq!(ds.len(), *n);
+            seen.extend(ds.iter().map(|d| d.at));
+        }
+        seen.sort();
+        assert_eq!(seen, (0..200).collect::<Vec<u32>>());
     }
 }

@@ -72,6 +72,29 @@ pub(crate) static PEERS: Desc = Desc::gauge(
 )
 .labels(&["origin"]);
 
+pub(crate) static READY: Desc = Desc::gauge(
+    "hotpath_cluster_ready",
+    "1 once the replica was filled from the nodes' snapshots (or Redis was out of reach at \
+     start); /healthz answers 503 before.",
+);
+pub(crate) static SNAPSHOTS: Desc = Desc::counter(
+    "hotpath_cluster_snapshots_total",
+    "This node's snapshot keys rewritten (cluster.snapshot_secs).",
+);
+pub(crate) static SNAPSHOT_PEERS: Desc = Desc::gauge(
+    "hotpath_cluster_snapshot_peers",
+    "Peers in this node's last snapshot (those that announced to it).",
+);
+pub(crate) static SNAPSHOT_BYTES: Desc = Desc::gauge(
+    "hotpath_cluster_snapshot_bytes",
+    "Bytes of this node's last snapshot in Redis.",
+);
+pub(crate) static FILLS: Desc = Desc::counter(
+    "hotpath_cluster_fills_total",
+    "Times the replica was filled from the nodes' snapshots (at start, and after Redis was \
+     out of reach).",
+);
+
 /// Upper bounds of the lag histogram, seconds.
 pub(crate) const LAG_BOUNDS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
 
@@ -124,6 +147,10 @@ pub(crate) struct Stats {
     pub(crate) full: Counter,
     pub(crate) redis_up: Counter,
     pub(crate) redis_errors: Counter,
+    pub(crate) snapshots: Counter,
+    pub(crate) snapshot_peers: Counter,
+    pub(crate) snapshot_bytes: Counter,
+    pub(crate) fills: Counter,
     pub(crate) lag: Lag,
 }
 
@@ -143,6 +170,7 @@ impl Stats {
         out: &mut Samples,
         outbox: &hotpath_tracker::exchange::Exchange,
         by_origin: &[(u8, usize)],
+        ready: bool,
     ) {
         let get = Counter::get;
         out.section("cluster")
@@ -157,7 +185,12 @@ impl Stats {
             .add(&MESSAGES_DROPPED, get(&self.messages_dropped))
             .add(&MESSAGES_REFUSED, get(&self.messages_refused))
             .add(&REDIS_UP, get(&self.redis_up))
-            .add(&REDIS_ERRORS, get(&self.redis_errors));
+            .add(&REDIS_ERRORS, get(&self.redis_errors))
+            .add(&READY, u64::from(ready))
+            .add(&SNAPSHOTS, get(&self.snapshots))
+            .add(&SNAPSHOT_PEERS, get(&self.snapshot_peers))
+            .add(&SNAPSHOT_BYTES, get(&self.snapshot_bytes))
+            .add(&FILLS, get(&self.fills));
         for (result, c) in [
             ("added", &self.added),
             ("updated", &self.updated),

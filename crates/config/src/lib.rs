@@ -1173,6 +1173,11 @@ section! {
         pub max_inbound_messages: usize = 4096,
         /// Milliseconds to wait for Redis (connect and each command) before counting it down.
         pub redis_timeout_ms: u64 = 2000,
+        /// Seconds between rewrites of this node's snapshot keys in Redis (its own peers, one
+        /// list per group, kept for tracker.peer_timeout_secs more): a node that starts, or
+        /// comes back after Redis was out of reach, fills its replica from every node's
+        /// before `/healthz` says it is ready.
+        pub snapshot_secs: u64 = 120,
     }
 }
 

@@ -115,6 +115,9 @@ fn cluster(c: &Config, p: &mut Problems) {
             "must be between 1 and 1048576",
         );
     }
+    if !(5..=3600).contains(&cl.snapshot_secs) {
+        p.bad("cluster.snapshot_secs", "must be between 5 and 3600");
+    }
     if !(100..=60_000).contains(&cl.redis_timeout_ms) {
         p.bad("cluster.redis_timeout_ms", "must be between 100 and 60000");
     }

@@ -39,16 +39,22 @@ struct Node {
 }
 
 fn node(redis: &RedisCluster, id: u8, prefix: &str) -> Node {
-    let server = start(&node_config(redis, id, prefix));
+    node_with(node_config(redis, id, prefix))
+}
+
+fn node_with(config: Config) -> Node {
+    let server = start(&config);
     let n = Node {
         http: server.http_addr().unwrap(),
         udp: server.udp_addr().unwrap(),
         admin: server.admin_addr().unwrap(),
         server,
     };
-    wait_until("the node reaches Redis", WAIT, || {
-        metric(n.admin, "hotpath_cluster_redis_up") == 1.0
+    // As a balancer's health check: ready once the replica is filled.
+    wait_until("the node is ready", WAIT, || {
+        Client::connect(n.http).get("/healthz").status == 200
     });
+    assert_eq!(metric(n.admin, "hotpath_cluster_redis_up"), 1.0);
     n
 }
 
@@ -166,4 +172,56 @@ fn messages_not_signed_with_the_secret_are_refused_whole() {
     });
     assert_eq!(scrape(n.udp, h), (0, 0, 0));
     n.server.shutdown().unwrap();
+}
+
+#[test]
+fn a_node_that_joins_late_fills_its_replica_from_the_snapshots_before_it_is_ready() {
+    let redis = RedisCluster::start(3, 0);
+    let mut config = node_config(&redis, 1, "t3");
+    config.cluster.snapshot_secs = 5;
+    let first = node_with(config);
+    let h = [0x53; 20];
+    http_announce(first.http, h, 1, 7001, 0, Event::Started);
+    http_announce(first.http, h, 2, 7002, 100, Event::Started);
+    wait_until("node 1's snapshot", WAIT, || {
+        metric(first.admin, "hotpath_cluster_snapshot_peers") == 2.0
+    });
+    // Node 2 never saw these announces: it has them from node 1's snapshot once it is up.
+    let late = node(&redis, 2, "t3");
+    assert_eq!(metric(late.admin, "hotpath_cluster_ready"), 1.0);
+    assert_eq!(metric(late.admin, "hotpath_cluster_fills_total"), 1.0);
+    assert_eq!(scrape(late.udp, h), (1, 0, 1));
+    let body = http_announce(late.http, h, 3, 7003, 100, Event::Started);
+    let mut got = ports(&peers(&body, "peers"));
+    got.sort();
+    assert_eq!(got, [7001, 7002]);
+    late.server.shutdown().unwrap();
+    first.server.shutdown().unwrap();
+}
+
+#[test]
+fn a_node_without_redis_answers_from_its_own_memory() {
+    // A port where no Redis listens.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut config = test_config();
+    config.cluster.enabled = true;
+    config.cluster.redis = vec![format!("127.0.0.1:{port}")];
+    config.cluster.secret = SECRET.into();
+    config.cluster.redis_timeout_ms = 200;
+    let server = start(&config);
+    let (http, admin) = (server.http_addr().unwrap(), server.admin_addr().unwrap());
+    wait_until("ready without Redis", WAIT, || {
+        Client::connect(http).get("/healthz").status == 200
+    });
+    let h = [0x54; 20];
+    http_announce(http, h, 1, 7001, 0, Event::Started);
+    let body = http_announce(http, h, 2, 7002, 100, Event::Started);
+    assert_eq!(ports(&peers(&body, "peers")), [7001]);
+    assert_eq!(metric(admin, "hotpath_cluster_redis_up"), 0.0);
+    assert!(metric(admin, "hotpath_cluster_redis_errors_total") >= 1.0);
+    server.shutdown().unwrap();
 }

@@ -409,7 +409,15 @@ impl Handler {
         let (k, outcome) = match (kind, req.path) {
             (_, "/healthz") => {
                 self.resp.content_type = "application/json";
-                self.resp.body.extend_from_slice(b"{\"status\":\"ok\"}");
+                match self.shared.service.ready() {
+                    Ok(()) => self.resp.body.extend_from_slice(b"{\"status\":\"ok\"}"),
+                    Err(why) => {
+                        // Not yet: a balancer's health check keeps traffic away meanwhile.
+                        self.resp.status = 503;
+                        let body = serde_json::json!({"status": "starting", "waiting_for": why});
+                        self.resp.body = body.to_string().into_bytes();
+                    }
+                }
                 (Kind::HEALTH, Outcome::Ok)
             }
             (ListenerKind::Admin, "/metrics") => {

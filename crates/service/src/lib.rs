@@ -302,6 +302,12 @@ pub trait Service: Send + Sync + 'static {
     fn background(&self) -> Vec<Background> {
         Vec::new()
     }
+
+    /// Whether it is ready for traffic; else what it waits for (`/healthz` answers 503 with
+    /// that, so a balancer sends it nothing yet).
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// What the server runs beside its services and that answers no request: the write-behind
@@ -314,6 +320,11 @@ pub trait Component: Send + Sync + 'static {
     /// Jobs to run on their own threads.
     fn background(&self) -> Vec<Background> {
         Vec::new()
+    }
+
+    /// Whether it is ready for traffic; else what it waits for (see [`Service::ready`]).
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
     }
 }
 
@@ -440,6 +451,16 @@ impl Service for Composite {
             .iter()
             .flat_map(|s| s.reconfigure(new))
             .collect()
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        for s in &self.services {
+            s.ready()?;
+        }
+        for c in &self.components {
+            c.ready()?;
+        }
+        Ok(())
     }
 
     fn background(&self) -> Vec<Background> {

@@ -227,6 +227,11 @@ pub trait SwarmTable: Send + Sync {
     /// table keeps no origins).
     fn peers_by_origin(&self) -> Vec<(u8, usize)>;
 
+    /// Calls `each` with a delta for every peer (IPv4 and IPv6; not the IPv6 addresses IPv4
+    /// peers gave) that announced to node `origin`, stamped with when it was last seen
+    /// (unix seconds, from `now` and `unix_now`); one shard locked at a time.
+    fn export(&self, origin: u8, now: u16, unix_now: u32, each: &mut dyn FnMut(&Delta));
+
     /// Adds to a torrent's completed count (what the database held, read at start or once
     /// it is reached); kept as an idle torrent's count until a peer comes, within
     /// `max_idle_torrents`.
@@ -849,6 +854,47 @@ impl<const I: usize, const O: usize> SwarmTable for Table<I, O> {
             }
         }
         (0..=255u8).zip(tally).filter(|&(_, n)| n > 0).collect()
+    }
+
+    fn export(&self, origin: u8, now: u16, unix_now: u32, each: &mut dyn FnMut(&Delta)) {
+        fn put<const A: usize, const I: usize, const O: usize>(
+            (records, seeders): (&[Record<A, I, O>], u32),
+            mut d: Delta,
+            origin: u8,
+            (now, unix_now): (u16, u32),
+            each: &mut dyn FnMut(&Delta),
+        ) {
+            for (i, r) in records.iter().enumerate() {
+                if r.origin() != origin {
+                    continue;
+                }
+                d.addr[..A].copy_from_slice(r.addr());
+                d.seeder = (i as u32) < seeders;
+                d.peer_id = r.peer_id().map(|id| id.try_into().expect("20-byte id"));
+                d.at = unix_now.saturating_sub(u32::from(now.wrapping_sub(r.seen())));
+                each(&d);
+            }
+        }
+        for i in 0..self.swarms.shard_count() {
+            let shard = self.swarms.shard_at(i).lock();
+            for (hash, t) in &shard.torrents {
+                let clock = (now, unix_now);
+                put(
+                    t.records_v4(),
+                    Delta::v4(*hash, [0; 6], 0),
+                    origin,
+                    clock,
+                    each,
+                );
+                put(
+                    t.records_v6(),
+                    Delta::v6(*hash, [0; 18], 0),
+                    origin,
+                    clock,
+                    each,
+                );
+            }
+        }
     }
 
     fn add_completed(&self, info_hash: &Id20, completed: u32) {
@@ -1749,5 +1795,40 @@ mod tests {
         let other = Delta::v4([2; 20], [127, 0, 0, 2, 0, 4], 0);
         assert_eq!(t.merge(&other, 2, 0, 0), Merged::Full);
         assert_eq!(t.totals().peers, 2);
+    }
+
+    #[test]
+    fn export_gives_one_nodes_peers_as_they_were_last_seen() {
+        let t = Table::<20, 1>::new(2, Caps::LARGE).with_origin(1);
+        let mut f = Fixture::new(t, true);
+        f.table
+            .announce(
+                &announce(7, true, Event::Started),
+                95,
+                &mut f.rng,
+                &mut f.sel,
+            )
+            .unwrap();
+        let mut remote = Delta::v6([1; 20], [0x20; 18], 0);
+        remote.peer_id = Some([9; 20]);
+        f.table.merge(&remote, 2, 90, 100);
+        let mut got = Vec::new();
+        f.table.export(1, 100, 10_000, &mut |d| got.push(*d));
+        assert_eq!(got.len(), 1);
+        let d = got[0];
+        assert_eq!(
+            (d.address(), d.seeder, d.at),
+            (&[127, 0, 0, 1, 0, 7][..], true, 9_995)
+        );
+        assert_eq!(d.peer_id, Some([7; 20]));
+        got.clear();
+        f.table.export(2, 100, 10_000, &mut |d| got.push(*d));
+        assert_eq!(
+            got,
+            [Delta {
+                at: 9_990,
+                ..remote
+            }]
+        );
     }
 }
