@@ -388,8 +388,15 @@ pub fn stored(config: &Config) -> Vec<&'static hotpath_store::Service> {
 /// the tracker too (its swarms are saved after the server stops).
 fn services(config: &Config) -> anyhow::Result<(Arc<Tracker>, Arc<dyn Service>)> {
     let store = if config.store.enabled {
-        let (store, _) =
-            hotpath_store::Store::open(&config.store, &stored(config)).context("store")?;
+        // In cluster mode each node takes its own writer lock and journal numbers, so the
+        // nodes write into one database.
+        let node = if config.cluster.enabled {
+            config.cluster.node_id
+        } else {
+            0
+        };
+        let (store, _) = hotpath_store::Store::open_for_node(&config.store, &stored(config), node)
+            .context("store")?;
         log::info!("store: {}", store.name);
         Some(Arc::new(store))
     } else {

@@ -225,3 +225,65 @@ fn a_node_without_redis_answers_from_its_own_memory() {
     assert!(metric(admin, "hotpath_cluster_redis_errors_total") >= 1.0);
     server.shutdown().unwrap();
 }
+
+/// Two nodes on one database: each takes its own writer lock (a second process outside
+/// cluster mode would wait, then stop), completions from both add up, and a node started
+/// again reads the sum.
+fn nodes_write_into_one_database(dialect: hotpath_store::Dialect, prefix: &str) {
+    let redis = RedisCluster::start(3, 0);
+    let db = hotpath_store::testing::test_db(dialect, "cluster");
+    let config = |id: u8| {
+        let mut c = node_config(&redis, id, prefix);
+        c.store.url = db.url.clone();
+        c.store.journal_fsync_ms = 0;
+        c
+    };
+    let (c1, c2) = (config(1), config(2));
+    let (n1, n2) = (node_with(c1.clone()), node_with(c2));
+    let h = [0x55; 20];
+    for (n, port, id) in [(&n1, 7001, 1), (&n2, 7002, 2)] {
+        http_announce(n.http, h, id, port, 100, Event::Started);
+        http_announce(n.http, h, id, port, 0, Event::Completed);
+    }
+    wait_until("both completions on both nodes", WAIT, || {
+        scrape(n1.udp, h).1 == 2 && scrape(n2.udp, h).1 == 2
+    });
+    n1.server.shutdown().unwrap();
+    n2.server.shutdown().unwrap();
+    let mut b = hotpath_store::backend::connect(&db.url, &db.dir).unwrap();
+    let mut completed = Vec::new();
+    b.query("SELECT completed FROM hp_torrents", &[], &mut |r| {
+        completed.push(r[0].int())
+    })
+    .unwrap();
+    assert_eq!(completed, [2]);
+    let mut workers = Vec::new();
+    b.query("SELECT worker FROM hp_journal", &[], &mut |r| {
+        workers.push(r[0].int() as u32)
+    })
+    .unwrap();
+    // Each node's journals under numbers of its own.
+    let base = |n| hotpath_store::journal_base(n);
+    assert!(
+        workers.iter().any(|&w| (base(1)..base(2)).contains(&w)),
+        "{workers:?}"
+    );
+    assert!(
+        workers.iter().any(|&w| (base(2)..base(3)).contains(&w)),
+        "{workers:?}"
+    );
+    // Node 1 again, alone: it reads both nodes' completions back.
+    let again = node_with(c1);
+    assert_eq!(scrape(again.udp, h).1, 2);
+    again.server.shutdown().unwrap();
+}
+
+#[test]
+fn nodes_write_into_one_postgresql_database() {
+    nodes_write_into_one_database(hotpath_store::Dialect::Postgres, "t5");
+}
+
+#[test]
+fn nodes_write_into_one_mariadb_database() {
+    nodes_write_into_one_database(hotpath_store::Dialect::Mysql, "t6");
+}

@@ -498,7 +498,7 @@ impl Backend for Flaky {
     fn execute_with(&mut self, sql: &str, params: &[Value]) -> Result<(), StoreError> {
         self.inner.execute_with(sql, params)
     }
-    fn claim_writer(&mut self) -> Result<(), StoreError> {
+    fn claim_writer(&mut self, node: u8) -> Result<(), StoreError> {
         if self.unreachable > 0 {
             self.unreachable -= 1;
             return Err(StoreError::Db {
@@ -507,7 +507,7 @@ impl Backend for Flaky {
                 fault: Fault::Transient,
             });
         }
-        self.inner.claim_writer()
+        self.inner.claim_writer(node)
     }
 }
 

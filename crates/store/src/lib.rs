@@ -32,7 +32,7 @@
 //! | `hp_schema` | `version` PK, `name`, `applied_at` (unix s) | the store's applied migrations |
 //! | `hp_service_schema` | (`service`, `version`) PK, `name`, `applied_at` | each service's applied migrations (a service's tables added since version 5 are listed in its crate) |
 //! | `hp_torrents` | `info_hash` (20 bytes) PK, `completed`, `seeders`, `leechers`, `first_seen`, `last_active` (unix s) | per torrent: downloads completed (added to, never overwritten), the last seeders/leechers snapshot, first and last activity |
-//! | `hp_journal` | `worker` PK, `seq` | per journal, the last record the database holds (written in the same transaction as the rows): tracker workers count from 0, popup workers from 65536, Lua workers from 131072, and `hotpath db refused --replay` records itself under 2147483647 |
+//! | `hp_journal` | `worker` PK, `seq` | per journal, the last record the database holds (written in the same transaction as the rows): tracker workers count from 0, popup workers from 65536, Lua workers from 131072, and `hotpath db refused --replay` records itself under 2147483647; in cluster mode node `n`'s numbers are these plus `n * 2^23` ([`journal_base`]) |
 //! | `hp_access_list` | `info_hash` (20 bytes) PK, `note`, `added_at` | info hashes for the tracker's access list when its source is the database |
 //! | `hp_popups` | `id` PK, `definition` (the popup's JSON), `updated_at` | popup configurations |
 //! | `hp_popup_users` | (`user_id`, `popup_id`) PK, `next_eligible` (unix s; `i64::MAX` = never), `shows`, `last_action` (1 shown, 2 click, 3 close), `updated_at`, `clicked_show_at`, `closed_show_at` (unix s of the show the user's last click, and last close, answered; 0: none; the larger stays) | each user's state per popup, absolute (the newest write wins) |
@@ -86,7 +86,7 @@ pub use error::{unstorable, Fault, StoreError, Unstorable};
 pub use flusher::backoff;
 pub use journal::{JournalWriter, Refused};
 pub use metrics::{Counter, Metrics};
-pub use open::{ConnectHook, Restored};
+pub use open::{journal_base, ConnectHook, Restored};
 pub use queue::{Encode, Queue, Service};
 
 use journal::Segment;
@@ -217,6 +217,8 @@ pub struct Store {
     /// The least sequence any writer numbers past: 0 after a start with the database, the
     /// clock in microseconds after one without it (see [`Store::open`]).
     seq_floor: u64,
+    /// Added to worker numbers: this node's journals (see [`journal_base`]).
+    journal_base: u32,
     /// Per journal, the floor file's sequences ([`journal::FLOOR_FILE`]).
     floor: Mutex<HashMap<u32, u64>>,
     /// The database holds the writer lock, its schema is current and the journal's records it
@@ -272,6 +274,7 @@ impl Store {
     /// The journal writer of worker `worker` (one per worker; its records continue the
     /// numbering of the same worker's earlier runs).
     pub fn writer(&self, worker: u32) -> JournalWriter {
+        let worker = self.journal_base + worker;
         let last = self.last_seq.get(&worker).copied().unwrap_or(0);
         JournalWriter::new(self.shared.clone(), worker, last.max(self.seq_floor) + 1)
     }

@@ -36,6 +36,8 @@ pub(crate) struct Late {
     segments: Vec<(u32, PathBuf)>,
     upto: HashMap<u32, u64>,
     pub(crate) hooks: Vec<ConnectHook>,
+    /// The cluster node this store writes for (0 outside cluster mode).
+    node: u8,
 }
 
 /// What [`Store::open`] found.
@@ -129,14 +131,22 @@ fn scan_journal(
     Ok(out)
 }
 
+/// Journal numbers one cluster node's journals take: node `n`'s worker `w` records its
+/// position in `hp_journal` under `n * 2^23 + w` (node 0, outside cluster mode, under `w`), so
+/// nodes on one database never share a position, and a restarted node replays exactly its own.
+pub fn journal_base(node: u8) -> u32 {
+    u32::from(node) << 23
+}
+
 /// Takes the database's writer lock, migrates it (or checks its schema) and reads the
 /// journal positions it holds.
 fn attach(
     backend: &mut dyn Backend,
     services: &[&'static Service],
     migrate: bool,
+    node: u8,
 ) -> Result<HashMap<u32, u64>, StoreError> {
-    backend.claim_writer()?;
+    backend.claim_writer(node)?;
     if migrate {
         migrations::migrate(backend, services)?;
     } else {
@@ -175,11 +185,33 @@ impl Store {
         Store::open_with(cfg, services, backend)
     }
 
+    /// [`Store::open`] for node `node` of a cluster (1-255), on a database the nodes share:
+    /// each node takes a writer lock of its own, and its journals' positions are kept under
+    /// numbers of its own ([`journal_base`]), so every node replays exactly its own journal.
+    pub fn open_for_node(
+        cfg: &StoreConfig,
+        services: &[&'static Service],
+        node: u8,
+    ) -> Result<(Store, Restored), StoreError> {
+        let backend = backend::connect(&cfg.url, Path::new(&cfg.data_dir))?;
+        Store::open_node_with(cfg, services, backend, node)
+    }
+
     /// [`Store::open`] on a given backend (tests wrap one to inject failures).
     pub fn open_with(
         cfg: &StoreConfig,
         services: &[&'static Service],
+        backend: Box<dyn Backend>,
+    ) -> Result<(Store, Restored), StoreError> {
+        Store::open_node_with(cfg, services, backend, 0)
+    }
+
+    /// [`Store::open_for_node`] on a given backend.
+    pub fn open_node_with(
+        cfg: &StoreConfig,
+        services: &[&'static Service],
         mut backend: Box<dyn Backend>,
+        node: u8,
     ) -> Result<(Store, Restored), StoreError> {
         // Two services on one name or tag would mix their changes: refused before anything.
         let queues = Queues::new(services).map_err(StoreError::Schema)?;
@@ -211,7 +243,7 @@ impl Store {
             .map(|(w, _, path)| (w, path))
             .collect();
 
-        let attached = attach(&mut *backend, services, cfg.migrate);
+        let attached = attach(&mut *backend, services, cfg.migrate, node);
         let (mut scan, confirmed, late, seq_floor) = match attached {
             Ok(confirmed) => {
                 let replay = |w: u32, seq: u64| seq > confirmed.get(&w).copied().unwrap_or(0);
@@ -242,6 +274,7 @@ impl Store {
                     segments: list,
                     upto: scan.last_seq.clone(),
                     hooks: Vec::new(),
+                    node,
                 };
                 (scan, HashMap::new(), Some((late, e)), clock_floor())
             }
@@ -290,6 +323,7 @@ impl Store {
             confirmed: Mutex::new(confirmed),
             last_seq,
             seq_floor,
+            journal_base: journal_base(node),
             floor: Mutex::new(floor),
             online: AtomicBool::new(late.is_none()),
             late: Mutex::new(late),
@@ -320,7 +354,7 @@ impl Store {
             return Ok(());
         };
         let mut db = self.db.lock();
-        let confirmed = match attach(&mut *db.backend, &self.services, late.migrate) {
+        let confirmed = match attach(&mut *db.backend, &self.services, late.migrate, late.node) {
             Ok(c) => c,
             Err(e) => {
                 *self.offline_why.lock() = e.to_string();

@@ -486,7 +486,9 @@ pub trait Backend: Send {
     /// the database has finished with it, so a restarted store reads the journal positions
     /// once that batch is in or out, never half-way, and a second process on the same
     /// database waits, then stops with an error.
-    fn claim_writer(&mut self) -> Result<(), StoreError> {
+    /// Node `node` of a cluster (1-255) takes a lock of its own, so nodes share a database;
+    /// node 0 is a process outside cluster mode.
+    fn claim_writer(&mut self, _node: u8) -> Result<(), StoreError> {
         Ok(())
     }
 

@@ -238,12 +238,19 @@ impl Backend for Mysql {
         })
     }
 
-    fn claim_writer(&mut self) -> Result<(), StoreError> {
-        // GET_LOCK names are server-wide: the lock is this database's.
+    fn claim_writer(&mut self, node: u8) -> Result<(), StoreError> {
+        // GET_LOCK names are server-wide: the lock is this database's (and this node's).
+        let suffix = if node == 0 {
+            String::new()
+        } else {
+            format!(":{node}")
+        };
         let held = self.with(|c| {
             super::wait_for_writer_lock(D, || {
-                let got: Option<Option<i64>> =
-                    c.query_first("SELECT GET_LOCK(CONCAT('hotpath:', DATABASE()), 0)")?;
+                let got: Option<Option<i64>> = c.exec_first(
+                    "SELECT GET_LOCK(CONCAT('hotpath:', DATABASE(), ?), 0)",
+                    (suffix.as_str(),),
+                )?;
                 Ok(got.flatten() == Some(1))
             })
         })?;

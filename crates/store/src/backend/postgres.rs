@@ -316,11 +316,11 @@ impl Backend for Postgres {
         })
     }
 
-    fn claim_writer(&mut self) -> Result<(), StoreError> {
+    fn claim_writer(&mut self, node: u8) -> Result<(), StoreError> {
+        let key = super::WRITER_LOCK_PG + i64::from(node);
         let held = self.with(|c| {
             super::wait_for_writer_lock(D, || {
-                let row =
-                    c.query_one("SELECT pg_try_advisory_lock($1)", &[&super::WRITER_LOCK_PG])?;
+                let row = c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?;
                 Ok(row.get::<_, bool>(0))
             })
         })?;

@@ -172,7 +172,7 @@ fn put(tx: &rusqlite::Transaction<'_>, w: &mut Written, rows: &Rows) -> rusqlite
 }
 
 impl Backend for Sqlite {
-    fn claim_writer(&mut self) -> Result<(), StoreError> {
+    fn claim_writer(&mut self, _node: u8) -> Result<(), StoreError> {
         if self.writer.is_some() {
             return Ok(());
         }
