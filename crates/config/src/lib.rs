@@ -329,6 +329,13 @@ section! {
         /// commonly given: 65,536 /64s) may hold together, so a few customers cannot take
         /// every slot from their many /64s. Four /64s' worth.
         pub max_connections_per_48: usize = 1024,
+        /// Networks of the balancers in front (e.g. ["10.0.0.0/24"]) whose HTTP connections
+        /// begin with a PROXY protocol header (HAProxy's `send-proxy-v2`; version 1 is read
+        /// too) naming the client: requests from such a connection count as the client's
+        /// (its address in answers, the per-address limits, logs). A connection from these
+        /// networks without the header is refused; from anywhere else, a header is a bad
+        /// request. Empty: no PROXY protocol. Read at start.
+        pub proxy_protocol_from: Vec<IpNet> = Vec::new(),
         /// Megabytes all connections' read and output buffers may take together. Past it, a
         /// connection's unsent answers are held to 16 KiB (reading stops until the client
         /// reads) and a request that would need a larger read buffer gets 503; normal

@@ -473,6 +473,29 @@ fn exchange_message(seeds: &mut Seeds) {
     seeds.put("exchange_message", "empty", &empty);
 }
 
+fn proxy_header(seeds: &mut Seeds) {
+    let mut v2 = Vec::new();
+    hotpath_wire::proxy::write_v2(
+        &mut v2,
+        "203.0.113.7:51000".parse().unwrap(),
+        "10.0.0.2:6969".parse().unwrap(),
+    );
+    v2.extend_from_slice(b"GET /announce HTTP/1.1\r\n\r\n");
+    seeds.put("proxy_header", "v2_ipv4", &v2);
+    let mut v6 = Vec::new();
+    hotpath_wire::proxy::write_v2(
+        &mut v6,
+        "[2001:db8::7]:51000".parse().unwrap(),
+        "[2001:db8::1]:6969".parse().unwrap(),
+    );
+    seeds.put("proxy_header", "v2_ipv6", &v6);
+    seeds.put(
+        "proxy_header",
+        "v1",
+        "PROXY TCP4 198.51.100.22 203.0.113.7 35646 80\r\n",
+    );
+}
+
 fn popups(seeds: &mut Seeds) {
     let signer = hotpath_wire::popup_token::Signer::new(b"fuzz secret");
     let mut token = Vec::new();
@@ -739,6 +762,7 @@ fn all() -> Seeds {
     snapshot(&mut seeds);
     connection_key(&mut seeds);
     exchange_message(&mut seeds);
+    proxy_header(&mut seeds);
     popups(&mut seeds);
     push_api(&mut seeds);
     ocelot_api(&mut seeds);

@@ -17,6 +17,7 @@ use hotpath_service::{
     process_secs, Context, Handled, HttpResponse, Kind, Outcome, Request, Service, ServiceWorker,
 };
 use hotpath_wire::http::{self, header_slots, Head, Limits, Parsed};
+use hotpath_wire::proxy;
 
 use crate::limits::{Budget, PerIp};
 use crate::listen::ListenerKind;
@@ -222,6 +223,10 @@ struct Conn {
     in_ready: bool,
     /// Listed on the worker's `overflow` list.
     in_overflow: bool,
+    /// From a balancer (`server.proxy_protocol_from`): its PROXY header is still to be read.
+    proxy_header: bool,
+    /// `peer`'s address is counted in the per-address limits (a balancer's own is not).
+    ip_counted: bool,
 }
 
 impl Conn {
@@ -327,6 +332,9 @@ impl Handler {
     /// Answers every complete request in the connection's read buffer, stopping when the output
     /// buffer reaches its cap (the rest is answered once the client reads).
     fn process(&mut self, conn: &mut Conn) {
+        if conn.proxy_header && !self.proxy_header(conn) {
+            return;
+        }
         let max_out = self.output_cap();
         while conn.rstart < conn.rend
             && !conn.closing
@@ -369,6 +377,43 @@ impl Handler {
             conn.rstart = 0;
             conn.rend = 0;
             conn.partial_since = None;
+        }
+    }
+
+    /// Reads the PROXY header a balancer's connection starts with: from then on the
+    /// connection is the client's, counted in the per-address limits as if it came directly.
+    /// False while the header is incomplete, or when it was refused.
+    fn proxy_header(&mut self, conn: &mut Conn) -> bool {
+        let buf = &conn.rbuf[conn.rstart..conn.rend];
+        match proxy::parse(buf) {
+            Ok(proxy::Header::Incomplete) => {
+                if !buf.is_empty() {
+                    conn.partial_since.get_or_insert(self.now);
+                }
+                false
+            }
+            Ok(proxy::Header::Complete { source, used }) => {
+                conn.rstart += used;
+                conn.proxy_header = false;
+                conn.partial_since = None;
+                if let Some(src) = source {
+                    let src = SocketAddr::new(src.ip().to_canonical(), src.port());
+                    if !self.shared.per_ip.try_add(src.ip()) {
+                        self.metrics().refused_per_ip.add(1);
+                        conn.closing = true;
+                        conn.rstart = conn.rend;
+                        return false;
+                    }
+                    conn.peer = src;
+                    conn.ip_counted = true;
+                }
+                true
+            }
+            Err(reason) => {
+                self.metrics().http_errors.add(1);
+                self.refuse(conn, 400, reason, Instant::now());
+                false
+            }
         }
     }
 
@@ -875,14 +920,24 @@ impl Worker {
                         drop(stream);
                         continue;
                     }
-                    if !self.h.shared.per_ip.try_add(peer.ip()) {
+                    // A balancer's connections are counted by the client each one carries,
+                    // once its PROXY header is read.
+                    let proxied = kind == ListenerKind::Http
+                        && self
+                            .h
+                            .shared
+                            .cfg
+                            .proxy_protocol_from
+                            .iter()
+                            .any(|n| n.contains(&peer.ip().to_canonical()));
+                    if !proxied && !self.h.shared.per_ip.try_add(peer.ip()) {
                         m.refused_per_ip.add(1);
                         drop(stream);
                         continue;
                     }
                     m.accepted.add(1);
                     // TCP_NODELAY is inherited from the listener: no setsockopt per connection.
-                    self.add_conn(stream, peer, kind);
+                    self.add_conn(stream, peer, kind, proxied);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -903,7 +958,7 @@ impl Worker {
         self.backlog.push(i);
     }
 
-    fn add_conn(&mut self, stream: TcpStream, peer: SocketAddr, kind: ListenerKind) {
+    fn add_conn(&mut self, stream: TcpStream, peer: SocketAddr, kind: ListenerKind, proxied: bool) {
         let slot = self.free.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.conns.len() - 1
@@ -932,6 +987,8 @@ impl Worker {
             accounted: 0,
             in_ready: false,
             in_overflow: false,
+            proxy_header: proxied,
+            ip_counted: !proxied,
         });
         self.open += 1;
         self.h.shared.metrics[self.h.index]
@@ -952,7 +1009,9 @@ impl Worker {
             // Dropping the stream closes the socket, which also removes it from epoll: no
             // epoll_ctl per connection. Its buffers are kept for the next connection.
             let shared = &self.h.shared;
-            shared.per_ip.remove(c.peer.ip());
+            if c.ip_counted {
+                shared.per_ip.remove(c.peer.ip());
+            }
             shared.budget.resize(c.accounted, 0);
             let Conn { rbuf, mut out, .. } = c;
             if self.spare.len() < SPARE_BUFFERS

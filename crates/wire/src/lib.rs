@@ -11,5 +11,6 @@ pub mod exchange;
 pub mod http;
 pub mod passkey;
 pub mod popup_token;
+pub mod proxy;
 pub mod query;
 pub mod udp;
