@@ -148,7 +148,10 @@ fn attach(
 ) -> Result<HashMap<u32, u64>, StoreError> {
     backend.claim_writer(node)?;
     if migrate {
-        migrations::migrate(backend, services)?;
+        backend.claim_migrations()?;
+        let migrated = migrations::migrate(backend, services);
+        backend.release_migrations()?;
+        migrated?;
     } else {
         migrations::require_current(backend, services)?;
     }

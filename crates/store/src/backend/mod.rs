@@ -377,6 +377,11 @@ pub const WRITER_LOCK_HELD: &str = "another connection holds hotpath's writer lo
      hotpath per database";
 /// The writer lock's key (PostgreSQL advisory locks are per database already).
 pub const WRITER_LOCK_PG: i64 = 0x0068_6f74_7061_7468;
+/// The migration lock's key (PostgreSQL); the writer locks of nodes 0-255 are above it.
+pub const MIGRATION_LOCK_PG: i64 = WRITER_LOCK_PG - 1;
+/// Why a store could not migrate.
+pub const MIGRATION_LOCK_HELD: &str = "another hotpath holds the migration lock on this \
+     database for too long";
 
 /// Polls `try_lock` until it takes the lock or [`WRITER_WAIT`] passes; says when it starts
 /// waiting, so a second process is not silent for half a minute.
@@ -489,6 +494,17 @@ pub trait Backend: Send {
     /// Node `node` of a cluster (1-255) takes a lock of its own, so nodes share a database;
     /// node 0 is a process outside cluster mode.
     fn claim_writer(&mut self, _node: u8) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Takes the database-wide migration lock, waiting up to [`WRITER_WAIT`]: the nodes of a
+    /// cluster start together on one database, and one migrates while the others wait.
+    fn claim_migrations(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Lets the migration lock go.
+    fn release_migrations(&mut self) -> Result<(), StoreError> {
         Ok(())
     }
 

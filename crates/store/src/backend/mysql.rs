@@ -238,6 +238,28 @@ impl Backend for Mysql {
         })
     }
 
+    fn claim_migrations(&mut self) -> Result<(), StoreError> {
+        let held = self.with(|c| {
+            super::wait_for_writer_lock(D, || {
+                let got: Option<Option<i64>> = c.query_first(
+                    "SELECT GET_LOCK(CONCAT('hotpath:', DATABASE(), ':migrations'), 0)",
+                )?;
+                Ok(got.flatten() == Some(1))
+            })
+        })?;
+        if held {
+            Ok(())
+        } else {
+            Err(db_error(D, super::MIGRATION_LOCK_HELD, Fault::Setup))
+        }
+    }
+
+    fn release_migrations(&mut self) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.query_drop("SELECT RELEASE_LOCK(CONCAT('hotpath:', DATABASE(), ':migrations'))")
+        })
+    }
+
     fn claim_writer(&mut self, node: u8) -> Result<(), StoreError> {
         // GET_LOCK names are server-wide: the lock is this database's (and this node's).
         let suffix = if node == 0 {

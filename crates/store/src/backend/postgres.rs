@@ -316,6 +316,26 @@ impl Backend for Postgres {
         })
     }
 
+    fn claim_migrations(&mut self) -> Result<(), StoreError> {
+        let key = super::MIGRATION_LOCK_PG;
+        let held = self.with(|c| {
+            super::wait_for_writer_lock(D, || {
+                let row = c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?;
+                Ok(row.get::<_, bool>(0))
+            })
+        })?;
+        if held {
+            Ok(())
+        } else {
+            Err(db_error(D, super::MIGRATION_LOCK_HELD, Fault::Setup))
+        }
+    }
+
+    fn release_migrations(&mut self) -> Result<(), StoreError> {
+        let key = super::MIGRATION_LOCK_PG;
+        self.with(|c| c.query_one("SELECT pg_advisory_unlock($1)", &[&key]).map(drop))
+    }
+
     fn claim_writer(&mut self, node: u8) -> Result<(), StoreError> {
         let key = super::WRITER_LOCK_PG + i64::from(node);
         let held = self.with(|c| {
