@@ -25,9 +25,11 @@ import urllib.request
 import libtorrent as lt
 
 
-def settings(port):
+def settings(port, ip="127.0.0.1"):
     return {
-        "listen_interfaces": f"127.0.0.1:{port}",
+        "listen_interfaces": f"{ip}:{port}",
+        # Announces and peer connections from this address (several clients, one host).
+        "outgoing_interfaces": ip,
         "enable_dht": False,
         "enable_lsd": False,
         "enable_upnp": False,
@@ -47,12 +49,12 @@ def settings(port):
     }
 
 
-def session(port):
+def session(port, ip="127.0.0.1"):
     # flags=0: no default plugins, so no ut_pex and no ut_metadata.
     try:
-        return lt.session(settings(port), 0)
+        return lt.session(settings(port, ip), 0)
     except TypeError:
-        return lt.session(settings(port))
+        return lt.session(settings(port, ip))
 
 
 def make_torrent(workdir, tracker, size):
@@ -205,6 +207,8 @@ def main():
     p.add_argument("--size", type=int, default=1 << 20)
     p.add_argument("--timeout", type=float, default=90)
     p.add_argument("--seed-port", type=int, default=0)
+    p.add_argument("--seed-ip", default="127.0.0.1", help="the seeder's address")
+    p.add_argument("--leech-ip", default="127.0.0.1", help="the leecher's address")
     p.add_argument("--leech-port", type=int, default=0)
     p.add_argument("--leech-tracker", help="the leecher's tracker URL (another passkey), "
                    "in place of the torrent's")
@@ -248,7 +252,7 @@ def main():
             err = stop_transmission(tr, args.workdir, log)
             if err:
                 log.append(err)
-    seeder = session(args.seed_port)
+    seeder = session(args.seed_port, args.seed_ip)
     sh = seeder.add_torrent({"ti": info, "save_path": seed_dir})
     sh.force_recheck()
     while not sh.status().is_seeding:
@@ -272,7 +276,7 @@ def swarm(args, info, v1, payload, torrent_path, tr, seeder, sh, deadline, log):
     os.makedirs(leech_dir, exist_ok=True)
     got = os.path.join(leech_dir, os.path.basename(payload))
     if args.leecher == "libtorrent":
-        leecher = session(args.leech_port)
+        leecher = session(args.leech_port, args.leech_ip)
         lh = leecher.add_torrent({"ti": info, "save_path": leech_dir})
         if args.rate:
             # On the torrent: the session's limit spares loopback peers (their own class).

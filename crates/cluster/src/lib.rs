@@ -587,10 +587,19 @@ impl Node {
             let snapshot_every = Duration::from_secs(self.cfg.snapshot_secs);
             let mut conn = None;
             let mut logged_down = false;
+            // Failures in a row on one connection: past a few, it is dropped and a new one
+            // made from the seeds (its view of the cluster may be from before a failover).
+            let mut failures = 0u32;
             // Filled at the start, and again after Redis was out of reach (what the other
             // nodes said meanwhile was missed).
             let mut need_fill = true;
             let mut last_snapshot = std::time::Instant::now();
+            // Redis is checked (PING) when a second passes without a publish.
+            let mut last_contact = std::time::Instant::now();
+            // After a fill that followed an outage, one more once every node has rewritten
+            // its snapshot: what they heard while this node could not is in those.
+            let mut refill_at: Option<std::time::Instant> = None;
+            let mut filled_once = false;
             while !stop.load(Ordering::Relaxed) {
                 let step = match conn.as_mut() {
                     None => self.connect().await.map(|c| {
@@ -605,11 +614,35 @@ impl Node {
                     }),
                     Some(c) if need_fill => self.fill(c).await.map(|_| {
                         need_fill = false;
+                        if filled_once {
+                            refill_at =
+                                Some(std::time::Instant::now() + snapshot_every + 2 * every);
+                        }
+                        filled_once = true;
                         self.ready.store(true, Ordering::Relaxed);
                     }),
                     Some(c) => {
                         tokio::time::sleep(every).await;
+                        let before = self.stats.messages_published.get();
                         need_fill = !self.publish(c).await;
+                        if self.stats.messages_published.get() > before {
+                            last_contact = std::time::Instant::now();
+                        } else if !need_fill && last_contact.elapsed() >= Duration::from_secs(1) {
+                            let ping = redis::cmd("PING").query_async::<String>(c).await;
+                            match ping {
+                                Ok(_) => last_contact = std::time::Instant::now(),
+                                Err(e) => {
+                                    self.stats.redis_up.set(0);
+                                    self.stats.redis_errors.add(1);
+                                    log::warn!("cluster: Redis Cluster does not answer ({e})");
+                                    need_fill = true;
+                                }
+                            }
+                        }
+                        if refill_at.is_some_and(|at| std::time::Instant::now() >= at) {
+                            refill_at = None;
+                            need_fill = true;
+                        }
                         if !need_fill && last_snapshot.elapsed() >= snapshot_every {
                             last_snapshot = std::time::Instant::now();
                             self.snapshot(c).await;
@@ -622,11 +655,17 @@ impl Node {
                         if conn.is_some() && !need_fill {
                             self.stats.redis_up.set(1);
                             logged_down = false;
+                            failures = 0;
                         }
                     }
                     Err(e) => {
                         self.stats.redis_up.set(0);
                         self.stats.redis_errors.add(1);
+                        failures += 1;
+                        if failures >= 3 && conn.take().is_some() {
+                            need_fill = true;
+                            log::info!("cluster: connecting to Redis Cluster afresh");
+                        }
                         if !logged_down {
                             log::warn!(
                                 "cluster: Redis Cluster at {} not reached ({e}); this node \

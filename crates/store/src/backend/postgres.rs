@@ -333,7 +333,10 @@ impl Backend for Postgres {
 
     fn release_migrations(&mut self) -> Result<(), StoreError> {
         let key = super::MIGRATION_LOCK_PG;
-        self.with(|c| c.query_one("SELECT pg_advisory_unlock($1)", &[&key]).map(drop))
+        self.with(|c| {
+            c.query_one("SELECT pg_advisory_unlock($1)", &[&key])
+                .map(drop)
+        })
     }
 
     fn claim_writer(&mut self, node: u8) -> Result<(), StoreError> {
