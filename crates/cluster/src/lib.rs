@@ -194,6 +194,14 @@ impl<'a> Packer<'a> {
     }
 }
 
+/// The group of a channel `channel` names (its hash tag).
+fn group_of_channel(channel: &[u8]) -> Option<u16> {
+    let open = channel.iter().rposition(|&b| b == b'{')?;
+    let tail = &channel[open + 1..];
+    let close = tail.iter().position(|&b| b == b'}')?;
+    std::str::from_utf8(&tail[..close]).ok()?.parse().ok()
+}
+
 /// Unix milliseconds now.
 fn unix_ms() -> u64 {
     SystemTime::now()
@@ -211,6 +219,10 @@ pub struct Node {
     inbound: SyncSender<Vec<u8>>,
     /// Taken by the apply thread when it starts.
     receiver: parking_lot::Mutex<Option<Receiver<Vec<u8>>>>,
+    /// Per group, when this node last heard its own heartbeat on the group's channel (unix
+    /// ms): a group it stops hearing has lost its subscription (a failover the client did not
+    /// follow), and the node subscribes afresh.
+    heard: Box<[std::sync::atomic::AtomicU64]>,
     /// The replica was filled from the snapshots (or Redis could not be reached at start).
     ready: AtomicBool,
 }
@@ -229,6 +241,9 @@ impl Node {
             inbound,
             receiver: parking_lot::Mutex::new(Some(receiver)),
             ready: AtomicBool::new(false),
+            heard: (0..cfg.groups)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
         })
     }
 
@@ -286,11 +301,23 @@ impl Node {
 
     /// Hands a received message to the apply thread; drops it (counted) when
     /// `cluster.max_inbound_messages` wait already.
-    fn receive(&self, msg: Vec<u8>) {
+    fn receive(&self, group: Option<u16>, msg: Vec<u8>) {
         self.stats.messages_received.add(1);
         self.stats.received_bytes.add(msg.len() as u64);
         if msg.len() > exchange::MAX_MESSAGE {
             self.stats.messages_refused.add(1);
+            return;
+        }
+        // This node's own messages come back too: nothing to apply, but its heartbeats
+        // (header and MAC only) say the group's subscription works.
+        if msg.get(1) == Some(&self.outbox.origin) {
+            if msg.len() == exchange::HEADER + exchange::MAC
+                && exchange::open(&msg, &self.keys.exchange).is_ok()
+            {
+                if let Some(h) = group.and_then(|g| self.heard.get(usize::from(g))) {
+                    h.store(unix_ms(), Ordering::Relaxed);
+                }
+            }
             return;
         }
         match self.inbound.try_send(msg) {
@@ -526,6 +553,46 @@ impl Node {
         Ok(read)
     }
 
+    /// Publishes an empty message (a heartbeat) on every group's channel; false when one
+    /// failed.
+    async fn heartbeat(&self, conn: &mut redis::cluster_async::ClusterConnection) -> bool {
+        let mut msg = Vec::with_capacity(exchange::HEADER + exchange::MAC);
+        let start = exchange::begin(&mut msg, self.outbox.origin, unix_ms());
+        exchange::seal(&mut msg, start, &self.keys.exchange);
+        let sends = (0..self.cfg.groups).map(|g| {
+            let mut conn = conn.clone();
+            let ch = channel(&self.cfg.prefix, g);
+            let msg = msg.clone();
+            async move {
+                redis::cmd("SPUBLISH")
+                    .arg(&ch)
+                    .arg(msg)
+                    .query_async::<i64>(&mut conn)
+                    .await
+            }
+        });
+        let mut ok = true;
+        for r in futures_util::future::join_all(sends).await {
+            if let Err(e) = r {
+                if ok {
+                    log::warn!("cluster: Redis Cluster does not answer ({e})");
+                }
+                self.stats.redis_errors.add(1);
+                ok = false;
+            }
+        }
+        ok
+    }
+
+    /// Groups whose own heartbeat has not come back for `quiet` ms.
+    fn deaf_groups(&self, quiet: u64) -> usize {
+        let now = unix_ms();
+        self.heard
+            .iter()
+            .filter(|h| now.saturating_sub(h.load(Ordering::Relaxed)) > quiet)
+            .count()
+    }
+
     /// Connects to Redis Cluster and subscribes to every group.
     async fn connect(
         self: &Arc<Self>,
@@ -547,8 +614,13 @@ impl Node {
                     return Err(());
                 };
                 if push.kind == redis::PushKind::SMessage {
-                    if let Some(redis::Value::BulkString(msg)) = push.data.into_iter().nth(1) {
-                        node.receive(msg);
+                    let mut data = push.data.into_iter();
+                    let group = match data.next() {
+                        Some(redis::Value::BulkString(ch)) => group_of_channel(&ch),
+                        _ => None,
+                    };
+                    if let Some(redis::Value::BulkString(msg)) = data.next() {
+                        node.receive(group, msg);
                     }
                 }
                 Ok(())
@@ -594,8 +666,10 @@ impl Node {
             // nodes said meanwhile was missed).
             let mut need_fill = true;
             let mut last_snapshot = std::time::Instant::now();
-            // Redis is checked (PING) when a second passes without a publish.
-            let mut last_contact = std::time::Instant::now();
+            // Every second a heartbeat on every group; a group whose own heartbeat has not
+            // come back for three is deaf: the node subscribes afresh.
+            let mut last_beat = std::time::Instant::now();
+            let mut subscribed_at = std::time::Instant::now();
             // After a fill that followed an outage, one more once every node has rewritten
             // its snapshot: what they heard while this node could not is in those.
             let mut refill_at: Option<std::time::Instant> = None;
@@ -610,6 +684,7 @@ impl Node {
                             self.cfg.groups
                         );
                         self.stats.redis_up.set(1);
+                        subscribed_at = std::time::Instant::now();
                         conn = Some(c);
                     }),
                     Some(c) if need_fill => self.fill(c).await.map(|_| {
@@ -623,19 +698,23 @@ impl Node {
                     }),
                     Some(c) => {
                         tokio::time::sleep(every).await;
-                        let before = self.stats.messages_published.get();
                         need_fill = !self.publish(c).await;
-                        if self.stats.messages_published.get() > before {
-                            last_contact = std::time::Instant::now();
-                        } else if !need_fill && last_contact.elapsed() >= Duration::from_secs(1) {
-                            let ping = redis::cmd("PING").query_async::<String>(c).await;
-                            match ping {
-                                Ok(_) => last_contact = std::time::Instant::now(),
-                                Err(e) => {
-                                    self.stats.redis_up.set(0);
+                        if !need_fill && last_beat.elapsed() >= Duration::from_secs(1) {
+                            last_beat = std::time::Instant::now();
+                            if !self.heartbeat(c).await {
+                                self.stats.redis_up.set(0);
+                                need_fill = true;
+                            } else if subscribed_at.elapsed() > Duration::from_secs(3) {
+                                let deaf = self.deaf_groups(3000);
+                                if deaf > 0 {
+                                    log::warn!(
+                                        "cluster: {deaf} channels silent for 3 s (a failover \
+                                         not followed): subscribing afresh"
+                                    );
                                     self.stats.redis_errors.add(1);
-                                    log::warn!("cluster: Redis Cluster does not answer ({e})");
+                                    conn = None;
                                     need_fill = true;
+                                    continue;
                                 }
                             }
                         }

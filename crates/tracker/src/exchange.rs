@@ -132,12 +132,15 @@ pub fn apply(
     }
     // A peer seen a little after this node's clock (skew) counts as seen now.
     let age = unix_now.saturating_sub(d.at);
-    if age >= u32::from(timeout) || age > now {
+    if age >= u32::from(timeout) {
         applied.count(Merged::Stale);
         return;
     }
-    let seen = (now - age) as u16;
-    applied.count(table.merge(d, origin, seen, now as u16));
+    // Process seconds wrap (ages are taken with wrapping arithmetic, and the timeout is far
+    // below the wrap), so a peer seen before this process started is seen "before 0".
+    let now = now as u16;
+    let seen = now.wrapping_sub(age as u16);
+    applied.count(table.merge(d, origin, seen, now));
 }
 
 #[cfg(test)]
@@ -184,5 +187,15 @@ mod tests {
         apply(&t, &ahead, 2, (500, 10_010), 100, 5, &mut a);
         assert_eq!(a.updated, 1);
         assert_eq!(t.scrape(&[3; 20]).leechers, 1);
+        // A peer last seen before this process started (a node started 10 s ago, a peer
+        // seen 50 s ago) is kept, and expires when its time comes.
+        let young = Table::<0, 1>::new(1, Caps::LARGE).with_origin(1);
+        let old_peer = Delta { at: 9_960, ..d };
+        apply(&young, &old_peer, 2, (10, 10_010), 100, 5, &mut a);
+        assert_eq!(a.added, 2);
+        young.sweep(0, 59, 100);
+        assert_eq!(young.totals().peers, 1);
+        young.sweep(0, 61, 100);
+        assert_eq!(young.totals().peers, 0);
     }
 }
