@@ -349,44 +349,44 @@ impl Node {
             return true;
         }
         let groups = self.cfg.groups;
-        all.sort_by_key(|d| exchange::group_of(&d.info_hash, groups));
+        // Packed as they come, each group into its own messages: no sort. A failed message's
+        // deltas are read back from it to be put back.
         let mut packer = Packer::new(self, unix_ms());
         for d in &all {
             packer.put(exchange::group_of(&d.info_hash, groups), d);
         }
+        drop(all);
         let mut sends = Vec::new();
-        let mut at = 0;
         for (g, messages) in packer.finish().into_iter().enumerate() {
-            let g = g as u16;
+            let ch = channel(&self.cfg.prefix, g as u16);
             for (msg, n) in messages {
-                let range = at..at + n;
-                at += n;
                 let mut conn = conn.clone();
-                let ch = channel(&self.cfg.prefix, g);
+                let ch = ch.clone();
                 sends.push(async move {
-                    let len = msg.len();
                     let r: redis::RedisResult<i64> = redis::cmd("SPUBLISH")
                         .arg(&ch)
-                        .arg(msg)
+                        .arg(&msg)
                         .query_async(&mut conn)
                         .await;
-                    (r, range, len)
+                    (r, msg, n)
                 });
             }
         }
         let mut failed = Vec::new();
         let mut first_error = None;
-        for (r, range, len) in futures_util::future::join_all(sends).await {
+        for (r, msg, n) in futures_util::future::join_all(sends).await {
             match r {
                 Ok(_) => {
                     self.stats.messages_published.add(1);
-                    self.stats.published_bytes.add(len as u64);
-                    self.stats.deltas_published.add(range.len() as u64);
+                    self.stats.published_bytes.add(msg.len() as u64);
+                    self.stats.deltas_published.add(n as u64);
                 }
                 Err(e) => {
                     self.stats.redis_errors.add(1);
                     first_error.get_or_insert(e);
-                    failed.extend_from_slice(&all[range]);
+                    if let Ok(m) = exchange::open(&msg, &self.keys.exchange) {
+                        failed.extend(m.deltas().filter_map(Result::ok));
+                    }
                 }
             }
         }

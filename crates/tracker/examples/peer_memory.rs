@@ -4,9 +4,10 @@
 //! Then it saves every swarm as a graceful stop does and loads them into a new table as the
 //! next start does, and prints both times (a restart's cost).
 //!
-//! `cargo run --release -p hotpath-tracker --example peer_memory -- [PEERS] [TORRENTS] [ids]`
-//! (defaults: 10,000,000 peers over 2,000,000 torrents; `ids` keeps peer ids; `1000000 1`
-//! is one torrent of a million peers).
+//! `cargo run --release -p hotpath-tracker --example peer_memory -- [PEERS] [TORRENTS] [ids|node]`
+//! (defaults: 10,000,000 peers over 2,000,000 torrents; `ids` keeps peer ids; `node` is a
+//! cluster node's table, each peer with its origin; `1000000 1` is one torrent of a million
+//! peers).
 
 mod common;
 
@@ -23,12 +24,15 @@ fn main() {
         .get(2)
         .map_or(2_000_000, |s| s.parse().expect("TORRENTS"));
     let ids = args.get(3).is_some_and(|s| s == "ids");
+    let node = args.get(3).is_some_and(|s| s == "node");
     let caps = Caps::LARGE;
     let base = common::rss_bytes();
     // The shard count users get by default.
     let shards = hotpath_config::TrackerConfig::default().shards;
     let store: Box<dyn SwarmTable> = if ids {
         Box::new(Table::<20>::new(shards, caps))
+    } else if node {
+        Box::new(Table::<0, 1>::new(shards, caps).with_origin(1))
     } else {
         Box::new(Table::<0>::new(shards, caps))
     };
@@ -58,6 +62,8 @@ fn main() {
     drop(store);
     let fresh: Box<dyn SwarmTable> = if ids {
         Box::new(Table::<20>::new(shards, caps))
+    } else if node {
+        Box::new(Table::<0, 1>::new(shards, caps).with_origin(1))
     } else {
         Box::new(Table::<0>::new(shards, caps))
     };
