@@ -820,6 +820,17 @@ mod tests {
     #[test]
     fn channels_carry_their_group_as_hash_tag() {
         assert_eq!(channel("hotpath", 7), "hotpath:x:{7}");
+        assert_eq!(group_of_channel(channel("a.b", 63).as_bytes()), Some(63));
+        for bad in [
+            &b"hotpath:x:7"[..],
+            b"x:{}",
+            b"x:{70000}",
+            b"x:{7",
+            b"x:{-1}",
+        ] {
+            assert_eq!(group_of_channel(bad), None);
+        }
+        assert_eq!(snapshot_key("p", 3, 2), "p:s:{3}:2");
     }
 
     #[test]

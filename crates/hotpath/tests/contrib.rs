@@ -363,3 +363,54 @@ fn the_sysctl_file_passes_every_kernel_check_of_doctor() {
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// The cluster's balancer files as their tools read them: HAProxy's checker, and nft's on a
+/// namespace of the test's own (loaded, then its table listed back).
+#[test]
+fn the_cluster_balancer_files_pass_haproxy_and_nft() {
+    let cfg = contrib().join("cluster/haproxy.cfg");
+    let (out, err) = run(Command::new("haproxy").arg("-c").arg("-f").arg(&cfg));
+    assert!(
+        format!("{out}{err}").contains("Configuration file is valid"),
+        "{out}{err}"
+    );
+    let haproxy = read("cluster/haproxy.cfg");
+    for line in [
+        "send-proxy-v2",
+        "check-send-proxy",
+        "httpchk GET /healthz",
+        "hash-type consistent",
+    ] {
+        assert!(haproxy.contains(line), "haproxy.cfg has {line}");
+    }
+    let ns = format!("hpct{}", std::process::id());
+    run(Command::new("ip").args(["netns", "add", &ns]));
+    let rules = contrib().join("cluster/udp-balance.nft");
+    let loaded = Command::new("ip")
+        .args(["netns", "exec", &ns, "nft", "-f"])
+        .arg(&rules)
+        .output()
+        .expect("nft runs (scripts/test installs nftables)");
+    let listed = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns,
+            "nft",
+            "list",
+            "chain",
+            "ip",
+            "hotpath_udp",
+            "postrouting",
+        ])
+        .output()
+        .unwrap();
+    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    assert!(
+        loaded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&loaded.stderr)
+    );
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(text.contains("ip saddr set 10.0.0.10"), "{text}");
+}
