@@ -79,16 +79,7 @@ fn http_announce(at: SocketAddr, hash: [u8; 20], n: u8, port: u16, left: u64, e:
 fn scrape(at: SocketAddr, hash: [u8; 20]) -> (u32, u32, u32) {
     let mut c = Udp::new(at);
     c.connect();
-    let mut p = Vec::new();
-    udp::write_scrape_request(&mut p, c.connection_id, 8, &[hash]);
-    let r = c
-        .exchange(&p, Duration::from_secs(2))
-        .expect("scrape answer");
-    let Response::Scrape { entries, .. } = udp::parse_response(&r).unwrap() else {
-        panic!("{r:?}")
-    };
-    let n = |i: usize| u32::from_be_bytes(entries[i..i + 4].try_into().unwrap());
-    (n(0), n(4), n(8))
+    c.scrape(hash)
 }
 
 fn ports(compact: &[u8]) -> Vec<u16> {

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use hotpath_wire::query::Event;
-use hotpath_wire::udp::{self, Response};
 
 const TAG: &str = "hpt";
 const NET: &str = "10.78";
@@ -123,16 +122,7 @@ fn udp_connects(n: u8) -> f64 {
 fn scrape(n: u8, hash: [u8; 20]) -> (u32, u32, u32) {
     let mut c = Udp::from("0.0.0.0:0", node_http(n));
     c.connect();
-    let mut p = Vec::new();
-    udp::write_scrape_request(&mut p, c.connection_id, 8, &[hash]);
-    let r = c
-        .exchange(&p, Duration::from_secs(2))
-        .expect("scrape answer");
-    let Response::Scrape { entries, .. } = udp::parse_response(&r).unwrap() else {
-        panic!("{r:?}")
-    };
-    let v = |i: usize| u32::from_be_bytes(entries[i..i + 4].try_into().unwrap());
-    (v(0), v(4), v(8))
+    c.scrape(hash)
 }
 
 fn announce_on(n: u8, hash: [u8; 20], id: u8, port: u16, left: u64, e: Event) -> Vec<u8> {
@@ -158,19 +148,34 @@ fn in_clients(program: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `get(lb, ip, path)`: one HTTP request through the balancer at `lb` from client address
+/// `ip`; whether it was answered 200 without a failure reason, and the body. A connection
+/// closed before any answer (its node died) is a failed request.
+const HTTP_GET: &str = r#"
+import socket
+def get(lb, ip, path):
+    try:
+        s = socket.create_connection((lb, 6969), timeout=3, source_address=(ip, 0))
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        status = head.split(b" ")[1:2]
+        return status == [b"200"] and b"failure reason" not in body, body
+    except OSError:
+        return False, b""
+"#;
+
 /// One HTTP request through the balancer from `ip` (in the clients' namespace).
 const HTTP_FROM: &str = r#"
-import socket, sys
-ip, path = sys.argv[1], sys.argv[2]
-s = socket.create_connection((sys.argv[3], 6969), timeout=5, source_address=(ip, 0))
-s.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
-data = b""
-while True:
-    chunk = s.recv(65536)
-    if not chunk:
-        break
-    data += chunk
-print(data.split(b" ")[1].decode())
+import sys
+ok, _ = get(sys.argv[3], sys.argv[1], sys.argv[2])
+print(200 if ok else "failed")
 "#;
 
 /// One UDP connect through the balancer from `ip`.
@@ -183,62 +188,49 @@ d, _ = s.recvfrom(64)
 print(struct.unpack(">IIQ", d)[0])
 "#;
 
-/// The node (1-3) the balancer sends client `ip`'s HTTP connections to.
+/// The node (1-3) whose counter `count` moved while `act` ran.
+fn node_that_counted(count: fn(u8) -> f64, act: impl FnOnce()) -> u8 {
+    let before: Vec<f64> = (1..=3).map(count).collect();
+    act();
+    (1..=3u8)
+        .find(|&n| count(n) > before[n as usize - 1])
+        .expect("a node counted it")
+}
+
+/// The node the balancer sends client `ip`'s HTTP connections to.
 fn http_node_of(ip: &str, lb: &str) -> u8 {
-    let before: Vec<f64> = (1..=3).map(http_announces).collect();
     let mut h = [0u8; 20];
     h[..ip.len().min(20)].copy_from_slice(&ip.as_bytes()[..ip.len().min(20)]);
     let path = announce_target(&announce(h, 9, 6881, 1, Event::Started));
-    assert_eq!(in_clients(HTTP_FROM, &[ip, &path, lb]).trim(), "200");
-    let after: Vec<f64> = (1..=3).map(http_announces).collect();
-    (1..=3u8)
-        .find(|&n| after[n as usize - 1] > before[n as usize - 1])
-        .expect("a node took the announce")
+    node_that_counted(http_announces, || {
+        let program = format!("{HTTP_GET}{HTTP_FROM}");
+        assert_eq!(in_clients(&program, &[ip, &path, lb]).trim(), "200");
+    })
 }
 
 /// The node the balancer sends client `ip`'s datagrams to.
 fn udp_node_of(ip: &str, lb: &str) -> u8 {
-    let before: Vec<f64> = (1..=3).map(udp_connects).collect();
-    in_clients(UDP_FROM, &[ip, lb]);
-    let after: Vec<f64> = (1..=3).map(udp_connects).collect();
-    (1..=3u8)
-        .find(|&n| after[n as usize - 1] > before[n as usize - 1])
-        .expect("a node took the connect")
+    node_that_counted(udp_connects, || {
+        in_clients(UDP_FROM, &[ip, lb]);
+    })
 }
 
 /// Clients through the balancer, each from its own address, each peer a torrent of its own:
 /// started, then completed, then a scrape; prints the info hashes (hex) whose completion a
 /// node acknowledged (the scrape counts it) and how many requests failed.
 const LOAD: &str = r#"
-import hashlib, json, socket, sys, time, urllib.parse
+import hashlib, json, sys, time, urllib.parse
 lb, seconds, tag = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 ips = [f"{lb.rsplit('.', 1)[0]}.{i}" for i in range(2, 10)]
-def get(ip, path):
-    try:
-        s = socket.create_connection((lb, 6969), timeout=3, source_address=(ip, 0))
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        s.close()
-        head, _, body = data.partition(b"\r\n\r\n")
-        # A connection closed before any answer (its node died) is a failed request.
-        status = head.split(b" ")[1:2]
-        return status == [b"200"] and b"failure reason" not in body, body
-    except OSError:
-        return False, b""
 acked, failed, n = [], 0, 0
 end = time.time() + seconds
 while time.time() < end:
     ip = ips[n % len(ips)]
     h = hashlib.sha1(f"{tag}-{n}".encode()).digest()
     q = "info_hash=" + urllib.parse.quote(h) + "&peer_id=-HP0001-" + f"{n:012d}" + "&port=6881&uploaded=0&downloaded=0&compact=1"
-    ok1, _ = get(ip, f"/announce?{q}&left=100&event=started")
-    ok2, _ = get(ip, f"/announce?{q}&left=0&event=completed") if ok1 else (False, b"")
-    ok3, body = get(ip, "/scrape?info_hash=" + urllib.parse.quote(h)) if ok2 else (False, b"")
+    ok1, _ = get(lb, ip, f"/announce?{q}&left=100&event=started")
+    ok2, _ = get(lb, ip, f"/announce?{q}&left=0&event=completed") if ok1 else (False, b"")
+    ok3, body = get(lb, ip, "/scrape?info_hash=" + urllib.parse.quote(h)) if ok2 else (False, b"")
     if ok3 and b"10:downloadedi1e" in body:
         acked.append(h.hex())
     failed += not (ok1 and ok2 and ok3)
@@ -248,7 +240,9 @@ print(json.dumps({"acked": acked, "failed": failed, "sent": n}))
 
 fn spawn_load(lb: &str, seconds: &str, tag: &str) -> std::process::Child {
     Command::new("ip")
-        .args(["netns", "exec", &format!("{TAG}-c"), PYTHON, "-c", LOAD, lb])
+        .args(["netns", "exec", &format!("{TAG}-c"), PYTHON, "-c"])
+        .arg(format!("{HTTP_GET}{LOAD}"))
+        .arg(lb)
         .args([seconds, tag])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

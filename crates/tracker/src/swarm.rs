@@ -260,25 +260,8 @@ impl<const A: usize, const I: usize, const O: usize> PeerSet<'_, A, I, O> {
         room: Room,
         origin: u8,
     ) -> (Change, bool) {
-        let found = self.find(&addr);
-        let was_seeder = found.is_some_and(|i| i < *self.seeders as usize);
-        let change = match found {
-            Some(i) if stopped => {
-                self.remove_at(i);
-                Change::Removed
-            }
-            None if stopped => Change::None,
-            Some(i) => {
-                let i = self.set_seeder(i, seeder);
-                let record = &mut self.peers[i];
-                record.seen = now.to_ne_bytes();
-                record.id.copy_from_slice(&id[..I]);
-                record.set_origin(origin);
-                Change::Updated
-            }
-            None => self.add(addr, id, seeder, now, room, origin),
-        };
-        (change, was_seeder)
+        // An announce is the newest news of its peer: a merge seen now.
+        self.merge(addr, id, seeder, stopped, now, now, room, origin)
     }
 
     /// Adds a peer the set does not hold, if `room` allows.

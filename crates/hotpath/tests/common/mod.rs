@@ -310,6 +310,20 @@ impl Udp {
         }
     }
 
+    /// (seeders, completed, leechers) of `hash`, by a scrape on this client's connection id.
+    pub fn scrape(&self, hash: [u8; 20]) -> (u32, u32, u32) {
+        let mut p = Vec::new();
+        udp::write_scrape_request(&mut p, self.connection_id, 8, &[hash]);
+        let r = self
+            .exchange(&p, Duration::from_secs(2))
+            .expect("scrape answer");
+        let udp::Response::Scrape { entries, .. } = udp::parse_response(&r).unwrap() else {
+            panic!("{r:?}")
+        };
+        let v = |i: usize| u32::from_be_bytes(entries[i..i + 4].try_into().unwrap());
+        (v(0), v(4), v(8))
+    }
+
     pub fn announce(&self, hash: [u8; 20], n: u8, port: u16, left: u64, event: Event) -> Vec<u8> {
         let a = udp::AnnounceRequest {
             connection_id: self.connection_id,

@@ -59,6 +59,26 @@ impl Mysql {
             db_error(D, what, fault(&e))
         })
     }
+
+    /// Takes the lock `hotpath:<database><suffix>` (GET_LOCK names are server-wide: the
+    /// database's name keeps databases apart), waiting up to [`super::WRITER_WAIT`]; `held`
+    /// says why it failed when another session keeps it.
+    fn named_lock(&mut self, suffix: &str, held: &'static str) -> Result<(), StoreError> {
+        let got = self.with(|c| {
+            super::wait_for_writer_lock(D, || {
+                let got: Option<Option<i64>> = c.exec_first(
+                    "SELECT GET_LOCK(CONCAT('hotpath:', DATABASE(), ?), 0)",
+                    (suffix,),
+                )?;
+                Ok(got.flatten() == Some(1))
+            })
+        })?;
+        if got {
+            Ok(())
+        } else {
+            Err(db_error(D, held, Fault::Setup))
+        }
+    }
 }
 
 /// What an error means for a write. Lock waits, deadlocks, too many connections and a server
@@ -239,19 +259,7 @@ impl Backend for Mysql {
     }
 
     fn claim_migrations(&mut self) -> Result<(), StoreError> {
-        let held = self.with(|c| {
-            super::wait_for_writer_lock(D, || {
-                let got: Option<Option<i64>> = c.query_first(
-                    "SELECT GET_LOCK(CONCAT('hotpath:', DATABASE(), ':migrations'), 0)",
-                )?;
-                Ok(got.flatten() == Some(1))
-            })
-        })?;
-        if held {
-            Ok(())
-        } else {
-            Err(db_error(D, super::MIGRATION_LOCK_HELD, Fault::Setup))
-        }
+        self.named_lock(":migrations", super::MIGRATION_LOCK_HELD)
     }
 
     fn release_migrations(&mut self) -> Result<(), StoreError> {
@@ -261,26 +269,12 @@ impl Backend for Mysql {
     }
 
     fn claim_writer(&mut self, node: u8) -> Result<(), StoreError> {
-        // GET_LOCK names are server-wide: the lock is this database's (and this node's).
         let suffix = if node == 0 {
             String::new()
         } else {
             format!(":{node}")
         };
-        let held = self.with(|c| {
-            super::wait_for_writer_lock(D, || {
-                let got: Option<Option<i64>> = c.exec_first(
-                    "SELECT GET_LOCK(CONCAT('hotpath:', DATABASE(), ?), 0)",
-                    (suffix.as_str(),),
-                )?;
-                Ok(got.flatten() == Some(1))
-            })
-        })?;
-        if held {
-            Ok(())
-        } else {
-            Err(db_error(D, super::WRITER_LOCK_HELD, Fault::Setup))
-        }
+        self.named_lock(&suffix, super::WRITER_LOCK_HELD)
     }
 }
 

@@ -55,6 +55,22 @@ impl Postgres {
         self.with_conn(|c| f(&mut c.client))
     }
 
+    /// Takes the session's advisory lock `key`, waiting up to [`super::WRITER_WAIT`]; `held`
+    /// says why it failed when another session keeps it.
+    fn advisory_lock(&mut self, key: i64, held: &'static str) -> Result<(), StoreError> {
+        let got = self.with(|c| {
+            super::wait_for_writer_lock(D, || {
+                let row = c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?;
+                Ok(row.get::<_, bool>(0))
+            })
+        })?;
+        if got {
+            Ok(())
+        } else {
+            Err(db_error(D, held, Fault::Setup))
+        }
+    }
+
     fn with_conn<T>(
         &mut self,
         f: impl FnOnce(&mut Conn) -> Result<T, postgres::Error>,
@@ -317,18 +333,7 @@ impl Backend for Postgres {
     }
 
     fn claim_migrations(&mut self) -> Result<(), StoreError> {
-        let key = super::MIGRATION_LOCK_PG;
-        let held = self.with(|c| {
-            super::wait_for_writer_lock(D, || {
-                let row = c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?;
-                Ok(row.get::<_, bool>(0))
-            })
-        })?;
-        if held {
-            Ok(())
-        } else {
-            Err(db_error(D, super::MIGRATION_LOCK_HELD, Fault::Setup))
-        }
+        self.advisory_lock(super::MIGRATION_LOCK_PG, super::MIGRATION_LOCK_HELD)
     }
 
     fn release_migrations(&mut self) -> Result<(), StoreError> {
@@ -340,17 +345,9 @@ impl Backend for Postgres {
     }
 
     fn claim_writer(&mut self, node: u8) -> Result<(), StoreError> {
-        let key = super::WRITER_LOCK_PG + i64::from(node);
-        let held = self.with(|c| {
-            super::wait_for_writer_lock(D, || {
-                let row = c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?;
-                Ok(row.get::<_, bool>(0))
-            })
-        })?;
-        if held {
-            Ok(())
-        } else {
-            Err(db_error(D, super::WRITER_LOCK_HELD, Fault::Setup))
-        }
+        self.advisory_lock(
+            super::WRITER_LOCK_PG + i64::from(node),
+            super::WRITER_LOCK_HELD,
+        )
     }
 }
