@@ -5,8 +5,9 @@
 //! - a peer announced through node 1 is in node 2's and node 3's answers and scrapes;
 //! - real libtorrent clients, one over HTTP and one over UDP through the balancer, each on a
 //!   different node, find each other and move a file;
-//! - kill -9 of a node under load: the balancer moves its clients, the other nodes still list
-//!   its peers, and every completion acknowledged is in the database once it is back;
+//! - kill -9 of a node under load: the balancer moves its clients (HTTP: HAProxy; UDP: the
+//!   nftables map, by udp-health), the other nodes still list its peers, and every completion
+//!   acknowledged is in the database once it is back;
 //! - kill -9 of a Redis master under load: no request fails, the exchange resumes after the
 //!   failover and the nodes converge;
 //! - a node cut off from Redis (its back link down) answers from memory and catches up when
@@ -365,6 +366,27 @@ fn a_cluster_in_namespaces_shares_swarms_and_survives_its_failures() {
         (acked.len() as u64) * 2 > sent,
         "most of the load went through: {result}"
     );
+    // Its UDP clients too: udp-health points its slot of the hash at a live node.
+    if let Some(j) = udp_nodes.iter().position(|&n| n == victim) {
+        let ip = &ips[j];
+        wait_until("a UDP client of the dead node answered", WAIT, || {
+            Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &format!("{TAG}-c"),
+                    PYTHON,
+                    "-c",
+                    UDP_FROM,
+                    ip,
+                    &lb,
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+    }
     // Back, it replays its journal: every acknowledged completion is in the database.
     let out = cluster.script(&["start-node", &victim.to_string()]);
     assert!(

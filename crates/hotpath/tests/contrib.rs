@@ -413,4 +413,10 @@ fn the_cluster_balancer_files_pass_haproxy_and_nft() {
     );
     let text = String::from_utf8_lossy(&listed.stdout);
     assert!(text.contains("ip saddr set 10.0.0.10"), "{text}");
+    // The health checker that keeps the map on live nodes parses, and names the map the rules
+    // define.
+    run(Command::new("bash")
+        .arg("-n")
+        .arg(contrib().join("cluster/udp-health")));
+    assert!(read("cluster/udp-health").contains("ip hotpath_udp node_of"));
 }
