@@ -22,6 +22,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures_util::StreamExt as _;
 use hotpath_config::ClusterConfig;
 use hotpath_service::{Background, Component, Samples};
 use hotpath_tracker::exchange::{self as tracker_exchange, Applied, Exchange};
@@ -66,6 +67,14 @@ impl std::fmt::Debug for Keys {
         f.write_str("Keys(..)")
     }
 }
+
+/// Snapshot lists a fill reads at once, and messages it asks of each at a time.
+const FILL_LISTS_AT_ONCE: usize = 8;
+const FILL_PAGE: usize = 32;
+
+/// How old a live message may be when it is applied (its sender's clock against this one's):
+/// far longer than any delivery takes, far shorter than a peer's life.
+const MAX_MESSAGE_AGE_MS: u64 = 60_000;
 
 /// The longest secret file read.
 const MAX_SECRET_FILE: u64 = 4096;
@@ -268,7 +277,21 @@ impl Node {
             return true;
         }
         if !own {
-            self.stats.lag.observe(unix_ms().saturating_sub(m.sent_ms));
+            // A live message is fresh: one replayed from long ago (anyone who can reach
+            // Redis can publish again what a node sent), or stamped far in the future, is
+            // refused whole. Snapshots (`own` reads) are old by design; their deltas' own
+            // times decide.
+            let now_ms = unix_ms();
+            let skew_ms = 1000 * u64::from(hotpath_tracker::CLOCK_SKEW_SECS);
+            if m.sent_ms + MAX_MESSAGE_AGE_MS < now_ms || m.sent_ms > now_ms + skew_ms {
+                self.stats.messages_refused.add(1);
+                log::debug!(
+                    "cluster: message of node {} refused: sent too long ago, or in the future",
+                    m.origin
+                );
+                return false;
+            }
+            self.stats.lag.observe(now_ms.saturating_sub(m.sent_ms));
         }
         let now = hotpath_service::process_secs();
         let unix_now = (self.shared.unix_base + i64::from(now)) as u32;
@@ -527,30 +550,59 @@ impl Node {
             .flat_map(|&node| (0..self.cfg.groups).map(move |g| (g, node)))
             .map(|(g, node)| snapshot_key(&self.cfg.prefix, g, node))
             .collect();
+        // A few lists at a time, a page of each at a time: memory stays a few pages
+        // whatever the snapshots hold. A list longer than a node's whole table could fill
+        // is cut there (it is not one a node wrote).
+        let most = self.shared.cfg.max_peers * 64 / self.cfg.max_message_bytes.max(1) + 16;
         let reads = keys.into_iter().map(|key| {
             let mut conn = conn.clone();
-            async move {
-                redis::cmd("LRANGE")
-                    .arg(&key)
-                    .arg(0)
-                    .arg(-1)
-                    .query_async::<Vec<Vec<u8>>>(&mut conn)
-                    .await
-            }
+            async move { self.read_list(&mut conn, &key, most).await }
         });
         let mut read = 0;
-        for r in futures_util::future::join_all(reads).await {
-            for msg in r? {
-                self.stats.received_bytes.add(msg.len() as u64);
-                self.apply(&msg, true);
-                read += 1;
-            }
+        let mut pages = futures_util::stream::iter(reads).buffer_unordered(FILL_LISTS_AT_ONCE);
+        while let Some(r) = pages.next().await {
+            read += r?;
         }
         self.stats.fills.add(1);
         log::info!(
             "cluster: replica filled from the snapshots of nodes {nodes:?} ({read} messages)"
         );
         Ok(read)
+    }
+
+    /// Applies the snapshot list `key`, a page at a time, at most `most` messages; how many
+    /// it read.
+    async fn read_list(
+        &self,
+        conn: &mut redis::cluster_async::ClusterConnection,
+        key: &str,
+        most: usize,
+    ) -> redis::RedisResult<usize> {
+        let mut at = 0;
+        loop {
+            let page: Vec<Vec<u8>> = redis::cmd("LRANGE")
+                .arg(key)
+                .arg(at)
+                .arg(at + FILL_PAGE - 1)
+                .query_async(conn)
+                .await?;
+            let n = page.len();
+            for msg in page {
+                self.stats.received_bytes.add(msg.len() as u64);
+                self.apply(&msg, true);
+            }
+            at += n;
+            if n < FILL_PAGE {
+                return Ok(at);
+            }
+            if at >= most {
+                log::warn!(
+                    "cluster: snapshot {key} cut at {at} messages (more than a node writes)"
+                );
+                self.stats.messages_refused.add(1);
+                return Ok(at);
+            }
+        }
     }
 
     /// Publishes an empty message (a heartbeat) on every group's channel; false when one

@@ -150,18 +150,43 @@ fn messages_not_signed_with_the_secret_are_refused_whole() {
     // A well-formed message from "node 9", signed with another secret.
     let mut msg = Vec::new();
     let start = hotpath_wire::exchange::begin(&mut msg, 9, 0);
-    let d = hotpath_wire::exchange::Delta::v4(h, [127, 0, 0, 1, 0x1b, 0x59], u32::MAX / 2);
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as u32;
+    let d = hotpath_wire::exchange::Delta::v4(h, [127, 0, 0, 1, 0x1b, 0x59], unix);
     hotpath_wire::exchange::put(&mut msg, &d);
     hotpath_wire::exchange::seal(&mut msg, start, b"not the secret!!");
     let group = hotpath_wire::exchange::group_of(&h, 8);
     let channel = hotpath_cluster::channel("t2", group);
-    for payload in [&msg[..], b"garbage"] {
+    // Signed with the cluster's key but sent a day ago: a replay, refused whole too.
+    let key = hotpath_cluster::Keys::from_secret(SECRET, "test")
+        .unwrap()
+        .exchange;
+    let signed = |sent_ms: u64| {
+        let mut msg = Vec::new();
+        let start = hotpath_wire::exchange::begin(&mut msg, 9, sent_ms);
+        hotpath_wire::exchange::put(&mut msg, &d);
+        hotpath_wire::exchange::seal(&mut msg, start, &key);
+        msg
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let replayed = signed(now_ms - 86_400_000);
+    for payload in [&msg[..], b"garbage", &replayed[..]] {
         redis.command(&["SPUBLISH", &channel], payload);
     }
-    wait_until("both refused", WAIT, || {
-        metric(n.admin, "hotpath_cluster_messages_refused_total") == 2.0
+    wait_until("all three refused", WAIT, || {
+        metric(n.admin, "hotpath_cluster_messages_refused_total") == 3.0
     });
     assert_eq!(scrape(n.udp, h), (0, 0, 0));
+    // The control: the same delta, signed and fresh, is applied.
+    redis.command(&["SPUBLISH", &channel], &signed(now_ms));
+    wait_until("the fresh message applied", WAIT, || {
+        scrape(n.udp, h) == (0, 0, 1)
+    });
     n.server.shutdown().unwrap();
 }
 
