@@ -85,17 +85,15 @@ impl Keys {
         if cfg.secret_file.is_empty() {
             return Keys::from_secret(cfg.secret.trim(), "cluster.secret");
         }
-        use std::io::Read as _;
-        let err = |source| ClusterError::SecretFile {
+        // A device, a FIFO or a directory is refused at once, never read.
+        let text = hotpath_config::file::read_bounded_text(
+            std::path::Path::new(&cfg.secret_file),
+            MAX_SECRET_FILE,
+        )
+        .map_err(|source| ClusterError::SecretFile {
             path: cfg.secret_file.clone(),
             source,
-        };
-        let mut text = String::new();
-        std::fs::File::open(&cfg.secret_file)
-            .map_err(err)?
-            .take(MAX_SECRET_FILE)
-            .read_to_string(&mut text)
-            .map_err(err)?;
+        })?;
         Keys::from_secret(
             text.lines().next().unwrap_or("").trim(),
             "cluster.secret_file",
@@ -867,6 +865,28 @@ mod tests {
         assert_ne!(a.exchange, c.exchange);
         assert!(Keys::from_secret("short", "cluster.secret").is_err());
         assert_eq!(format!("{a:?}"), "Keys(..)");
+    }
+
+    #[test]
+    fn the_secret_file_is_read_bounded_and_only_if_regular() {
+        let dir = std::env::temp_dir().join(format!("hotpath-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secret");
+        std::fs::write(&file, "a shared secret of some length\nignored\n").unwrap();
+        let cfg = |path: &std::path::Path| ClusterConfig {
+            secret_file: path.display().to_string(),
+            ..ClusterConfig::default()
+        };
+        let keys = Keys::load(&cfg(&file)).unwrap();
+        let direct = Keys::from_secret("a shared secret of some length", "k").unwrap();
+        assert_eq!(keys.exchange, direct.exchange);
+        std::fs::write(&file, vec![b'x'; 5000]).unwrap();
+        assert!(Keys::load(&cfg(&file)).is_err(), "larger than 4 KiB");
+        for odd in ["/dev/zero", "/tmp"] {
+            let e = Keys::load(&cfg(std::path::Path::new(odd))).unwrap_err();
+            assert!(e.to_string().contains("not a regular file"), "{odd}: {e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
