@@ -246,16 +246,18 @@ impl TrackerWorker {
         let at = self.unix(now);
         if let Some(x) = &self.shared.exchange {
             // The other nodes learn of the peer (or of its leaving) within a publish interval.
-            let mut d = match (peer.v4, peer.v6) {
-                (Some(a), _) => Delta::v4(peer.info_hash, a, at),
-                (None, Some(a)) => Delta::v6(peer.info_hash, a, at),
-                (None, None) => return Ok(c),
+            let delta = match (peer.v4, peer.v6) {
+                (Some(a), _) => Some(Delta::v4(peer.info_hash, a, at)),
+                (None, Some(a)) => Some(Delta::v6(peer.info_hash, a, at)),
+                (None, None) => None,
             };
-            d.seeder = peer.seeder;
-            d.stopped = peer.event == Event::Stopped;
-            d.snatched = snatched;
-            d.peer_id = self.shared.cfg.keep_peer_ids.then_some(peer.peer_id);
-            x.push(self.index, d);
+            if let Some(mut d) = delta {
+                d.seeder = peer.seeder;
+                d.stopped = peer.event == Event::Stopped;
+                d.snatched = snatched;
+                d.peer_id = self.shared.cfg.keep_peer_ids.then_some(peer.peer_id);
+                x.push(self.index, d);
+            }
         }
         if let (true, Some(j)) = (snatched, &mut self.journal) {
             j.push(&TorrentChange {
