@@ -232,6 +232,11 @@ pub struct Node {
     heard: Box<[std::sync::atomic::AtomicU64]>,
     /// The replica was filled from the snapshots (or Redis could not be reached at start).
     ready: AtomicBool,
+    /// A fill after an outage asks the apply thread to read completed counts again.
+    raise_due: AtomicBool,
+    /// Moves on with each connection: what an older connection still delivers (its socket
+    /// may hold messages from before an outage) is dropped.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl Node {
@@ -248,6 +253,8 @@ impl Node {
             inbound,
             receiver: parking_lot::Mutex::new(Some(receiver)),
             ready: AtomicBool::new(false),
+            raise_due: AtomicBool::new(false),
+            generation: std::sync::atomic::AtomicU64::new(0),
             heard: (0..cfg.groups)
                 .map(|_| std::sync::atomic::AtomicU64::new(0))
                 .collect(),
@@ -357,6 +364,9 @@ impl Node {
         while !stop.load(Ordering::Relaxed) {
             if let Ok(msg) = rx.recv_timeout(Duration::from_millis(200)) {
                 self.apply_message(&msg);
+            }
+            if self.raise_due.swap(false, Ordering::Relaxed) {
+                self.raise_completed_from_store();
             }
         }
     }
@@ -603,6 +613,28 @@ impl Node {
         }
     }
 
+    /// Raises every torrent's completed count to what the database holds (with this node's
+    /// rows not yet written); nothing without a store or while it is out of reach.
+    fn raise_completed_from_store(&self) {
+        let Some(db) = self.shared.persist.as_ref().filter(|db| db.online()) else {
+            return;
+        };
+        match db.with_replay(hotpath_tracker::persist::completed_counts) {
+            Ok(counts) => {
+                for (hash, n) in &counts {
+                    let n = u32::try_from(*n).unwrap_or(u32::MAX);
+                    self.shared.swarms.raise_completed(hash, n);
+                }
+                log::info!(
+                    "cluster: completed counts of {} torrents checked against {}",
+                    counts.len(),
+                    db.name
+                );
+            }
+            Err(e) => log::warn!("cluster: completed counts not read from {}: {e}", db.name),
+        }
+    }
+
     /// Publishes an empty message (a heartbeat) on every group's channel; false when one
     /// failed.
     async fn heartbeat(&self, conn: &mut redis::cluster_async::ClusterConnection) -> bool {
@@ -654,6 +686,7 @@ impl Node {
             .map(|a| format!("redis://{a}/?protocol=resp3"))
             .collect();
         let node = Arc::downgrade(self);
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let timeout = Duration::from_millis(self.cfg.redis_timeout_ms);
         let client = redis::cluster::ClusterClientBuilder::new(nodes)
             .use_protocol(redis::ProtocolVersion::RESP3)
@@ -663,6 +696,9 @@ impl Node {
                 let Some(node) = node.upgrade() else {
                     return Err(());
                 };
+                if node.generation.load(Ordering::Relaxed) != generation {
+                    return Ok(());
+                }
                 if push.kind == redis::PushKind::SMessage {
                     let mut data = push.data.into_iter();
                     let group = match data.next() {
@@ -723,7 +759,8 @@ impl Node {
             // After a fill that followed an outage, one more once every node has rewritten
             // its snapshot: what they heard while this node could not is in those.
             let mut refill_at: Option<std::time::Instant> = None;
-            let mut filled_once = false;
+            // The fill that comes next follows an outage (not the start, not the refill).
+            let mut after_outage = false;
             while !stop.load(Ordering::Relaxed) {
                 let step = match conn.as_mut() {
                     None => self.connect().await.map(|c| {
@@ -739,21 +776,27 @@ impl Node {
                     }),
                     Some(c) if need_fill => self.fill(c).await.map(|_| {
                         need_fill = false;
-                        if filled_once {
+                        if std::mem::take(&mut after_outage) {
+                            // Snatches other nodes made while this one could not hear them
+                            // are in the database: the apply thread raises the counts to
+                            // what it holds (the database's client blocks: not here). And
+                            // once more after every node's next snapshot.
+                            self.raise_due.store(true, Ordering::Relaxed);
                             refill_at =
                                 Some(std::time::Instant::now() + snapshot_every + 2 * every);
                         }
-                        filled_once = true;
                         self.ready.store(true, Ordering::Relaxed);
                     }),
                     Some(c) => {
                         tokio::time::sleep(every).await;
                         need_fill = !self.publish(c).await;
+                        after_outage |= need_fill;
                         if !need_fill && last_beat.elapsed() >= Duration::from_secs(1) {
                             last_beat = std::time::Instant::now();
                             if !self.heartbeat(c).await {
                                 self.stats.redis_up.set(0);
                                 need_fill = true;
+                                after_outage = true;
                             } else if subscribed_at.elapsed() > Duration::from_secs(3) {
                                 let deaf = self.deaf_groups(3000);
                                 if deaf > 0 {
@@ -764,6 +807,7 @@ impl Node {
                                     self.stats.redis_errors.add(1);
                                     conn = None;
                                     need_fill = true;
+                                    after_outage = true;
                                     continue;
                                 }
                             }
@@ -790,6 +834,7 @@ impl Node {
                     Err(e) => {
                         self.stats.redis_up.set(0);
                         self.stats.redis_errors.add(1);
+                        after_outage = true;
                         failures += 1;
                         if failures >= 3 && conn.take().is_some() {
                             need_fill = true;

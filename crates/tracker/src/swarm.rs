@@ -260,8 +260,8 @@ impl<const A: usize, const I: usize, const O: usize> PeerSet<'_, A, I, O> {
         room: Room,
         origin: u8,
     ) -> (Change, bool) {
-        // An announce is the newest news of its peer: a merge seen now.
-        self.merge(addr, id, seeder, stopped, now, now, room, origin)
+        // An announce is the newest news of its peer, whatever it says.
+        self.apply(addr, id, seeder, stopped, (now, now), room, origin, false)
     }
 
     /// Adds a peer the set does not hold, if `room` allows.
@@ -324,10 +324,38 @@ impl<const A: usize, const I: usize, const O: usize> PeerSet<'_, A, I, O> {
         room: Room,
         origin: u8,
     ) -> (Change, bool) {
+        self.apply(addr, id, seeder, stopped, (seen, now), room, origin, true)
+    }
+
+    /// An announce (`remote` false) or another node's delta (`remote` true, where a
+    /// leecher's delta of the second a seeder's record holds is late news).
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &mut self,
+        addr: [u8; A],
+        id: &Id20,
+        seeder: bool,
+        stopped: bool,
+        (seen, now): (u16, u16),
+        room: Room,
+        origin: u8,
+        remote: bool,
+    ) -> (Change, bool) {
         let found = self.find(&addr);
         let was_seeder = found.is_some_and(|i| i < *self.seeders as usize);
         let change = match found {
             Some(i) if now.wrapping_sub(self.peers[i].seen()) < now.wrapping_sub(seen) => {
+                Change::None
+            }
+            // Within one second, a seeder is newer than a leecher (a download completes; it
+            // does not come undone): a leecher's delta arriving late changes nothing.
+            Some(i)
+                if remote
+                    && self.peers[i].seen() == seen
+                    && i < *self.seeders as usize
+                    && !seeder
+                    && !stopped =>
+            {
                 Change::None
             }
             Some(i) if stopped => {

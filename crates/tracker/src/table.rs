@@ -232,6 +232,12 @@ pub trait SwarmTable: Send + Sync {
     /// (unix seconds, from `now` and `unix_now`); one shard locked at a time.
     fn export(&self, origin: u8, now: u16, unix_now: u32, each: &mut dyn FnMut(&Delta));
 
+    /// Raises a torrent's completed count to `completed` if it is lower (what the database
+    /// holds, read again after a cluster node missed other nodes' deltas: counts only grow,
+    /// so the larger is right whatever this node counted meanwhile); kept as an idle
+    /// torrent's count when it has no peers, within `max_idle_torrents`.
+    fn raise_completed(&self, info_hash: &Id20, completed: u32);
+
     /// Adds to a torrent's completed count (what the database held, read at start or once
     /// it is reached); kept as an idle torrent's count until a peer comes, within
     /// `max_idle_torrents`.
@@ -893,6 +899,20 @@ impl<const I: usize, const O: usize> SwarmTable for Table<I, O> {
                     clock,
                     each,
                 );
+            }
+        }
+    }
+
+    fn raise_completed(&self, info_hash: &Id20, completed: u32) {
+        let mut guard = self.swarms.shard(info_hash).lock();
+        let shard = &mut *guard;
+        match shard.torrents.get_mut(info_hash) {
+            Some(t) => t.completed = t.completed.max(completed),
+            None => {
+                let before = shard.idle.get(info_hash).copied().unwrap_or(0);
+                if completed > before {
+                    self.keep_idle(shard, *info_hash, completed);
+                }
             }
         }
     }
@@ -1736,6 +1756,9 @@ mod tests {
         assert_eq!(t.scrape(&[1; 20]).seeders, 0);
         assert_eq!(t.merge(&seeder, 2, 100, 100), Merged::Updated);
         assert_eq!(t.scrape(&[1; 20]).seeders, 1);
+        // The leecher's delta of the same second, late: the seeder stays.
+        assert_eq!(t.merge(&delta(1, 0), 2, 100, 100), Merged::Stale);
+        assert_eq!(t.scrape(&[1; 20]).seeders, 1);
         // A tombstone older than the record is stale; a newer one removes it.
         let gone = Delta {
             stopped: true,
@@ -1830,5 +1853,20 @@ mod tests {
                 ..remote
             }]
         );
+    }
+
+    #[test]
+    fn raised_completed_counts_only_grow() {
+        let t = Table::<0, 1>::new(1, Caps::LARGE);
+        t.merge(&delta(1, 0), 2, 0, 0);
+        t.add_completed(&[1; 20], 5);
+        t.raise_completed(&[1; 20], 3);
+        assert_eq!(t.scrape(&[1; 20]).completed, 5);
+        t.raise_completed(&[1; 20], 7);
+        assert_eq!(t.scrape(&[1; 20]).completed, 7);
+        // A torrent without peers keeps the larger count too.
+        t.raise_completed(&[2; 20], 4);
+        t.raise_completed(&[2; 20], 2);
+        assert_eq!(t.scrape(&[2; 20]).completed, 4);
     }
 }
