@@ -261,14 +261,9 @@ impl Node {
         })
     }
 
-    /// Checks one received message and merges its deltas (not this node's own: every node
-    /// hears its own publishes too). Returns whether it was accepted.
-    pub fn apply_message(&self, msg: &[u8]) -> bool {
-        self.apply(msg, false)
-    }
-
-    /// [`Node::apply_message`]; with `own`, this node's own deltas too (its snapshot, read
-    /// back after a restart).
+    /// Checks one message and merges its deltas: a received one (not this node's own: every
+    /// node hears its own publishes too), or with `own` a snapshot's, this node's too (its
+    /// peers from before a restart). Returns whether it was accepted.
     fn apply(&self, msg: &[u8], own: bool) -> bool {
         let m = match exchange::open(msg, &self.keys.exchange) {
             Ok(m) => m,
@@ -363,7 +358,7 @@ impl Node {
         };
         while !stop.load(Ordering::Relaxed) {
             if let Ok(msg) = rx.recv_timeout(Duration::from_millis(200)) {
-                self.apply_message(&msg);
+                self.apply(&msg, false);
             }
             if self.raise_due.swap(false, Ordering::Relaxed) {
                 self.raise_completed_from_store();

@@ -17,6 +17,19 @@ impl Problems {
             message: message.into(),
         });
     }
+
+    /// `key`'s value must lie in `lo..=hi`.
+    fn within<T: PartialOrd + std::fmt::Display>(&mut self, key: &'static str, v: T, lo: T, hi: T) {
+        if v < lo || v > hi {
+            self.bad(key, format!("must be between {lo} and {hi}"));
+        }
+    }
+}
+
+/// Whether `a` is `host:port` with a host and a port above 0.
+fn host_port(a: &str) -> bool {
+    a.rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|n| n > 0))
 }
 
 /// Every problem of `c`, section by section.
@@ -57,13 +70,8 @@ fn cluster(c: &Config, p: &mut Problems) {
             "needs at least one Redis Cluster node, host:port",
         );
     }
-    for a in &cl.redis {
-        let ok = a
-            .rsplit_once(':')
-            .is_some_and(|(h, port)| !h.is_empty() && port.parse::<u16>().is_ok_and(|n| n > 0));
-        if !ok {
-            p.bad("cluster.redis", format!("{a:?} must be host:port"));
-        }
+    for a in cl.redis.iter().filter(|a| !host_port(a)) {
+        p.bad("cluster.redis", format!("{a:?} must be host:port"));
     }
     match (cl.secret.is_empty(), cl.secret_file.is_empty()) {
         (true, true) => p.bad(
@@ -91,36 +99,28 @@ fn cluster(c: &Config, p: &mut Problems) {
             "must be 1-64 letters, digits, _, . and - (no braces: they pick Redis hash slots)",
         );
     }
-    if !(10..=10_000).contains(&cl.publish_ms) {
-        p.bad("cluster.publish_ms", "must be between 10 and 10000");
-    }
-    if !(1..=16_384).contains(&cl.groups) {
-        p.bad("cluster.groups", "must be between 1 and 16384");
-    }
-    if cl.max_pending_deltas == 0 || cl.max_pending_deltas > 1 << 26 {
-        p.bad(
-            "cluster.max_pending_deltas",
-            "must be between 1 and 67108864",
-        );
-    }
-    if !(1024..=MAX_EXCHANGE_MESSAGE).contains(&cl.max_message_bytes) {
-        p.bad(
-            "cluster.max_message_bytes",
-            format!("must be between 1024 and {MAX_EXCHANGE_MESSAGE}"),
-        );
-    }
-    if cl.max_inbound_messages == 0 || cl.max_inbound_messages > 1 << 20 {
-        p.bad(
-            "cluster.max_inbound_messages",
-            "must be between 1 and 1048576",
-        );
-    }
-    if !(5..=3600).contains(&cl.snapshot_secs) {
-        p.bad("cluster.snapshot_secs", "must be between 5 and 3600");
-    }
-    if !(100..=60_000).contains(&cl.redis_timeout_ms) {
-        p.bad("cluster.redis_timeout_ms", "must be between 100 and 60000");
-    }
+    p.within("cluster.publish_ms", cl.publish_ms, 10, 10_000);
+    p.within("cluster.groups", cl.groups, 1, 16_384);
+    p.within(
+        "cluster.max_pending_deltas",
+        cl.max_pending_deltas,
+        1,
+        1 << 26,
+    );
+    p.within(
+        "cluster.max_message_bytes",
+        cl.max_message_bytes,
+        1024,
+        MAX_EXCHANGE_MESSAGE,
+    );
+    p.within(
+        "cluster.max_inbound_messages",
+        cl.max_inbound_messages,
+        1,
+        1 << 20,
+    );
+    p.within("cluster.snapshot_secs", cl.snapshot_secs, 5, 3600);
+    p.within("cluster.redis_timeout_ms", cl.redis_timeout_ms, 100, 60_000);
     // Their state is not exchanged yet: each node would answer from its own.
     if c.tracker.mode == TrackerMode::Private {
         p.bad(
@@ -634,14 +634,8 @@ fn lua(c: &Config, p: &mut Problems) {
 
 /// `[statsd]`.
 fn statsd(sd: &StatsdConfig, p: &mut Problems) {
-    if sd.enabled {
-        let port = sd
-            .address
-            .rsplit_once(':')
-            .map(|(host, port)| (host, port.parse::<u16>()));
-        if !matches!(port, Some((host, Ok(p))) if !host.is_empty() && p > 0) {
-            p.bad("statsd.address", "must be host:port");
-        }
+    if sd.enabled && !host_port(&sd.address) {
+        p.bad("statsd.address", "must be host:port");
     }
     if !(100..=3_600_000).contains(&sd.interval_ms) {
         p.bad("statsd.interval_ms", "must be between 100 and 3600000");

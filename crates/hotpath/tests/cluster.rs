@@ -59,10 +59,7 @@ fn node_with(config: Config) -> Node {
 }
 
 fn metric(admin: SocketAddr, name: &str) -> f64 {
-    let text = String::from_utf8(Client::connect(admin).get("/metrics").body).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(f64::NAN)
+    metric_at(admin, name).unwrap_or(f64::NAN)
 }
 
 /// An HTTP announce's body.

@@ -98,11 +98,7 @@ fn node_admin(n: u8) -> SocketAddr {
 
 /// A metric's value on node `n` (its labels written out in `name`), 0 when absent.
 fn metric(n: u8, name: &str) -> f64 {
-    let mut c = Client::connect(node_admin(n));
-    let text = String::from_utf8(c.get("/metrics").body).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
+    metric_at(node_admin(n), name).unwrap_or(0.0)
 }
 
 fn http_announces(n: u8) -> f64 {
@@ -344,7 +340,6 @@ fn a_cluster_in_namespaces_shares_swarms_and_survives_its_failures() {
     std::thread::sleep(Duration::from_secs(3));
     kill9(cluster.pid(&format!("n{victim}")));
     let origin = format!("hotpath_cluster_peers{{origin=\"{victim}\"}}");
-    let killed_at = Instant::now();
     let result = load_result(load);
     // The other nodes still list the dead node's peers (they expire on the peer timeout).
     wait_until(
@@ -352,7 +347,6 @@ fn a_cluster_in_namespaces_shares_swarms_and_survives_its_failures() {
         WAIT,
         || metric(other, &origin) > 0.0,
     );
-    assert!(killed_at.elapsed() < Duration::from_secs(1800));
     let acked: Vec<String> = result["acked"]
         .as_array()
         .unwrap()

@@ -349,6 +349,14 @@ impl Udp {
     }
 }
 
+/// The value of the metric line `name` (its labels written out) in the /metrics of the admin
+/// listener at `admin`, if there is one.
+pub fn metric_at(admin: SocketAddr, name: &str) -> Option<f64> {
+    let text = String::from_utf8(Client::connect(admin).get("/metrics").body).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
 /// Sends `signal` ("-TERM", "-KILL", …) to `target` (a PID, or `-PGID` for a process group,
 /// after `--`) with kill(1); whether it was delivered.
 pub fn send_signal(signal: &str, target: &str) -> bool {
@@ -450,10 +458,7 @@ impl Proc {
 
     /// The value of a metric line from /metrics.
     pub fn metric(&self, name: &str) -> f64 {
-        let mut c = Client::connect(self.admin.expect("an admin listener"));
-        let text = String::from_utf8(c.get("/metrics").body).unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        metric_at(self.admin.expect("an admin listener"), name)
             .unwrap_or_else(|| panic!("no metric {name}"))
     }
 }
