@@ -807,6 +807,16 @@ impl Node {
                                 }
                             }
                         }
+                        if need_fill && after_outage {
+                            // The old socket may still deliver what Redis sent it during the
+                            // outage (TCP retransmits once the link is back): a snatch counted
+                            // from it and again from the database would count twice. A new
+                            // connection (a new generation) drops all of it; the fill and the
+                            // database give what was missed.
+                            self.generation.fetch_add(1, Ordering::Relaxed);
+                            conn = None;
+                            continue;
+                        }
                         if refill_at.is_some_and(|at| std::time::Instant::now() >= at) {
                             refill_at = None;
                             need_fill = true;
