@@ -1189,6 +1189,52 @@ section! {
 }
 
 section! {
+    /// WebTorrent: browsers (and other WebRTC peers) join swarms over WebSocket, on the HTTP
+    /// listeners: an upgrade on `/announce` (and, in private mode, on the passkey's announce
+    /// path). The tracker relays their WebRTC offers and answers; it never hands out
+    /// addresses. Every bound below is counted in /metrics when it is hit.
+    pub struct WebTorrentConfig {
+        /// Take WebSocket upgrades on the announce paths.
+        pub enabled: bool = true,
+        /// The longest message (after its fragments are joined); longer ones close the
+        /// connection (1009).
+        pub max_message_bytes: usize = 65_536,
+        /// The longest frame; longer ones close the connection (1009) from their header.
+        pub max_frame_bytes: usize = 65_536,
+        /// Offers relayed per announce at most (the reference client sends 5 at most); the
+        /// rest are dropped and counted.
+        pub max_offers_per_announce: usize = 10,
+        /// The longest session description (offer or answer) relayed; an announce with a
+        /// longer one is refused.
+        pub max_sdp_bytes: usize = 16_384,
+        /// Seconds an offer waits for its answer: an answer is relayed only to the peer
+        /// whose offer it answers, and only within this time.
+        pub offer_lifetime_secs: u32 = 120,
+        /// Offers of one peer waiting for an answer at most; past it its new offers are
+        /// dropped (counted) until answers come or the old ones expire.
+        pub max_pending_offers_per_peer: usize = 50,
+        /// Unsent bytes one connection may hold; a peer that does not read is disconnected
+        /// when messages for it would go past this (counted).
+        pub max_output_bytes: usize = 262_144,
+        /// Seconds a connection may stay silent before it is closed (clients announce every
+        /// interval_secs, and answer the pings sent after half of this).
+        pub idle_timeout_secs: u32 = 300,
+        /// Seconds a connection may leave sent bytes unread before it is closed.
+        pub send_timeout_secs: u32 = 30,
+        /// Peers per swarm at most; past it new peers get offers relayed to them but are
+        /// not listed (counted).
+        pub max_peers_per_swarm: usize = 5_000,
+        /// Swarms at most.
+        pub max_swarms: usize = 1_000_000,
+        /// Swarms one connection may be in at most (the reference client uses one
+        /// connection for all its torrents).
+        pub max_swarms_per_connection: usize = 256,
+        /// Seconds between announces the tracker asks for.
+        pub interval_secs: u32 = 120,
+    }
+}
+
+section! {
     /// Logging: what goes to standard error (the journal, under systemd) and the access log.
     pub struct LogConfig {
         /// The least severe messages written: "error", "warn", "info", "debug" or "trace",
@@ -1310,6 +1356,8 @@ pub struct Config {
     pub log: LogConfig,
     /// Cluster mode.
     pub cluster: ClusterConfig,
+    /// WebTorrent over WebSocket.
+    pub webtorrent: WebTorrentConfig,
 }
 
 impl Config {

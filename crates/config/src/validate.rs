@@ -48,6 +48,7 @@ pub(crate) fn all(c: &Config) -> Vec<ConfigError> {
     }
     listen(c, &mut p);
     cluster(c, &mut p);
+    webtorrent(&c.webtorrent, &mut p);
     p.0
 }
 
@@ -740,4 +741,72 @@ fn overlap(a: &std::net::SocketAddr, b: &std::net::SocketAddr) -> bool {
         && a.port() == b.port()
         && a.is_ipv4() == b.is_ipv4()
         && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// `[webtorrent]`.
+fn webtorrent(w: &crate::WebTorrentConfig, p: &mut Problems) {
+    p.within(
+        "webtorrent.max_message_bytes",
+        w.max_message_bytes,
+        1024,
+        16 << 20,
+    );
+    p.within(
+        "webtorrent.max_frame_bytes",
+        w.max_frame_bytes,
+        1024,
+        16 << 20,
+    );
+    p.within(
+        "webtorrent.max_offers_per_announce",
+        w.max_offers_per_announce,
+        0,
+        100,
+    );
+    p.within("webtorrent.max_sdp_bytes", w.max_sdp_bytes, 256, 1 << 20);
+    p.within(
+        "webtorrent.offer_lifetime_secs",
+        w.offer_lifetime_secs,
+        1,
+        3600,
+    );
+    p.within(
+        "webtorrent.max_pending_offers_per_peer",
+        w.max_pending_offers_per_peer,
+        1,
+        10_000,
+    );
+    p.within(
+        "webtorrent.max_output_bytes",
+        w.max_output_bytes,
+        4096,
+        64 << 20,
+    );
+    p.within(
+        "webtorrent.idle_timeout_secs",
+        w.idle_timeout_secs,
+        2,
+        86_400,
+    );
+    p.within("webtorrent.send_timeout_secs", w.send_timeout_secs, 1, 3600);
+    p.within(
+        "webtorrent.max_peers_per_swarm",
+        w.max_peers_per_swarm,
+        1,
+        1_000_000,
+    );
+    p.within("webtorrent.max_swarms", w.max_swarms, 1, 100_000_000);
+    p.within(
+        "webtorrent.max_swarms_per_connection",
+        w.max_swarms_per_connection,
+        1,
+        65_536,
+    );
+    p.within("webtorrent.interval_secs", w.interval_secs, 10, 86_400);
+    if w.max_message_bytes > 0 && w.max_sdp_bytes > w.max_message_bytes {
+        p.bad(
+            "webtorrent.max_sdp_bytes",
+            "must not exceed webtorrent.max_message_bytes",
+        );
+    }
 }

@@ -496,6 +496,71 @@ fn proxy_header(seeds: &mut Seeds) {
     );
 }
 
+fn websocket(seeds: &mut Seeds) {
+    use hotpath_wire::webtorrent::{self as wt, Event, Id};
+    use hotpath_wire::ws::{write_client_frame, Opcode};
+    let announce = wt::Announce {
+        info_hash: Id(
+            *b"\x12\x34\x56\x78\x9a\xbc\xde\xf0\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa%&",
+        ),
+        peer_id: Id(*b"-WW0210-abcdefghijkl"),
+        numwant: Some(5),
+        uploaded: Some(0),
+        downloaded: Some(1024),
+        left: Some(4096),
+        event: Event::Started,
+        offers: vec![wt::Offer {
+            offer_id: Id([0xfe; 20]),
+            offer: wt::Sdp {
+                kind: "offer".into(),
+                sdp: "v=0\r\no=- 4 2 IN IP4 127.0.0.1\r\ns=-\r\na=ice-ufrag:x\r\n".into(),
+            },
+        }],
+    };
+    let mut text = Vec::new();
+    wt::write_client_announce(&mut text, &announce);
+    seeds.put("webtorrent_message", "announce", &text);
+    let answer = wt::Answer {
+        info_hash: announce.info_hash,
+        peer_id: Id(*b"-WW0210-zyxwvutsrqpo"),
+        to_peer_id: announce.peer_id,
+        offer_id: Id([0xfe; 20]),
+        answer: wt::Sdp {
+            kind: "answer".into(),
+            sdp: "v=0\r\n".into(),
+        },
+    };
+    let mut a = Vec::new();
+    wt::write_client_answer(&mut a, &answer);
+    seeds.put("webtorrent_message", "answer", &a);
+    seeds.put(
+        "webtorrent_message",
+        "scrape",
+        r#"{"action":"scrape","info_hash":["aaaaaaaaaaaaaaaaaaaa","\u0000\u00ffbbbbbbbbbbbbbbbbbb"]}"#,
+    );
+    let mut frames = Vec::new();
+    write_client_frame(&mut frames, Opcode::Text, false, &text[..20], [1, 2, 3, 4]);
+    write_client_frame(&mut frames, Opcode::Ping, true, b"p", [5, 6, 7, 8]);
+    write_client_frame(
+        &mut frames,
+        Opcode::Continuation,
+        true,
+        &text[20..],
+        [9, 9, 9, 9],
+    );
+    write_client_frame(
+        &mut frames,
+        Opcode::Close,
+        true,
+        &1000u16.to_be_bytes(),
+        [0; 4],
+    );
+    seeds.put("ws_frame", "fragments_ping_close", &frames);
+    let mut long = Vec::new();
+    write_client_frame(&mut long, Opcode::Text, true, &[b'x'; 300], [3; 4]);
+    seeds.put("ws_frame", "sixteen_bit_length", &long);
+}
+
 fn popups(seeds: &mut Seeds) {
     let signer = hotpath_wire::popup_token::Signer::new(b"fuzz secret");
     let mut token = Vec::new();
@@ -763,6 +828,7 @@ fn all() -> Seeds {
     connection_key(&mut seeds);
     exchange_message(&mut seeds);
     proxy_header(&mut seeds);
+    websocket(&mut seeds);
     popups(&mut seeds);
     push_api(&mut seeds);
     ocelot_api(&mut seeds);

@@ -15,6 +15,11 @@ pub mod statsd;
 pub mod udp;
 pub mod upgrade;
 pub mod worker;
+pub mod ws;
+
+/// Bytes of relayed WebSocket messages one worker's inbox holds at most (64 MiB): a worker
+/// that falls this far behind has relays dropped, counted, rather than memory grow.
+const WS_INBOX_BYTES: usize = 64 << 20;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -426,6 +431,8 @@ impl RunningServer {
             live: worker::LiveServer::of(cfg),
             per_ip: limits::PerIp::new(cfg.max_connections_per_ip, cfg.max_connections_per_48),
             budget: limits::Budget::new(cfg.max_buffer_mb.saturating_mul(1 << 20)),
+            ws: ws::WsSettings::of(&config.webtorrent),
+            hub: ws::WsHub::new(wakers.clone(), WS_INBOX_BYTES),
         });
         let (died_tx, died) = mpsc::channel();
         let mut threads = Vec::new();

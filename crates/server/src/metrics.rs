@@ -108,6 +108,54 @@ pub struct WorkerMetrics {
     pub udp_buffers_full: LocalCounter,
     /// Access log lines dropped because the log writer fell behind.
     pub access_log_dropped: LocalCounter,
+    /// Open WebSocket connections (gauge).
+    pub ws_open: LocalCounter,
+    /// WebSocket upgrades taken.
+    pub ws_upgrades: LocalCounter,
+    /// WebSocket upgrades refused (bad headers, no such route, refused by the service).
+    pub ws_upgrades_refused: LocalCounter,
+    /// WebSocket connections closed, by [`WS_CLOSE_REASONS`].
+    pub ws_closed: [LocalCounter; WS_CLOSE_REASONS.len()],
+    /// Text messages received whole.
+    pub ws_messages_in: LocalCounter,
+    /// Messages sent (answers and relays).
+    pub ws_messages_out: LocalCounter,
+    /// Relayed messages dropped: the connection was gone, or the receiving worker's inbox
+    /// full.
+    pub ws_relays_dropped: LocalCounter,
+    /// Pings sent to silent connections.
+    pub ws_pings: LocalCounter,
+}
+
+/// Why WebSocket connections closed (`hotpath_ws_closed_total{reason}`).
+pub const WS_CLOSE_REASONS: [&str; 8] = [
+    "client",
+    "protocol_error",
+    "too_big",
+    "idle",
+    "send_timeout",
+    "output_full",
+    "shutdown",
+    "gone",
+];
+/// Indexes into [`WS_CLOSE_REASONS`].
+pub mod ws_close {
+    /// The client closed (a close frame, or its socket).
+    pub const CLIENT: usize = 0;
+    /// A frame RFC 6455 forbids, or text that is not UTF-8.
+    pub const PROTOCOL: usize = 1;
+    /// A frame or message over its limit.
+    pub const TOO_BIG: usize = 2;
+    /// Silent past webtorrent.idle_timeout_secs.
+    pub const IDLE: usize = 3;
+    /// Sent bytes left unread past webtorrent.send_timeout_secs.
+    pub const SEND_TIMEOUT: usize = 4;
+    /// Messages for it would pass webtorrent.max_output_bytes.
+    pub const OUTPUT_FULL: usize = 5;
+    /// The server stopped.
+    pub const SHUTDOWN: usize = 6;
+    /// The socket failed.
+    pub const GONE: usize = 7;
 }
 
 impl WorkerMetrics {
@@ -132,6 +180,14 @@ impl WorkerMetrics {
             udp_send_errors: LocalCounter::default(),
             udp_buffers_full: LocalCounter::default(),
             access_log_dropped: LocalCounter::default(),
+            ws_open: LocalCounter::default(),
+            ws_upgrades: LocalCounter::default(),
+            ws_upgrades_refused: LocalCounter::default(),
+            ws_closed: Default::default(),
+            ws_messages_in: LocalCounter::default(),
+            ws_messages_out: LocalCounter::default(),
+            ws_relays_dropped: LocalCounter::default(),
+            ws_pings: LocalCounter::default(),
         }
     }
 
@@ -233,6 +289,37 @@ static ACCESS_LOG_DROPPED: Desc = Desc::counter(
     "Access log lines dropped because the writer fell behind.",
 );
 
+static WS_OPEN: Desc = Desc::gauge(
+    "hotpath_ws_connections",
+    "Open WebSocket connections (WebTorrent peers).",
+);
+static WS_UPGRADES: Desc = Desc::counter(
+    "hotpath_ws_upgrades_total",
+    "WebSocket upgrades, by result.",
+)
+.labels(&["result"]);
+static WS_CLOSED: Desc = Desc::counter(
+    "hotpath_ws_closed_total",
+    "WebSocket connections closed, by reason.",
+)
+.labels(&["reason"]);
+static WS_IN: Desc = Desc::counter(
+    "hotpath_ws_messages_received_total",
+    "WebSocket text messages received whole.",
+);
+static WS_OUT: Desc = Desc::counter(
+    "hotpath_ws_messages_sent_total",
+    "WebSocket messages sent (answers and relayed offers and answers).",
+);
+static WS_RELAYS_DROPPED: Desc = Desc::counter(
+    "hotpath_ws_relays_dropped_total",
+    "Relayed messages dropped: their connection was gone, or its worker's inbox full.",
+);
+static WS_PINGS: Desc = Desc::counter(
+    "hotpath_ws_pings_total",
+    "Pings sent to silent WebSocket connections.",
+);
+
 /// Adds every worker's counters, summed, to a scrape (the top level of `/stats`), with the
 /// server-wide figures given.
 pub fn collect(workers: &[WorkerMetrics], server: &ServerFigures, out: &mut Samples) {
@@ -294,10 +381,21 @@ pub fn collect(workers: &[WorkerMetrics], server: &ServerFigures, out: &mut Samp
         .add(&UDP_SEND_ERRORS, sum(|w| &w.udp_send_errors))
         .add(&UDP_BUFFERS_FULL, sum(|w| &w.udp_buffers_full))
         .add(&ACCESS_LOG_DROPPED, sum(|w| &w.access_log_dropped))
+        .add(&WS_OPEN, sum(|w| &w.ws_open))
+        .add(&WS_IN, sum(|w| &w.ws_messages_in))
+        .add(&WS_OUT, sum(|w| &w.ws_messages_out))
+        .add(&WS_RELAYS_DROPPED, sum(|w| &w.ws_relays_dropped))
+        .add(&WS_PINGS, sum(|w| &w.ws_pings))
         .add(
             &hotpath_metrics::LOG_LINES_SUPPRESSED_DESC,
             hotpath_metrics::log_lines_suppressed(),
         );
+    out.labeled(&WS_UPGRADES, &["ok"], sum(|w| &w.ws_upgrades));
+    out.labeled(&WS_UPGRADES, &["refused"], sum(|w| &w.ws_upgrades_refused));
+    for (i, reason) in WS_CLOSE_REASONS.iter().enumerate() {
+        let n: u64 = workers.iter().map(|w| w.ws_closed[i].get()).sum();
+        out.labeled(&WS_CLOSED, &[reason], n);
+    }
 }
 
 /// What the server knows beside its workers' counters.

@@ -15,13 +15,15 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use hotpath_config::ServerConfig;
 use hotpath_service::{
     process_secs, Context, Handled, HttpResponse, Kind, Outcome, Request, Service, ServiceWorker,
+    WsConn, WsOut, WsRoute,
 };
 use hotpath_wire::http::{self, header_slots, Head, Limits, Parsed};
 use hotpath_wire::proxy;
+use hotpath_wire::ws::{self, Decoded, Opcode};
 
 use crate::limits::{Budget, PerIp};
 use crate::listen::ListenerKind;
-use crate::metrics::{self, WorkerMetrics};
+use crate::metrics::{self, ws_close, WorkerMetrics};
 use crate::udp::Batch;
 use hotpath_uring::UdpRing;
 use mio::unix::SourceFd;
@@ -95,6 +97,10 @@ pub struct Shared {
     pub per_ip: PerIp,
     /// Bytes all connections' buffers hold, against `server.max_buffer_mb`.
     pub budget: Budget,
+    /// The bounds of WebSocket connections.
+    pub ws: crate::ws::WsSettings,
+    /// Every worker's inbox of relayed WebSocket messages.
+    pub hub: crate::ws::WsHub,
 }
 
 impl Shared {
@@ -227,6 +233,26 @@ struct Conn {
     proxy_header: bool,
     /// `peer`'s address is counted in the per-address limits (a balancer's own is not).
     ip_counted: bool,
+    /// Upgraded to a WebSocket: its state (boxed: most connections are plain HTTP).
+    ws: Option<Box<WsState>>,
+    /// Its slot in the worker's table.
+    slot: u32,
+}
+
+/// A WebSocket connection's state.
+struct WsState {
+    /// Where its messages go.
+    route: WsRoute,
+    /// Its name for the service and the other workers.
+    id: WsConn,
+    /// The fragments of a message not yet whole (empty and unallocated otherwise).
+    frag: Vec<u8>,
+    /// A fragmented message is being received.
+    in_message: bool,
+    /// A ping went out since it last sent anything.
+    pinged: bool,
+    /// Why it is being closed (an index of `WS_CLOSE_REASONS`), once decided.
+    closed_for: Option<usize>,
 }
 
 impl Conn {
@@ -269,8 +295,26 @@ fn reserve_out(out: &mut Vec<u8>, pos: &mut usize, need: usize, cap: usize) {
         }
     }
     let doubled = (out.capacity() * 2).max(4096);
-    let want = doubled.min(cap + need).max(out.len() + need);
+    let want = doubled.min(cap.saturating_add(need)).max(out.len() + need);
     out.reserve_exact(want - out.len());
+}
+
+/// Closes a WebSocket connection for `why` (an index of `WS_CLOSE_REASONS`): a close frame
+/// with `code` and `reason`, then nothing more is read.
+fn ws_fail(conn: &mut Conn, code: u16, reason: &str, why: usize) {
+    if let Some(st) = conn.ws.as_deref_mut() {
+        st.closed_for.get_or_insert(why);
+    }
+    reserve_out(&mut conn.out, &mut conn.out_pos, 2 + 125, usize::MAX);
+    ws::write_close(&mut conn.out, code, reason);
+    conn.closing = true;
+    conn.rstart = conn.rend;
+}
+
+/// The slot a connection is in, which its WebSocket name carries: set by the worker when it
+/// adds the connection.
+fn conn_slot_of(conn: &Conn) -> u32 {
+    conn.slot
 }
 
 /// The per-request half of a worker, split from the connection table so a request can be
@@ -290,6 +334,12 @@ struct Handler {
     turn_left: usize,
     /// Bytes of answers the connection being driven has produced this turn.
     turn_bytes: usize,
+    /// What a WebSocket message's handling sends.
+    ws_out: WsOut,
+    /// The serial the next WebSocket connection gets.
+    next_serial: u32,
+    /// Messages were relayed to this worker's own connections this turn.
+    local_relays: bool,
 }
 
 impl Handler {
@@ -335,6 +385,10 @@ impl Handler {
         if conn.proxy_header && !self.proxy_header(conn) {
             return;
         }
+        if conn.ws.is_some() {
+            self.process_ws(conn);
+            return;
+        }
         let max_out = self.output_cap();
         while conn.rstart < conn.rend
             && !conn.closing
@@ -349,6 +403,45 @@ impl Handler {
                 Ok(Parsed::Incomplete) => {
                     conn.partial_since.get_or_insert(self.now);
                     return;
+                }
+                Ok(Parsed::Complete(req, used))
+                    if conn.kind == ListenerKind::Http
+                        && req
+                            .header("upgrade")
+                            .is_some_and(|u| ws::lists_token(u, "websocket")) =>
+                {
+                    let out = (&mut conn.out, &mut conn.out_pos);
+                    let route = self.upgrade(&req, conn.peer, out, started);
+                    conn.rstart += used;
+                    conn.partial_since = None;
+                    match route {
+                        Some(route) => {
+                            let id = WsConn {
+                                worker: self.index as u16,
+                                slot: conn_slot_of(conn),
+                                serial: self.next_serial,
+                            };
+                            self.next_serial = self.next_serial.wrapping_add(1);
+                            conn.ws = Some(Box::new(WsState {
+                                route,
+                                id,
+                                frag: Vec::new(),
+                                in_message: false,
+                                pinged: false,
+                                closed_for: None,
+                            }));
+                            let m = self.metrics();
+                            m.ws_upgrades.add(1);
+                            m.ws_open.add(1);
+                            // The frames that came with the upgrade.
+                            self.process_ws(conn);
+                            return;
+                        }
+                        None => {
+                            conn.closing = true;
+                            conn.rstart = conn.rend;
+                        }
+                    }
                 }
                 Ok(Parsed::Complete(req, used)) => {
                     let pending = conn.out.len() - conn.out_pos;
@@ -414,6 +507,243 @@ impl Handler {
                 self.refuse(conn, 400, reason, Instant::now());
                 false
             }
+        }
+    }
+
+    /// Answers a WebSocket upgrade: `101 Switching Protocols` and the route when the headers
+    /// are right and a service takes it; otherwise a 4xx (the connection then closes).
+    fn upgrade(
+        &mut self,
+        req: &Request<'_, '_>,
+        peer: SocketAddr,
+        (out, out_pos): (&mut Vec<u8>, &mut usize),
+        started: Instant,
+    ) -> Option<WsRoute> {
+        let ctx = Context {
+            peer,
+            now: self.now,
+        };
+        let checked = ws::check_upgrade(
+            req.method,
+            req.header("upgrade"),
+            req.header("connection"),
+            req.header("sec-websocket-version"),
+            req.header("sec-websocket-key"),
+        )
+        .and_then(ws::accept_key);
+        let refusal = match checked {
+            Err(why) => {
+                let version = b"Sec-WebSocket-Version: 13\r\n";
+                let upgrade_required = why.contains("version");
+                let status = if upgrade_required { 426 } else { 400 };
+                Some((
+                    status,
+                    why,
+                    if upgrade_required { &version[..] } else { b"" },
+                ))
+            }
+            Ok(accept) => match self.service.ws_upgrade(req, &ctx) {
+                None => Some((404, "no WebSocket here", &b""[..])),
+                Some(Err((status, why))) => Some((status, why, &b""[..])),
+                Some(Ok(route)) => {
+                    reserve_out(out, out_pos, HEAD_ROOM, usize::MAX);
+                    ws::write_switch(out, &accept);
+                    return Some(route);
+                }
+            },
+        };
+        let (status, why, extra) = refusal?;
+        self.metrics().ws_upgrades_refused.add(1);
+        let body = format!("{why}\n");
+        let head = Head {
+            status,
+            content_type: "text/plain",
+            extra,
+        };
+        reserve_out(out, out_pos, body.len() + HEAD_ROOM, usize::MAX);
+        http::write_response(out, &head, &self.date, false, 1, body.as_bytes());
+        let nanos = started.elapsed().as_nanos() as u64;
+        self.metrics()
+            .request(metrics::HTTP, Kind::OTHER, Outcome::Refused, nanos);
+        None
+    }
+
+    /// Handles the whole frames in a WebSocket connection's read buffer.
+    fn process_ws(&mut self, conn: &mut Conn) {
+        let (max_frame, max_message) = (self.shared.ws.max_frame, self.shared.ws.max_message);
+        while conn.rstart < conn.rend && !conn.closing && !self.slice_spent() {
+            let start = conn.rstart;
+            let frame = match ws::decode(&mut conn.rbuf[start..conn.rend], max_frame) {
+                Ok(Decoded::Incomplete(_)) => {
+                    conn.partial_since.get_or_insert(self.now);
+                    break;
+                }
+                Ok(Decoded::Frame(f)) => f,
+                Err(e) => {
+                    let why = if e == ws::FrameError::TooBig {
+                        ws_close::TOO_BIG
+                    } else {
+                        ws_close::PROTOCOL
+                    };
+                    ws_fail(conn, e.close_code(), e.reason(), why);
+                    break;
+                }
+            };
+            conn.partial_since = None;
+            conn.rstart += frame.len();
+            let payload = start + frame.payload_start..start + frame.len();
+            let Some(st) = conn.ws.as_deref_mut() else {
+                return;
+            };
+            st.pinged = false;
+            let text = match (frame.opcode, st.in_message) {
+                (Opcode::Ping, _) => {
+                    let cap = self.shared.ws.max_output;
+                    reserve_out(&mut conn.out, &mut conn.out_pos, frame.payload_len + 2, cap);
+                    ws::write_frame(&mut conn.out, Opcode::Pong, &conn.rbuf[payload]);
+                    continue;
+                }
+                (Opcode::Pong, _) => continue,
+                (Opcode::Close, _) => {
+                    let code = match ws::close_code(&conn.rbuf[payload]) {
+                        Ok(code) => code.unwrap_or(ws::close::NORMAL),
+                        Err(e) => {
+                            ws_fail(conn, ws::close::PROTOCOL, e.reason(), ws_close::PROTOCOL);
+                            break;
+                        }
+                    };
+                    ws_fail(conn, code, "", ws_close::CLIENT);
+                    break;
+                }
+                (Opcode::Binary, false) => {
+                    let why = "binary messages are not spoken here";
+                    ws_fail(conn, ws::close::UNSUPPORTED, why, ws_close::PROTOCOL);
+                    break;
+                }
+                (Opcode::Text, false) if frame.fin => payload,
+                (Opcode::Text, false) => {
+                    if frame.payload_len > max_message {
+                        ws_fail(
+                            conn,
+                            ws::close::TOO_BIG,
+                            "message too big",
+                            ws_close::TOO_BIG,
+                        );
+                        break;
+                    }
+                    st.in_message = true;
+                    st.frag.extend_from_slice(&conn.rbuf[payload]);
+                    continue;
+                }
+                (Opcode::Continuation, true) => {
+                    if st.frag.len() + frame.payload_len > max_message {
+                        ws_fail(
+                            conn,
+                            ws::close::TOO_BIG,
+                            "message too big",
+                            ws_close::TOO_BIG,
+                        );
+                        break;
+                    }
+                    st.frag.extend_from_slice(&conn.rbuf[payload]);
+                    if !frame.fin {
+                        continue;
+                    }
+                    st.in_message = false;
+                    let whole = std::mem::take(&mut st.frag);
+                    self.ws_message(conn, &whole);
+                    continue;
+                }
+                (Opcode::Continuation, false) | (Opcode::Text | Opcode::Binary, true) => {
+                    let why = "a fragment out of order";
+                    ws_fail(conn, ws::close::PROTOCOL, why, ws_close::PROTOCOL);
+                    break;
+                }
+            };
+            if text.len() > max_message {
+                ws_fail(
+                    conn,
+                    ws::close::TOO_BIG,
+                    "message too big",
+                    ws_close::TOO_BIG,
+                );
+                break;
+            }
+            // The text is moved out of the read buffer's way for the call (the buffer stays
+            // the connection's); messages are small, and this copy is the only one.
+            let body = conn.rbuf[text].to_vec();
+            self.ws_message(conn, &body);
+        }
+        if conn.rstart == conn.rend {
+            conn.rstart = 0;
+            conn.rend = 0;
+            conn.partial_since = None;
+        }
+    }
+
+    /// One whole text message: the service handles it; its answers go into the connection's
+    /// output, its relays to the hub.
+    fn ws_message(&mut self, conn: &mut Conn, text: &[u8]) {
+        let started = Instant::now();
+        let Some(st) = conn.ws.as_deref() else {
+            return;
+        };
+        if std::str::from_utf8(text).is_err() {
+            let why = "text that is not UTF-8";
+            ws_fail(conn, ws::close::INVALID_DATA, why, ws_close::PROTOCOL);
+            return;
+        }
+        let (id, route) = (st.id, st.route);
+        self.metrics().ws_messages_in.add(1);
+        let ctx = Context {
+            peer: conn.peer,
+            now: self.now,
+        };
+        let mut out = std::mem::take(&mut self.ws_out);
+        out.clear();
+        let (kind, outcome) = self.service.ws_message(id, route, text, &ctx, &mut out);
+        let cap = self.shared.ws.max_output;
+        let mut full = false;
+        let mut sent = 0u64;
+        let mut dropped = 0u64;
+        for (to, msg) in out.messages() {
+            match to.filter(|&t| t != id) {
+                None => {
+                    if conn.pending_out() + msg.len() + ws::MAX_HEADER > cap {
+                        full = true;
+                        break;
+                    }
+                    reserve_out(
+                        &mut conn.out,
+                        &mut conn.out_pos,
+                        msg.len() + ws::MAX_HEADER,
+                        cap,
+                    );
+                    ws::write_frame(&mut conn.out, Opcode::Text, msg);
+                    sent += 1;
+                }
+                Some(to) => {
+                    if self.shared.hub.push(self.index, to, msg) {
+                        self.local_relays |= usize::from(to.worker) == self.index;
+                    } else {
+                        dropped += 1;
+                    }
+                }
+            }
+        }
+        self.ws_out = out;
+        let m = self.metrics();
+        m.ws_messages_out.add(sent);
+        m.ws_relays_dropped.add(dropped);
+        m.request(
+            metrics::HTTP,
+            kind,
+            outcome,
+            started.elapsed().as_nanos() as u64,
+        );
+        self.turn_left = self.turn_left.saturating_sub(1);
+        if full {
+            ws_fail(conn, ws::close::POLICY, "", ws_close::OUTPUT_FULL);
         }
     }
 
@@ -563,6 +893,10 @@ pub struct Worker {
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     spare: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Read buffers WebSocket connections gave back while they wait.
+    spare_rbufs: Vec<Vec<u8>>,
+    /// The relayed messages taken from this worker's inbox (kept for its memory).
+    inbox: Vec<u8>,
     open: usize,
     batch: Batch,
     /// The UDP sockets' io_uring, when they are on one (else they are in `poll`).
@@ -658,6 +992,9 @@ impl Worker {
             stopping: false,
             turn_left: ANSWERS_PER_TURN,
             turn_bytes: 0,
+            ws_out: WsOut::default(),
+            next_serial: 0,
+            local_relays: false,
             index,
             shared: shared.clone(),
         };
@@ -672,6 +1009,8 @@ impl Worker {
             conns: Vec::new(),
             free: Vec::new(),
             spare: Vec::new(),
+            spare_rbufs: Vec::new(),
+            inbox: Vec::new(),
             open: 0,
             batch: Batch::new(if ring.is_some() {
                 0
@@ -763,6 +1102,9 @@ impl Worker {
             }
             if woken && !self.parked.is_empty() {
                 self.resume_parked();
+            }
+            if woken || std::mem::take(&mut self.h.local_relays) {
+                self.deliver_relays();
             }
             self.drive_ready(turn);
             // Also when no answer waits (its connection died): changes never sit uncommitted.
@@ -858,6 +1200,71 @@ impl Worker {
         }
     }
 
+    /// Frames the messages other connections relayed to this worker's WebSocket connections
+    /// into their output and sends them. A connection that would pass its output cap (it
+    /// does not read) is closed; one that is gone (or whose slot holds a newer connection)
+    /// has its messages dropped, counted.
+    fn deliver_relays(&mut self) {
+        let mut inbox = std::mem::take(&mut self.inbox);
+        self.h.shared.hub.take(self.h.index, &mut inbox);
+        if inbox.is_empty() {
+            self.inbox = inbox;
+            return;
+        }
+        let cap = self.h.shared.ws.max_output;
+        let mut touched = Vec::new();
+        let (mut sent, mut dropped) = (0u64, 0u64);
+        for (slot, serial, text) in crate::ws::records(&inbox) {
+            let slot = slot as usize;
+            let Some(conn) = self
+                .conns
+                .get_mut(slot)
+                .and_then(Option::as_mut)
+                .filter(|c| !c.closing && c.ws.as_deref().is_some_and(|st| st.id.serial == serial))
+            else {
+                dropped += 1;
+                continue;
+            };
+            if conn.pending_out() + text.len() + ws::MAX_HEADER > cap {
+                ws_fail(conn, ws::close::POLICY, "", ws_close::OUTPUT_FULL);
+                dropped += 1;
+            } else {
+                reserve_out(
+                    &mut conn.out,
+                    &mut conn.out_pos,
+                    text.len() + ws::MAX_HEADER,
+                    cap,
+                );
+                ws::write_frame(&mut conn.out, Opcode::Text, text);
+                sent += 1;
+            }
+            if touched.last() != Some(&slot) {
+                touched.push(slot);
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for slot in touched {
+            let slow = self.conns[slot].as_ref().is_some_and(|c| {
+                c.ws.as_deref()
+                    .is_some_and(|st| st.closed_for == Some(ws_close::OUTPUT_FULL))
+            });
+            if slow {
+                // It does not read: its close frame would wait behind what it left unread.
+                self.close(slot);
+            } else {
+                self.finish(slot, false);
+            }
+        }
+        let m = &self.h.shared.metrics[self.h.index];
+        m.ws_messages_out.add(sent);
+        m.ws_relays_dropped.add(dropped);
+        if inbox.capacity() > 1 << 20 {
+            inbox = Vec::new();
+        }
+        self.inbox = inbox;
+    }
+
     fn begin_shutdown(&mut self) {
         self.h.stopping = true;
         for l in self.tcp.iter_mut() {
@@ -880,10 +1287,23 @@ impl Worker {
         // Busy ones finish their answers and close; idle ones get [`IDLE_DRAIN`] for a request
         // on its way (answered with `Connection: close`), then close; a request still
         // arriving is read to its end and answered.
-        for c in self.conns.iter_mut().flatten() {
-            if c.pending_out() > 0 && c.rstart == c.rend {
+        let mut upgraded = Vec::new();
+        for (slot, c) in self.conns.iter_mut().enumerate() {
+            let Some(c) = c.as_mut() else { continue };
+            if c.ws.is_some() {
+                ws_fail(
+                    c,
+                    ws::close::GOING_AWAY,
+                    "server stopping",
+                    ws_close::SHUTDOWN,
+                );
+                upgraded.push(slot);
+            } else if c.pending_out() > 0 && c.rstart == c.rend {
                 c.closing = true;
             }
+        }
+        for slot in upgraded {
+            self.finish(slot, false);
         }
         self.drain_idle_at = Some(Instant::now() + IDLE_DRAIN);
     }
@@ -989,6 +1409,8 @@ impl Worker {
             in_overflow: false,
             proxy_header: proxied,
             ip_counted: !proxied,
+            ws: None,
+            slot: slot as u32,
         });
         self.open += 1;
         self.h.shared.metrics[self.h.index]
@@ -1013,6 +1435,12 @@ impl Worker {
                 shared.per_ip.remove(c.peer.ip());
             }
             shared.budget.resize(c.accounted, 0);
+            if let Some(st) = c.ws.as_deref() {
+                let m = &shared.metrics[self.h.index];
+                m.ws_open.set(m.ws_open.get().saturating_sub(1));
+                m.ws_closed[st.closed_for.unwrap_or(ws_close::CLIENT)].add(1);
+                self.h.service.ws_closed(st.id, st.route);
+            }
             let Conn { rbuf, mut out, .. } = c;
             if self.spare.len() < SPARE_BUFFERS
                 && rbuf.len() == READ_BUF_START
@@ -1032,11 +1460,23 @@ impl Worker {
     /// Sends what is pending, answers what is buffered, reads what has arrived (answering as it
     /// goes), and sends again: at most one write per batch of pipelined requests.
     fn drive(&mut self, slot: usize) {
-        let max_total = self.h.limits.max_header_bytes + self.h.limits.max_body_bytes;
+        let max_http = self.h.limits.max_header_bytes + self.h.limits.max_body_bytes;
         let max_out = self.h.output_cap();
         let Some(conn) = self.conns[slot].as_mut() else {
             return;
         };
+        let max_total = if conn.ws.is_some() {
+            self.h.shared.ws.max_frame + ws::MAX_HEADER
+        } else {
+            max_http
+        };
+        if conn.rbuf.is_empty() {
+            // A WebSocket connection gave its buffer back while it waited.
+            conn.rbuf = self
+                .spare_rbufs
+                .pop()
+                .unwrap_or_else(|| vec![0; READ_BUF_START]);
+        }
         if conn.deferred {
             // Driven already this turn: its answers wait for the commit and must not be sent
             // before it. Whatever brought it here is looked at next turn.
@@ -1186,6 +1626,21 @@ impl Worker {
         if dead || (conn.closing && conn.pending_out() == 0) {
             self.close(slot);
             return;
+        }
+        if conn.ws.is_some() && conn.rstart == conn.rend {
+            // A WebSocket connection mostly waits: it holds no buffer meanwhile (one is taken
+            // again when it has something to read).
+            let rbuf = std::mem::take(&mut conn.rbuf);
+            if rbuf.len() == READ_BUF_START && self.spare_rbufs.len() < SPARE_BUFFERS {
+                self.spare_rbufs.push(rbuf);
+            }
+            if conn.pending_out() == 0 {
+                conn.out = Vec::new();
+                conn.out_pos = 0;
+            }
+            if let Some(st) = conn.ws.as_deref_mut().filter(|st| !st.in_message) {
+                st.frag = Vec::new();
+            }
         }
         conn.account(&self.h.shared.budget);
         if conn.more && conn.pending_out() < self.h.output_cap() && !conn.in_ready {
@@ -1351,7 +1806,39 @@ impl Worker {
             .live
             .header_timeout_secs
             .load(Ordering::Relaxed) as u32;
+        let ws_cfg = self.h.shared.ws.clone();
+        let mut pinged = Vec::new();
         for slot in 0..self.conns.len() {
+            if let Some(c) = self.conns[slot].as_mut().filter(|c| c.ws.is_some()) {
+                let silent = now.saturating_sub(c.last_active);
+                let why = if c.pending_out() > 0 && silent >= ws_cfg.send_timeout_secs {
+                    Some(ws_close::SEND_TIMEOUT)
+                } else if silent >= ws_cfg.idle_secs
+                    || c.partial_since
+                        .is_some_and(|t| now.saturating_sub(t) >= slow)
+                {
+                    // Silent, or a frame begun and not finished in server.header_timeout_secs.
+                    Some(ws_close::IDLE)
+                } else {
+                    None
+                };
+                let st = c.ws.as_deref_mut().expect("filtered");
+                match why {
+                    Some(why) => {
+                        st.closed_for.get_or_insert(why);
+                        self.h.shared.metrics[self.h.index].timeouts.add(1);
+                        self.close(slot);
+                    }
+                    None if silent >= ws_cfg.idle_secs / 2 && !st.pinged && !c.closing => {
+                        st.pinged = true;
+                        reserve_out(&mut c.out, &mut c.out_pos, 2, usize::MAX);
+                        ws::write_frame(&mut c.out, Opcode::Ping, b"");
+                        pinged.push(slot);
+                    }
+                    None => {}
+                }
+                continue;
+            }
             let expired = self.conns[slot].as_ref().is_some_and(|c| {
                 if let Some(since) = c.partial_since {
                     now.saturating_sub(since) >= slow
@@ -1365,6 +1852,12 @@ impl Worker {
                 self.h.shared.metrics[self.h.index].timeouts.add(1);
                 self.close(slot);
             }
+        }
+        self.h.shared.metrics[self.h.index]
+            .ws_pings
+            .add(pinged.len() as u64);
+        for slot in pinged {
+            self.finish(slot, false);
         }
     }
 }

@@ -181,6 +181,63 @@ impl From<(Kind, Outcome)> for Handled {
     }
 }
 
+/// A WebSocket connection, as the server names it to services: the worker that holds it,
+/// its slot there and a serial that tells it from a later connection in the same slot. A
+/// service keeps it to send to that connection later (a relayed offer or answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WsConn {
+    /// The worker's index.
+    pub worker: u16,
+    /// The connection's slot in that worker.
+    pub slot: u32,
+    /// Its serial, unique within the worker.
+    pub serial: u32,
+}
+
+/// Where a WebSocket connection's messages go: the service that took the upgrade (set by
+/// [`Composite`]) and what that service said of it (a private tracker's user, 0 otherwise).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WsRoute {
+    /// The service, in a [`Composite`]'s order.
+    pub service: u8,
+    /// The service's own value.
+    pub key: u32,
+}
+
+/// The messages a WebSocket message's handling sends: each to the connection it came on
+/// (`None`) or to another one, perhaps on another worker. The server frames them.
+#[derive(Debug, Default)]
+pub struct WsOut {
+    /// Every message's text, one after the other.
+    pub buf: Vec<u8>,
+    /// Each message: its destination and where its text ends in `buf`.
+    pub sends: Vec<(Option<WsConn>, usize)>,
+}
+
+impl WsOut {
+    /// Clears it for the next message, keeping the memory.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        self.sends.clear();
+    }
+
+    /// Adds a message to `to` (`None`: the sender), written by `write`.
+    pub fn send(&mut self, to: Option<WsConn>, write: impl FnOnce(&mut Vec<u8>)) {
+        write(&mut self.buf);
+        self.sends.push((to, self.buf.len()));
+    }
+
+    /// Each message: its destination and text.
+    pub fn messages(&self) -> impl Iterator<Item = (Option<WsConn>, &[u8])> + '_ {
+        let mut start = 0;
+        self.sends.iter().map(move |&(to, end)| {
+            let text = &self.buf[start..end];
+            start = end;
+            (to, text)
+        })
+    }
+}
+
 /// Why a reload left a service as it was: each service's own error type, boxed.
 pub type ReloadError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -233,6 +290,33 @@ pub trait ServiceWorker {
     fn commit(&mut self) -> bool {
         true
     }
+
+    /// Whether this service takes a WebSocket upgrade at `req`'s path (the server checked
+    /// the upgrade's headers): `None` when it serves no WebSocket there (404), an error
+    /// status and reason to refuse it, or the route its messages will carry.
+    fn ws_upgrade(
+        &mut self,
+        _req: &Request<'_, '_>,
+        _ctx: &Context,
+    ) -> Option<Result<WsRoute, (u16, &'static str)>> {
+        None
+    }
+
+    /// Handles one text message of connection `conn`, whose upgrade gave `route`; what it
+    /// sends goes into `out`.
+    fn ws_message(
+        &mut self,
+        _conn: WsConn,
+        _route: WsRoute,
+        _text: &[u8],
+        _ctx: &Context,
+        _out: &mut WsOut,
+    ) -> (Kind, Outcome) {
+        (Kind::OTHER, Outcome::Refused)
+    }
+
+    /// Connection `conn` (of `route`) closed: forget what it announced.
+    fn ws_closed(&mut self, _conn: WsConn, _route: WsRoute) {}
 }
 
 /// A background job a service runs on its own named thread until `stop` is set.
@@ -391,6 +475,41 @@ impl ServiceWorker for CompositeWorker {
 
     fn uncommitted(&self) -> bool {
         self.workers.iter().any(|w| w.uncommitted())
+    }
+
+    fn ws_upgrade(
+        &mut self,
+        req: &Request<'_, '_>,
+        ctx: &Context,
+    ) -> Option<Result<WsRoute, (u16, &'static str)>> {
+        self.workers.iter_mut().enumerate().find_map(|(i, w)| {
+            w.ws_upgrade(req, ctx).map(|r| {
+                r.map(|route| WsRoute {
+                    service: i as u8,
+                    key: route.key,
+                })
+            })
+        })
+    }
+
+    fn ws_message(
+        &mut self,
+        conn: WsConn,
+        route: WsRoute,
+        text: &[u8],
+        ctx: &Context,
+        out: &mut WsOut,
+    ) -> (Kind, Outcome) {
+        match self.workers.get_mut(usize::from(route.service)) {
+            Some(w) => w.ws_message(conn, route, text, ctx, out),
+            None => (Kind::OTHER, Outcome::Refused),
+        }
+    }
+
+    fn ws_closed(&mut self, conn: WsConn, route: WsRoute) {
+        if let Some(w) = self.workers.get_mut(usize::from(route.service)) {
+            w.ws_closed(conn, route);
+        }
     }
 
     fn commit(&mut self) -> bool {

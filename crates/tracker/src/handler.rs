@@ -10,7 +10,9 @@ use std::io::Write as _;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
-use hotpath_service::{Context, Handled, HttpResponse, Kind, Outcome, Request, ServiceWorker};
+use hotpath_service::{
+    Context, Handled, HttpResponse, Kind, Outcome, Request, ServiceWorker, WsConn, WsOut, WsRoute,
+};
 use hotpath_store::JournalWriter;
 
 use crate::stored::{TorrentChange, TORRENT_LEN};
@@ -25,7 +27,7 @@ use crate::private::stored::{AccountChange, LogChange, LoggedAnnounce, ACCOUNT_M
 use crate::private::{gazelle, unit3d};
 use crate::private::{Accounted, Ask, Private, Refusal, Torrent, User};
 use crate::table::{Counts, PeerAnnounce, Selection};
-use crate::{Shared, ANNOUNCE, CONNECT, SCRAPE};
+use crate::{Shared, ANNOUNCE, CONNECT, SCRAPE, WS_ANNOUNCE, WS_SCRAPE};
 use hotpath_wire::passkey::{self, Route};
 
 /// An address in 16 bytes, IPv4 mapped (as XBT's logs keep it).
@@ -67,6 +69,9 @@ pub struct TrackerWorker {
     cfg_gen: u64,
     /// The server worker this handler belongs to.
     index: usize,
+    /// This worker's WebSocket connections and the swarms each announced in (left when it
+    /// closes).
+    ws: hashbrown::HashMap<WsConn, smallvec::SmallVec<[[u8; 20]; 1]>>,
 }
 
 fn compact4(ip: std::net::Ipv4Addr, port: u16) -> [u8; 6] {
@@ -152,6 +157,7 @@ impl TrackerWorker {
             access,
             url_data: Vec::new(),
             index,
+            ws: hashbrown::HashMap::new(),
         }
     }
 
@@ -882,7 +888,134 @@ fn fail(resp: &mut HttpResponse, reason: &str) {
     put_failure(&mut resp.body, reason);
 }
 
+impl TrackerWorker {
+    /// One WebTorrent message: (its kind's index in `webtorrent::KINDS`, whether it was
+    /// served). Refusals are answered with a `failure reason` under the message's action.
+    fn webtorrent(
+        &mut self,
+        w: &crate::webtorrent::WebTorrent,
+        conn: WsConn,
+        text: &[u8],
+        ctx: &Context,
+        out: &mut WsOut,
+    ) -> (usize, bool) {
+        use hotpath_wire::webtorrent::{self as wt, Message};
+        let msg = match wt::parse(text) {
+            Ok(m) => m,
+            Err(e) => {
+                out.send(None, |b| {
+                    wt::write_error(b, e.action, e.info_hash.as_ref(), &e.reason)
+                });
+                return (3, false);
+            }
+        };
+        match msg {
+            Message::Announce(a) => {
+                let refuse = |out: &mut WsOut, why: &str| {
+                    out.send(None, |b| {
+                        wt::write_error(b, "announce", Some(&a.info_hash), why)
+                    });
+                    (0, false)
+                };
+                if let Some(why) = self.shared.access.check(&mut self.access, &a.info_hash.0) {
+                    self.shared.counters.access_refused.add(1);
+                    return refuse(out, why);
+                }
+                let cap = w.config().max_swarms_per_connection;
+                let known = self
+                    .ws
+                    .get(&conn)
+                    .is_some_and(|l| l.contains(&a.info_hash.0));
+                if !known && self.ws.get(&conn).is_some_and(|l| l.len() >= cap) {
+                    w.stats.caps[crate::webtorrent::CAP_SWARMS_PER_CONNECTION].add(1);
+                    return refuse(out, "too many torrents on one connection");
+                }
+                match w.announce(conn, &a, ctx.now, &mut self.rng, out) {
+                    Ok(r) => {
+                        let list = self.ws.entry(conn).or_default();
+                        if r.joined && !known {
+                            list.push(a.info_hash.0);
+                        } else if !r.joined {
+                            list.retain(|h| *h != a.info_hash.0);
+                        }
+                        let interval = w.config().interval_secs;
+                        out.send(None, |b| {
+                            wt::write_announce_response(
+                                b,
+                                &a.info_hash,
+                                &r.counts,
+                                interval,
+                                interval / 2,
+                                None,
+                            )
+                        });
+                        (0, true)
+                    }
+                    Err(why) => refuse(out, why),
+                }
+            }
+            Message::Answer(a) => {
+                // Nothing goes back to the answering peer either way (the reference client
+                // takes no answer to its answer); a refused one is counted.
+                (1, w.answer(conn, &a, ctx.now, out))
+            }
+            Message::Scrape(hashes) => {
+                let mut files = w.scrape(&hashes);
+                for (h, c) in files.iter_mut() {
+                    if self.shared.access.check(&mut self.access, &h.0).is_some() {
+                        *c = Default::default();
+                    }
+                }
+                out.send(None, |b| wt::write_scrape(b, &files));
+                (2, true)
+            }
+        }
+    }
+}
+
 impl ServiceWorker for TrackerWorker {
+    fn ws_upgrade(
+        &mut self,
+        req: &Request<'_, '_>,
+        _ctx: &Context,
+    ) -> Option<Result<WsRoute, (u16, &'static str)>> {
+        self.shared.webtorrent.as_ref()?;
+        match &self.shared.private {
+            None => (req.path == "/announce").then_some(Ok(WsRoute::default())),
+            Some(p) => match private_route(p, req)? {
+                (Route::Announce, _) => Some(Err((
+                    501,
+                    "WebTorrent over WebSocket is not served in private mode yet",
+                ))),
+                _ => None,
+            },
+        }
+    }
+
+    fn ws_message(
+        &mut self,
+        conn: WsConn,
+        _route: WsRoute,
+        text: &[u8],
+        ctx: &Context,
+        out: &mut WsOut,
+    ) -> (Kind, Outcome) {
+        let Some(w) = self.shared.webtorrent.clone() else {
+            return (Kind::OTHER, Outcome::Refused);
+        };
+        self.refresh();
+        let (k, ok) = self.webtorrent(&w, conn, text, ctx, out);
+        w.stats.messages[k][usize::from(!ok)].add(1);
+        let kind = if k == 2 { WS_SCRAPE } else { WS_ANNOUNCE };
+        (kind, if ok { Outcome::Ok } else { Outcome::Refused })
+    }
+
+    fn ws_closed(&mut self, conn: WsConn, _route: WsRoute) {
+        if let (Some(hashes), Some(w)) = (self.ws.remove(&conn), &self.shared.webtorrent) {
+            w.leave(conn, &hashes);
+        }
+    }
+
     fn http(
         &mut self,
         req: &Request<'_, '_>,

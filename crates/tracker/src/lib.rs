@@ -21,6 +21,7 @@ pub mod private;
 pub mod stored;
 pub mod swarm;
 pub mod table;
+pub mod webtorrent;
 
 use hotpath_metrics::Counter;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +42,10 @@ pub const ANNOUNCE: Kind = Kind::http_and_udp("announce");
 pub const SCRAPE: Kind = Kind::http_and_udp("scrape");
 /// A BEP 15 connect.
 pub const CONNECT: Kind = Kind::udp("connect");
+/// A WebTorrent announce (or answer), over WebSocket on an HTTP listener.
+pub const WS_ANNOUNCE: Kind = Kind::http("ws_announce");
+/// A WebTorrent scrape.
+pub const WS_SCRAPE: Kind = Kind::http("ws_scrape");
 
 /// Seconds the clocks of a cluster's nodes may differ by: a UDP connection id another node
 /// issued, or a delta it stamped, may lie that far in this node's future.
@@ -148,6 +153,8 @@ pub struct Shared {
     pub live_gen: std::sync::atomic::AtomicU64,
     /// Cluster mode: the deltas this node has yet to publish to the others.
     pub exchange: Option<Arc<exchange::Exchange>>,
+    /// WebTorrent swarms (peers over WebSocket), when `webtorrent.enabled`.
+    pub webtorrent: Option<Arc<webtorrent::WebTorrent>>,
 }
 
 /// The swarm table's caps of `cfg`.
@@ -349,6 +356,10 @@ impl Tracker {
                     .map(|_| std::path::PathBuf::from(&config.store.data_dir)),
                 private,
                 exchange,
+                webtorrent: config
+                    .webtorrent
+                    .enabled
+                    .then(|| Arc::new(webtorrent::WebTorrent::new(&config.webtorrent))),
             }),
         };
         match &tracker.shared.persist {
@@ -505,6 +516,12 @@ fn sweeper(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
         if i == shards {
             i = 0;
             c.sweeps.add(1);
+            if let Some(w) = &shared.webtorrent {
+                w.sweep(
+                    hotpath_service::process_secs(),
+                    shared.cfg.peer_timeout_secs,
+                );
+            }
             // The ledger forgets peers silent as long, one short lock per shard.
             if let Some(p) = &shared.private {
                 let now = hotpath_service::process_secs();
@@ -545,7 +562,11 @@ impl Service for Tracker {
     }
 
     fn kinds(&self) -> Vec<Kind> {
-        vec![ANNOUNCE, SCRAPE, CONNECT]
+        let mut kinds = vec![ANNOUNCE, SCRAPE, CONNECT];
+        if self.shared.webtorrent.is_some() {
+            kinds.extend([WS_ANNOUNCE, WS_SCRAPE]);
+        }
+        kinds
     }
 
     fn name(&self) -> &'static str {
@@ -587,6 +608,9 @@ impl Service for Tracker {
 
         if let Some(p) = &self.shared.private {
             p.collect(out);
+        }
+        if let Some(w) = &self.shared.webtorrent {
+            w.collect(out);
         }
     }
 

@@ -14,3 +14,5 @@ pub mod popup_token;
 pub mod proxy;
 pub mod query;
 pub mod udp;
+pub mod webtorrent;
+pub mod ws;

@@ -3,6 +3,7 @@
 
 pub mod netns;
 pub mod redis_cluster;
+pub mod ws;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
