@@ -396,6 +396,9 @@ section! {
         /// Admin listeners: /metrics (Prometheus text), /stats (JSON) and /healthz.
         /// Keep them on loopback or a private network.
         pub admin: Vec<SocketAddr> = vec![SocketAddr::from(([127, 0, 0, 1], 9090))],
+        /// HTTPS listeners: the HTTP listeners' routes (announces, scrapes, WebTorrent's
+        /// wss://) over TLS, with the certificate of [tls]. listen.ipv6 applies as to http.
+        pub https: Vec<SocketAddr> = Vec::new(),
     }
 }
 
@@ -1235,6 +1238,25 @@ section! {
 }
 
 section! {
+    /// TLS for listen.https (rustls; TLS 1.3 and 1.2, ALPN http/1.1). The certificate and key
+    /// are read again on SIGHUP: new connections get the new ones, open ones keep theirs,
+    /// and a pair that does not load leaves the old one in force (logged).
+    pub struct TlsConfig {
+        /// The certificate chain, PEM, leaf first (relative to this config file's
+        /// directory).
+        pub cert_file: String = String::new(),
+        /// Its private key, PEM (PKCS#8, PKCS#1 or SEC1).
+        pub key_file: String = String::new(),
+        /// Sessions kept for resumption by session id (TLS 1.2 and 1.3) at most, for all
+        /// workers; 0 turns resumption by id off.
+        pub session_cache: usize = 20_000,
+        /// Resumption by session ticket too (the key rotates every 6 hours, kept only in
+        /// memory): a returning client skips the full handshake without a cache entry.
+        pub tickets: bool = true,
+    }
+}
+
+section! {
     /// Logging: what goes to standard error (the journal, under systemd) and the access log.
     pub struct LogConfig {
         /// The least severe messages written: "error", "warn", "info", "debug" or "trace",
@@ -1358,6 +1380,8 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// WebTorrent over WebSocket.
     pub webtorrent: WebTorrentConfig,
+    /// TLS for the HTTPS listeners.
+    pub tls: TlsConfig,
 }
 
 impl Config {
@@ -1496,6 +1520,8 @@ impl Config {
         resolve(&mut self.lua.module_dir);
         resolve(&mut self.access_list.path);
         resolve(&mut self.cluster.secret_file);
+        resolve(&mut self.tls.cert_file);
+        resolve(&mut self.tls.key_file);
     }
 
     /// Checks values that parse but make no sense; the first problem (see

@@ -657,10 +657,10 @@ fn statsd(sd: &StatsdConfig, p: &mut Problems) {
 /// `[listen]`: something to serve on.
 fn listen(c: &Config, p: &mut Problems) {
     let l = &c.listen;
-    if l.http.is_empty() && l.udp.is_empty() {
+    if l.http.is_empty() && l.https.is_empty() && l.udp.is_empty() {
         p.bad(
             "listen",
-            "at least one of listen.http and listen.udp is needed",
+            "at least one of listen.http, listen.https and listen.udp is needed",
         );
     }
     // The admin APIs are served on the admin listener only: a secret set for one of them
@@ -685,9 +685,26 @@ fn listen(c: &Config, p: &mut Problems) {
     // answer /metrics, or the push API, to the world one time in two. HTTP and admin share
     // TCP; UDP has its own ports.
     let tcp = named(
-        &[("listen.http", &l.http), ("listen.admin", &l.admin)],
+        &[
+            ("listen.http", &l.http),
+            ("listen.https", &l.https),
+            ("listen.admin", &l.admin),
+        ],
         l.ipv6,
     );
+    if !l.https.is_empty() {
+        for (key, file) in [
+            ("tls.cert_file", &c.tls.cert_file),
+            ("tls.key_file", &c.tls.key_file),
+        ] {
+            if file.is_empty() {
+                p.bad(
+                    key,
+                    "listen.https needs a certificate and its key: set this file",
+                );
+            }
+        }
+    }
     let udp = named(&[("listen.udp", &l.udp)], l.ipv6);
     for sockets in [tcp, udp] {
         for (j, (key, b)) in sockets.iter().enumerate() {

@@ -12,6 +12,7 @@ pub mod limits;
 pub mod listen;
 pub mod metrics;
 pub mod statsd;
+pub mod tls;
 pub mod udp;
 pub mod upgrade;
 pub mod worker;
@@ -75,6 +76,9 @@ pub enum ServerError {
     /// A worker or background thread died.
     #[error("thread {0} died; stopping")]
     ThreadDied(String),
+    /// The HTTPS listeners' certificate or key could not be used.
+    #[error("listen.https: {0}")]
+    Tls(#[from] tls::TlsError),
 }
 
 /// A started server: its bound addresses and the means to stop it.
@@ -245,6 +249,11 @@ fn bind(
         .into_iter()
         .map(|(a, v6)| (a, v6, ListenerKind::Http))
         .chain(
+            listen::with_ipv6(&config.listen.https, config.listen.ipv6)
+                .into_iter()
+                .map(|(a, v6)| (a, v6, ListenerKind::Https)),
+        )
+        .chain(
             config
                 .listen
                 .admin
@@ -408,6 +417,11 @@ impl RunningServer {
         } = bind(config, workers, inherited)?;
 
         let stop = Arc::new(AtomicBool::new(false));
+        let tls = if config.listen.https.is_empty() {
+            None
+        } else {
+            Some(Arc::new(tls::Tls::new(&config.tls)?))
+        };
         let (access_log, reopen) =
             match access_log::start(&config.log.access_target(cfg), config.log.format) {
                 Ok(Some((tx, reopen))) => (Some(tx), Some(reopen)),
@@ -432,6 +446,7 @@ impl RunningServer {
             per_ip: limits::PerIp::new(cfg.max_connections_per_ip, cfg.max_connections_per_48),
             budget: limits::Budget::new(cfg.max_buffer_mb.saturating_mul(1 << 20)),
             ws: ws::WsSettings::of(&config.webtorrent),
+            tls,
             hub: ws::WsHub::new(wakers.clone(), WS_INBOX_BYTES),
         });
         let (died_tx, died) = mpsc::channel();
@@ -486,6 +501,7 @@ impl RunningServer {
                 "listening on {addr} ({})",
                 match kind {
                     ListenerKind::Http => "HTTP",
+                    ListenerKind::Https => "HTTPS",
                     ListenerKind::Admin => "admin",
                 }
             );
@@ -613,6 +629,14 @@ impl RunningServer {
         match self.service.reload() {
             Ok(msg) => log::info!("{msg}"),
             Err(e) => log::error!("reload failed, keeping the old state: {e}"),
+        }
+        if let Some(t) = &self.shared.tls {
+            match t.reload() {
+                Ok(()) => {
+                    log::info!("TLS: certificate and key read again; new connections get them")
+                }
+                Err(e) => log::error!("TLS: {e}; keeping the certificate in use"),
+            }
         }
     }
 

@@ -14,6 +14,15 @@ pub enum ListenerKind {
     Http,
     /// /metrics, /stats and /healthz.
     Admin,
+    /// What `Http` serves, over TLS.
+    Https,
+}
+
+impl ListenerKind {
+    /// Whether it serves the services' routes (HTTP or HTTPS).
+    pub fn serves(self) -> bool {
+        matches!(self, ListenerKind::Http | ListenerKind::Https)
+    }
 }
 
 /// The addresses every worker binds, resolved once so port 0 becomes one concrete port shared

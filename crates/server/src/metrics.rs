@@ -125,6 +125,12 @@ pub struct WorkerMetrics {
     pub ws_relays_dropped: LocalCounter,
     /// Pings sent to silent connections.
     pub ws_pings: LocalCounter,
+    /// TLS handshakes completed in full.
+    pub tls_full: LocalCounter,
+    /// TLS handshakes that resumed a session (by id or ticket).
+    pub tls_resumed: LocalCounter,
+    /// TLS handshakes or sessions that failed (a bad record, an alert, no common cipher).
+    pub tls_failed: LocalCounter,
 }
 
 /// Why WebSocket connections closed (`hotpath_ws_closed_total{reason}`).
@@ -188,6 +194,9 @@ impl WorkerMetrics {
             ws_messages_out: LocalCounter::default(),
             ws_relays_dropped: LocalCounter::default(),
             ws_pings: LocalCounter::default(),
+            tls_full: LocalCounter::default(),
+            tls_resumed: LocalCounter::default(),
+            tls_failed: LocalCounter::default(),
         }
     }
 
@@ -315,6 +324,12 @@ static WS_RELAYS_DROPPED: Desc = Desc::counter(
     "hotpath_ws_relays_dropped_total",
     "Relayed messages dropped: their connection was gone, or its worker's inbox full.",
 );
+static TLS_HANDSHAKES: Desc = Desc::counter(
+    "hotpath_tls_handshakes_total",
+    "TLS handshakes on the HTTPS listeners, by result: full, resumed (session id or ticket), \
+     failed.",
+)
+.labels(&["result"]);
 static WS_PINGS: Desc = Desc::counter(
     "hotpath_ws_pings_total",
     "Pings sent to silent WebSocket connections.",
@@ -390,6 +405,9 @@ pub fn collect(workers: &[WorkerMetrics], server: &ServerFigures, out: &mut Samp
             &hotpath_metrics::LOG_LINES_SUPPRESSED_DESC,
             hotpath_metrics::log_lines_suppressed(),
         );
+    out.labeled(&TLS_HANDSHAKES, &["full"], sum(|w| &w.tls_full));
+    out.labeled(&TLS_HANDSHAKES, &["resumed"], sum(|w| &w.tls_resumed));
+    out.labeled(&TLS_HANDSHAKES, &["failed"], sum(|w| &w.tls_failed));
     out.labeled(&WS_UPGRADES, &["ok"], sum(|w| &w.ws_upgrades));
     out.labeled(&WS_UPGRADES, &["refused"], sum(|w| &w.ws_upgrades_refused));
     for (i, reason) in WS_CLOSE_REASONS.iter().enumerate() {

@@ -101,6 +101,8 @@ pub struct Shared {
     pub ws: crate::ws::WsSettings,
     /// Every worker's inbox of relayed WebSocket messages.
     pub hub: crate::ws::WsHub,
+    /// TLS for the HTTPS listeners, when there are any.
+    pub tls: Option<Arc<crate::tls::Tls>>,
 }
 
 impl Shared {
@@ -237,6 +239,10 @@ struct Conn {
     ws: Option<Box<WsState>>,
     /// Its slot in the worker's table.
     slot: u32,
+    /// On an HTTPS listener: its TLS session (boxed, as `ws`).
+    tls: Option<Box<rustls::ServerConnection>>,
+    /// Its handshake was counted.
+    tls_counted: bool,
 }
 
 /// A WebSocket connection's state.
@@ -257,7 +263,10 @@ struct WsState {
 
 impl Conn {
     fn pending_out(&self) -> usize {
+        // Bytes TLS still holds count as one: enough to keep the connection from closing
+        // before they leave.
         self.out.len() - self.out_pos
+            + usize::from(self.tls.as_ref().is_some_and(|t| t.wants_write()))
     }
 
     /// Bytes its buffers hold.
@@ -405,7 +414,7 @@ impl Handler {
                     return;
                 }
                 Ok(Parsed::Complete(req, used))
-                    if conn.kind == ListenerKind::Http
+                    if conn.kind.serves()
                         && req
                             .header("upgrade")
                             .is_some_and(|u| ws::lists_token(u, "websocket")) =>
@@ -819,11 +828,13 @@ impl Handler {
                 self.resp.body = self.shared.scrape().stats().to_string().into_bytes();
                 (Kind::ADMIN, Outcome::Ok)
             }
-            (ListenerKind::Http, _) => match self.service.http(req, &ctx, &mut self.resp) {
-                Some(Handled::Answered(kind, outcome)) => (kind, outcome),
-                Some(Handled::Parked) => return None,
-                None => self.not_found(),
-            },
+            (ListenerKind::Http | ListenerKind::Https, _) => {
+                match self.service.http(req, &ctx, &mut self.resp) {
+                    Some(Handled::Answered(kind, outcome)) => (kind, outcome),
+                    Some(Handled::Parked) => return None,
+                    None => self.not_found(),
+                }
+            }
             (ListenerKind::Admin, _) => match self.service.admin(req, &ctx, &mut self.resp) {
                 Some(Handled::Answered(kind, outcome)) => (kind, outcome),
                 Some(Handled::Parked) => return None,
@@ -1342,7 +1353,7 @@ impl Worker {
                     }
                     // A balancer's connections are counted by the client each one carries,
                     // once its PROXY header is read.
-                    let proxied = kind == ListenerKind::Http
+                    let proxied = kind.serves()
                         && self
                             .h
                             .shared
@@ -1383,6 +1394,21 @@ impl Worker {
             self.conns.push(None);
             self.conns.len() - 1
         });
+        let tls = match (kind, &self.h.shared.tls) {
+            (ListenerKind::Https, Some(t)) => match rustls::ServerConnection::new(t.config()) {
+                Ok(c) => Some(Box::new(c)),
+                Err(e) => {
+                    hotpath_metrics::log_limited!(warn, 1, "TLS: no session for a connection: {e}");
+                    self.h.shared.metrics[self.h.index].tls_failed.add(1);
+                    if !proxied {
+                        self.h.shared.per_ip.remove(peer.ip());
+                    }
+                    self.free.push(slot);
+                    return;
+                }
+            },
+            _ => None,
+        };
         let (rbuf, out) = self
             .spare
             .pop()
@@ -1411,6 +1437,8 @@ impl Worker {
             ip_counted: !proxied,
             ws: None,
             slot: slot as u32,
+            tls,
+            tls_counted: false,
         });
         self.open += 1;
         self.h.shared.metrics[self.h.index]
@@ -1523,7 +1551,18 @@ impl Worker {
                 }
             }
             let room = conn.rbuf.len() - conn.rend;
-            match conn.stream.read(&mut conn.rbuf[conn.rend..]) {
+            let got = read_plain(&mut conn.stream, &mut conn.tls, &mut conn.rbuf[conn.rend..]);
+            if !conn.tls_counted {
+                if let Some(t) = conn.tls.as_ref().filter(|t| !t.is_handshaking()) {
+                    conn.tls_counted = true;
+                    let m = &self.h.shared.metrics[self.h.index];
+                    match t.handshake_kind() {
+                        Some(rustls::HandshakeKind::Resumed) => m.tls_resumed.add(1),
+                        _ => m.tls_full.add(1),
+                    }
+                }
+            }
+            match got {
                 Ok(0) => {
                     // The client closed its side. What it sent before was answered as it was
                     // read, so send what is pending and close.
@@ -1533,14 +1572,20 @@ impl Worker {
                     conn.rend += n;
                     conn.last_active = self.h.now;
                     self.h.process(conn);
-                    if n < room {
-                        // A short read drained the socket; new data brings a new edge.
+                    if n < room && conn.tls.is_none() {
+                        // A short read drained the socket; new data brings a new edge. (Not
+                        // so through TLS: what it decrypted says nothing of the socket.)
                         break;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => dead = true,
+                Err(e) => {
+                    if conn.tls.is_some() && e.kind() == io::ErrorKind::InvalidData {
+                        self.h.shared.metrics[self.h.index].tls_failed.add(1);
+                    }
+                    dead = true;
+                }
             }
         }
         if !dead && conn.parked && !was_parked {
@@ -1560,7 +1605,7 @@ impl Worker {
             self.h.metrics().budget_held.add(1);
         }
         if !dead
-            && conn.kind == ListenerKind::Http
+            && conn.kind.serves()
             && conn.pending_out() > committed_out
             && self.h.service.uncommitted()
         {
@@ -1840,7 +1885,10 @@ impl Worker {
                 continue;
             }
             let expired = self.conns[slot].as_ref().is_some_and(|c| {
-                if let Some(since) = c.partial_since {
+                if c.tls.as_ref().is_some_and(|t| t.is_handshaking()) {
+                    // A handshake gets as long as a request's head.
+                    now.saturating_sub(c.last_active) >= slow
+                } else if let Some(since) = c.partial_since {
                     now.saturating_sub(since) >= slow
                 } else if c.pending_out() > 0 {
                     now.saturating_sub(c.last_active) >= slow
@@ -1862,8 +1910,72 @@ impl Worker {
     }
 }
 
+/// Reads what the client sent into `buf`, through TLS when the connection has it: `Ok(0)` at
+/// its end, `WouldBlock` once the socket is drained, `InvalidData` for a TLS failure (its
+/// alert is sent first).
+fn read_plain(
+    stream: &mut TcpStream,
+    tls: &mut Option<Box<rustls::ServerConnection>>,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    let Some(t) = tls.as_deref_mut() else {
+        return stream.read(buf);
+    };
+    loop {
+        match t.reader().read(buf) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            // The client closed without close_notify: the end, as for plain TCP.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+            Err(e) => return Err(e),
+        }
+        if t.read_tls(stream)? == 0 {
+            return Ok(0);
+        }
+        if let Err(e) = t.process_new_packets() {
+            // The alert that says why, then the end.
+            let _ = t.write_tls(stream);
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+        // The handshake's own messages go at once (a full socket leaves them to `flush`).
+        while t.wants_write() {
+            match t.write_tls(stream) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
 /// Writes what is pending; false when the connection is dead.
 fn flush(conn: &mut Conn) -> bool {
+    if let Some(t) = conn.tls.as_deref_mut() {
+        loop {
+            if conn.out_pos < conn.out.len() {
+                match t.writer().write(&conn.out[conn.out_pos..]) {
+                    Ok(n) => conn.out_pos += n,
+                    Err(_) => return false,
+                }
+            }
+            if !t.wants_write() {
+                if conn.out_pos < conn.out.len() {
+                    continue;
+                }
+                break;
+            }
+            match t.write_tls(&mut conn.stream) {
+                Ok(0) => return false,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        conn.out.clear();
+        conn.out_pos = 0;
+        return true;
+    }
     while conn.out_pos < conn.out.len() {
         match conn.stream.write(&conn.out[conn.out_pos..]) {
             Ok(0) => return false,

@@ -3,6 +3,7 @@
 
 pub mod netns;
 pub mod redis_cluster;
+pub mod tls;
 pub mod ws;
 
 use std::io::{Read, Write};

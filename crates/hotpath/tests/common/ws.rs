@@ -9,9 +9,13 @@ use hotpath_wire::http::parse_response_head;
 use hotpath_wire::webtorrent::{self as wt, Id};
 use hotpath_wire::ws::{self, Decoded, Opcode};
 
+/// A byte stream: plain TCP or TLS over it.
+pub trait Stream: Read + Write + Send {}
+impl<T: Read + Write + Send> Stream for T {}
+
 /// A WebSocket client connection.
 pub struct Ws {
-    pub stream: TcpStream,
+    pub stream: Box<dyn Stream>,
     buf: Vec<u8>,
 }
 
@@ -40,10 +44,21 @@ impl Ws {
     /// Sends `request` (an upgrade, perhaps a broken one) on a new connection: the
     /// connection once switched, or the refusal.
     pub fn try_raw(addr: SocketAddr, request: &str) -> Result<Ws, Refused> {
-        let mut stream = TcpStream::connect(addr).unwrap();
+        let stream = TcpStream::connect(addr).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_millis(100)))
             .unwrap();
+        Ws::try_on(Box::new(stream), request)
+    }
+
+    /// Connects over TLS (trusting `ca`) and upgrades on `path`.
+    pub fn connect_tls(addr: SocketAddr, path: &str, ca: &[u8]) -> Ws {
+        let stream = super::tls::connect(addr, ca, None);
+        Ws::try_on(Box::new(stream), &upgrade_request(path, "")).expect("upgraded")
+    }
+
+    /// Sends `request` on `stream`: the connection once switched, or the refusal.
+    pub fn try_on(mut stream: Box<dyn Stream>, request: &str) -> Result<Ws, Refused> {
         stream.write_all(request.as_bytes()).unwrap();
         let mut buf = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(10);
