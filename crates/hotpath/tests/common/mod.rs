@@ -1,6 +1,7 @@
 //! Helpers for the integration tests: a server on loopback port 0 and small raw clients.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod netns;
 pub mod redis_cluster;
 pub mod tls;
