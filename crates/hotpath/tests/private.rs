@@ -937,3 +937,72 @@ fn a_graceful_restart_keeps_each_clients_counters() {
     assert!(p.signal("-TERM").success());
     assert!(p.log_text().contains("the ledger of 1 clients restored"));
 }
+
+/// WebTorrent over WebSocket in private mode: the passkey in the upgrade's path, each
+/// refusal as a `failure reason` under `announce` (the socket stays), and the traffic a
+/// browser reports accounted and written behind as an HTTP announce's.
+#[test]
+fn webtorrent_peers_are_checked_and_accounted_like_http_ones() {
+    use common::ws::{wt_announce, Ws};
+    use hotpath_wire::webtorrent::{Event as WtEvent, Id};
+    let c = private_config();
+    let server = start(&c);
+    add_user(&c, 1, KEY, 1);
+    add_torrent(&c, 11, &NORMAL, 100);
+    let mut admin = Client::connect(server.admin_addr().unwrap());
+    wait_until("the poll", Duration::from_secs(10), || {
+        metric(&mut admin, "hotpath_private_torrents ") == 1.0
+    });
+    let addr = server.http_addr().unwrap();
+    let wait = Duration::from_secs(5);
+    let reason = |w: &mut Ws| -> Option<String> {
+        let r = w.recv_json(wait).expect("an answer");
+        assert_eq!(r["action"], "announce");
+        r["failure reason"].as_str().map(str::to_string)
+    };
+    // An unknown passkey, an unregistered torrent: refused, said, the socket kept.
+    let mut stranger = Ws::connect(addr, &format!("/{}/announce", "z".repeat(32)));
+    stranger.announce(&wt_announce(
+        Id(NORMAL),
+        Id([1; 20]),
+        10,
+        &[],
+        WtEvent::Started,
+    ));
+    assert!(reason(&mut stranger).is_some());
+    let mut w = Ws::connect(addr, &format!("/{KEY}/announce"));
+    w.announce(&wt_announce(
+        Id(UNKNOWN),
+        Id([2; 20]),
+        10,
+        &[],
+        WtEvent::Started,
+    ));
+    assert!(reason(&mut w).is_some());
+    // No passkey at all (the path without one, nor a query): refused as over HTTP.
+    let mut none = Ws::connect(addr, "/announce");
+    none.announce(&wt_announce(
+        Id(NORMAL),
+        Id([3; 20]),
+        10,
+        &[],
+        WtEvent::Started,
+    ));
+    assert!(reason(&mut none).is_some());
+    // Started (credits nothing), then 1,000 bytes downloaded and completed.
+    let mut a = wt_announce(Id(NORMAL), Id([2; 20]), 1000, &[], WtEvent::Started);
+    w.announce(&a);
+    assert_eq!(reason(&mut w), None);
+    a.downloaded = Some(1000);
+    a.uploaded = Some(300);
+    a.left = Some(0);
+    a.event = WtEvent::Completed;
+    w.announce(&a);
+    assert_eq!(reason(&mut w), None);
+    let per_torrent = "SELECT user_id, torrent_id, uploaded, downloaded, completed \
+                       FROM hp_user_torrents";
+    wait_until("the flush", Duration::from_secs(10), || {
+        rows(&c, per_torrent) == [vec![1, 11, 300, 1000, 1]]
+    });
+    server.shutdown().unwrap();
+}

@@ -320,12 +320,6 @@ fn ws_fail(conn: &mut Conn, code: u16, reason: &str, why: usize) {
     conn.rstart = conn.rend;
 }
 
-/// The slot a connection is in, which its WebSocket name carries: set by the worker when it
-/// adds the connection.
-fn conn_slot_of(conn: &Conn) -> u32 {
-    conn.slot
-}
-
 /// The per-request half of a worker, split from the connection table so a request can be
 /// handled while its connection is borrowed.
 struct Handler {
@@ -419,17 +413,17 @@ impl Handler {
                             .header("upgrade")
                             .is_some_and(|u| ws::lists_token(u, "websocket")) =>
                 {
+                    let id = WsConn {
+                        worker: self.index as u16,
+                        slot: conn.slot,
+                        serial: self.next_serial,
+                    };
                     let out = (&mut conn.out, &mut conn.out_pos);
-                    let route = self.upgrade(&req, conn.peer, out, started);
+                    let route = self.upgrade(&req, conn.peer, id, out, started);
                     conn.rstart += used;
                     conn.partial_since = None;
                     match route {
                         Some(route) => {
-                            let id = WsConn {
-                                worker: self.index as u16,
-                                slot: conn_slot_of(conn),
-                                serial: self.next_serial,
-                            };
                             self.next_serial = self.next_serial.wrapping_add(1);
                             conn.ws = Some(Box::new(WsState {
                                 route,
@@ -525,6 +519,7 @@ impl Handler {
         &mut self,
         req: &Request<'_, '_>,
         peer: SocketAddr,
+        id: WsConn,
         (out, out_pos): (&mut Vec<u8>, &mut usize),
         started: Instant,
     ) -> Option<WsRoute> {
@@ -551,7 +546,7 @@ impl Handler {
                     if upgrade_required { &version[..] } else { b"" },
                 ))
             }
-            Ok(accept) => match self.service.ws_upgrade(req, &ctx) {
+            Ok(accept) => match self.service.ws_upgrade(req, &ctx, id) {
                 None => Some((404, "no WebSocket here", &b""[..])),
                 Some(Err((status, why))) => Some((status, why, &b""[..])),
                 Some(Ok(route)) => {
@@ -1260,10 +1255,13 @@ impl Worker {
                 c.ws.as_deref()
                     .is_some_and(|st| st.closed_for == Some(ws_close::OUTPUT_FULL))
             });
+            let deferred = self.conns[slot].as_ref().is_some_and(|c| c.deferred);
             if slow {
                 // It does not read: its close frame would wait behind what it left unread.
                 self.close(slot);
-            } else {
+            } else if !deferred {
+                // (A connection whose answers wait for this turn's journal commit is sent to
+                // after it, relays and all.)
                 self.finish(slot, false);
             }
         }

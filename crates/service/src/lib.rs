@@ -292,12 +292,15 @@ pub trait ServiceWorker {
     }
 
     /// Whether this service takes a WebSocket upgrade at `req`'s path (the server checked
-    /// the upgrade's headers): `None` when it serves no WebSocket there (404), an error
-    /// status and reason to refuse it, or the route its messages will carry.
+    /// the upgrade's headers) for connection `conn`: `None` when it serves no WebSocket
+    /// there (404), an error status and reason to refuse it, or the route its messages will
+    /// carry. When it is taken, the service hears of the connection's end
+    /// ([`ServiceWorker::ws_closed`]).
     fn ws_upgrade(
         &mut self,
         _req: &Request<'_, '_>,
         _ctx: &Context,
+        _conn: WsConn,
     ) -> Option<Result<WsRoute, (u16, &'static str)>> {
         None
     }
@@ -481,9 +484,10 @@ impl ServiceWorker for CompositeWorker {
         &mut self,
         req: &Request<'_, '_>,
         ctx: &Context,
+        conn: WsConn,
     ) -> Option<Result<WsRoute, (u16, &'static str)>> {
         self.workers.iter_mut().enumerate().find_map(|(i, w)| {
-            w.ws_upgrade(req, ctx).map(|r| {
+            w.ws_upgrade(req, ctx, conn).map(|r| {
                 r.map(|route| WsRoute {
                     service: i as u8,
                     key: route.key,

@@ -69,9 +69,17 @@ pub struct TrackerWorker {
     cfg_gen: u64,
     /// The server worker this handler belongs to.
     index: usize,
-    /// This worker's WebSocket connections and the swarms each announced in (left when it
-    /// closes).
-    ws: hashbrown::HashMap<WsConn, smallvec::SmallVec<[[u8; 20]; 1]>>,
+    /// This worker's WebSocket connections: the swarms each announced in (left when it
+    /// closes) and, in private mode, the passkey of its path.
+    ws: hashbrown::HashMap<WsConn, WsState>,
+}
+
+/// A WebSocket connection, as the tracker keeps it.
+#[derive(Default)]
+struct WsState {
+    hashes: smallvec::SmallVec<[[u8; 20]; 1]>,
+    /// Private mode: the passkey its upgrade's path carried (or why it had none).
+    passkey: Option<Result<Box<[u8]>, &'static str>>,
 }
 
 fn compact4(ip: std::net::Ipv4Addr, port: u16) -> [u8; 6] {
@@ -911,9 +919,10 @@ impl TrackerWorker {
         };
         match msg {
             Message::Announce(a) => {
+                let info_hash = a.info_hash;
                 let refuse = |out: &mut WsOut, why: &str| {
                     out.send(None, |b| {
-                        wt::write_error(b, "announce", Some(&a.info_hash), why)
+                        wt::write_error(b, "announce", Some(&info_hash), why)
                     });
                     (0, false)
                 };
@@ -922,31 +931,93 @@ impl TrackerWorker {
                     return refuse(out, why);
                 }
                 let cap = w.config().max_swarms_per_connection;
-                let known = self
-                    .ws
-                    .get(&conn)
-                    .is_some_and(|l| l.contains(&a.info_hash.0));
-                if !known && self.ws.get(&conn).is_some_and(|l| l.len() >= cap) {
+                let st = self.ws.entry(conn).or_default();
+                let known = st.hashes.contains(&a.info_hash.0);
+                if !known && st.hashes.len() >= cap {
                     w.stats.caps[crate::webtorrent::CAP_SWARMS_PER_CONNECTION].add(1);
                     return refuse(out, "too many torrents on one connection");
                 }
+                let passkey = st.passkey.clone();
+                let mut a = a;
+                // Private mode: the passkey, the rules and the accounting of an HTTP
+                // announce (a WebRTC peer has no port: 0).
+                let (account, too_soon) = match (self.shared.private.clone(), passkey) {
+                    (Some(p), Some(key)) => {
+                        let event = match a.event {
+                            wt::Event::None => Event::None,
+                            wt::Event::Started => Event::Started,
+                            wt::Event::Stopped => Event::Stopped,
+                            wt::Event::Completed => Event::Completed,
+                            wt::Event::Paused => Event::Paused,
+                        };
+                        let reported = Reported {
+                            info_hash: &a.info_hash.0,
+                            peer_id: &a.peer_id.0,
+                            port: 0,
+                            uploaded: a.uploaded.unwrap_or(0),
+                            downloaded: a.downloaded.unwrap_or(0),
+                            // Unknown (JavaScript's Infinity arrives as null): still leeching.
+                            left: a.left.unwrap_or(1),
+                            event,
+                        };
+                        let ip = ctx.peer.ip().to_canonical();
+                        let key = key.as_deref().map_err(|why| *why);
+                        match self.private_announce(&p, key, &reported, (ip, ip), ctx.now) {
+                            Ok((change, too_soon)) => (Some(change), too_soon),
+                            Err(why) => return refuse(out, why),
+                        }
+                    }
+                    _ => (None, None),
+                };
+                if too_soon.is_some() {
+                    // Too soon: kept in the swarm and accounted, but no offers go out.
+                    a.offers.clear();
+                }
+                if let Some(j) = &self.journal {
+                    if a.event == wt::Event::Completed && !j.has_room(TORRENT_LEN) {
+                        return refuse(out, j.refuse());
+                    }
+                }
                 match w.announce(conn, &a, ctx.now, &mut self.rng, out) {
                     Ok(r) => {
-                        let list = self.ws.entry(conn).or_default();
+                        if let Some(mut change) = account.filter(|c| c.torrent != 0) {
+                            change.completed = u64::from(r.snatched);
+                            if let Some(j) = &mut self.journal {
+                                j.push(&change);
+                            }
+                        }
+                        let at = self.unix(ctx.now);
+                        if let (true, Some(j)) = (r.snatched, &mut self.journal) {
+                            j.push(&TorrentChange {
+                                info_hash: a.info_hash.0,
+                                completed: 1,
+                                seeders: r.counts.complete as u32,
+                                leechers: r.counts.incomplete as u32,
+                                at,
+                            });
+                        }
+                        let list = &mut self.ws.entry(conn).or_default().hashes;
                         if r.joined && !known {
                             list.push(a.info_hash.0);
                         } else if !r.joined {
                             list.retain(|h| *h != a.info_hash.0);
                         }
                         let interval = w.config().interval_secs;
+                        let min_interval = self.intervals().1.min(interval);
+                        let warning = too_soon.map(|wait| {
+                            format!(
+                                "announced {wait} s before the minimum interval \
+                                 ({min_interval} s): no offers relayed this time"
+                            )
+                        });
                         out.send(None, |b| {
                             wt::write_announce_response(
                                 b,
                                 &a.info_hash,
                                 &r.counts,
                                 interval,
-                                interval / 2,
-                                None,
+                                min_interval,
+                                warning.as_deref(),
                             )
                         });
                         (0, true)
@@ -978,18 +1049,23 @@ impl ServiceWorker for TrackerWorker {
         &mut self,
         req: &Request<'_, '_>,
         _ctx: &Context,
+        conn: WsConn,
     ) -> Option<Result<WsRoute, (u16, &'static str)>> {
         self.shared.webtorrent.as_ref()?;
-        match &self.shared.private {
-            None => (req.path == "/announce").then_some(Ok(WsRoute::default())),
-            Some(p) => match private_route(p, req)? {
-                (Route::Announce, _) => Some(Err((
-                    501,
-                    "WebTorrent over WebSocket is not served in private mode yet",
-                ))),
-                _ => None,
+        let state = match self.shared.private.clone() {
+            None => (req.path == "/announce").then(WsState::default)?,
+            Some(p) => match private_route(&p, req)? {
+                // The passkey is checked with each announce, which says what is wrong with
+                // a `failure reason` the client shows (a refused upgrade says nothing).
+                (Route::Announce, key) => WsState {
+                    hashes: Default::default(),
+                    passkey: Some(key.map(Box::from)),
+                },
+                _ => return None,
             },
-        }
+        };
+        self.ws.insert(conn, state);
+        Some(Ok(WsRoute::default()))
     }
 
     fn ws_message(
@@ -1011,8 +1087,8 @@ impl ServiceWorker for TrackerWorker {
     }
 
     fn ws_closed(&mut self, conn: WsConn, _route: WsRoute) {
-        if let (Some(hashes), Some(w)) = (self.ws.remove(&conn), &self.shared.webtorrent) {
-            w.leave(conn, &hashes);
+        if let (Some(st), Some(w)) = (self.ws.remove(&conn), &self.shared.webtorrent) {
+            w.leave(conn, &st.hashes);
         }
     }
 

@@ -180,6 +180,8 @@ pub struct Announced {
     pub counts: Counts,
     /// Whether the connection is now in this swarm (false after `stopped`).
     pub joined: bool,
+    /// Whether it completed a download (a `completed` of a peer not seeding before).
+    pub snatched: bool,
 }
 
 /// Every WebTorrent swarm, shared by the workers.
@@ -236,6 +238,7 @@ impl WebTorrent {
                 return Ok(Announced {
                     counts: Counts::default(),
                     joined: false,
+                    snatched: false,
                 });
             };
             if let Some(i) = swarm.position(conn) {
@@ -249,6 +252,7 @@ impl WebTorrent {
             return Ok(Announced {
                 counts,
                 joined: false,
+                snatched: false,
             });
         }
         let swarm = match shard.swarms.get_mut(&a.info_hash.0) {
@@ -265,11 +269,13 @@ impl WebTorrent {
         // BEP 21, as over HTTP: a partial seed (`paused`) wants nothing, so it is offered to as a
         // seeder would be: not by other seeders.
         let seeder = a.left == Some(0) || matches!(a.event, Event::Completed | Event::Paused);
+        let mut snatched = false;
         let i = match swarm.position(conn) {
             Some(i) => {
                 let p = &mut swarm.peers[i];
                 if a.event == Event::Completed && !p.seeder {
                     swarm.completed = swarm.completed.saturating_add(1);
+                    snatched = true;
                 }
                 if p.listed && p.seeder != seeder {
                     if seeder {
@@ -290,6 +296,7 @@ impl WebTorrent {
                 }
                 if a.event == Event::Completed {
                     swarm.completed = swarm.completed.saturating_add(1);
+                    snatched = true;
                 }
                 if listed && seeder {
                     swarm.seeders += 1;
@@ -309,6 +316,7 @@ impl WebTorrent {
         Ok(Announced {
             counts: swarm.counts(),
             joined: true,
+            snatched,
         })
     }
 
