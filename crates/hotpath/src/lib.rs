@@ -220,7 +220,57 @@ fn preflight(config: &Config) -> Vec<(String, String)> {
             out.push(("cluster.secret_file".into(), e.to_string()));
         }
     }
+    let tls = &config.tls;
+    if !config.listen.https.is_empty() && !tls.cert_file.is_empty() && !tls.key_file.is_empty() {
+        // The pair as serve loads it: readable, PEM, a key that matches the certificate.
+        if let Err(e) = hotpath_server::tls::Tls::new(tls) {
+            let key = match &e {
+                hotpath_server::tls::TlsError::File { key, .. } => *key,
+                hotpath_server::tls::TlsError::Pair(_) => "tls.key_file",
+            };
+            out.push((key.into(), e.to_string()));
+        }
+    }
     out
+}
+
+/// `hotpath doctor`'s word on the HTTPS listeners' certificate and key, when there are any.
+fn tls_finding(config: &Config) -> Option<hotpath_doctor::Finding> {
+    if config.listen.https.is_empty() {
+        return None;
+    }
+    let tls = &config.tls;
+    let loaded = hotpath_server::tls::load_pair(tls)
+        .map_err(|e| e.to_string())
+        .and_then(|(chain, _)| {
+            hotpath_server::tls::Tls::new(tls)
+                .map(|_| chain.len())
+                .map_err(|e| e.to_string())
+        });
+    let value = format!("{} and {}", tls.cert_file, tls.key_file);
+    Some(match loaded {
+        Ok(n) => hotpath_doctor::Finding {
+            setting: "tls.cert_file".into(),
+            value,
+            status: hotpath_doctor::Status::Ok,
+            why: format!(
+                "a chain of {n} certificate(s) and its key load and match; SIGHUP reads them \
+                 again (a renewal needs no restart)"
+            ),
+            fix: None,
+        },
+        Err(e) => hotpath_doctor::Finding {
+            setting: "tls.cert_file".into(),
+            value,
+            status: hotpath_doctor::Status::Fail,
+            why: e,
+            fix: Some(
+                "point tls.cert_file and tls.key_file at a PEM chain (leaf first) and its key, \
+                 e.g. a certificate authority's fullchain.pem and privkey.pem"
+                    .into(),
+            ),
+        },
+    })
 }
 
 /// An error and its causes on one line, each said once: a cause whose text the line holds
@@ -342,7 +392,8 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
         }
         Command::Doctor { config, json } => {
             let config = load_config(config.as_ref())?;
-            let findings = hotpath_doctor::check(&config, &hotpath_doctor::Host::local());
+            let mut findings = hotpath_doctor::check(&config, &hotpath_doctor::Host::local());
+            findings.extend(tls_finding(&config));
             if json {
                 println!("{}", hotpath_doctor::to_json(&findings));
             } else {

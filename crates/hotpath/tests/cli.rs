@@ -466,3 +466,65 @@ fn output_into_a_closed_pipe_ends_quietly() {
         );
     }
 }
+
+/// `config --check` and `doctor` read the HTTPS listeners' certificate and key as `serve`
+/// does: a missing file, garbage, or a key of another certificate is named by its key; a
+/// good pair passes and doctor says so.
+#[test]
+fn config_check_and_doctor_read_the_tls_files() {
+    let dir = std::env::temp_dir().join(format!("hotpath-cli-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pair = |name: &str| {
+        let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        std::fs::write(dir.join(format!("{name}.crt")), c.cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{name}.key")), c.key_pair.serialize_pem()).unwrap();
+    };
+    pair("a");
+    pair("b");
+    std::fs::write(dir.join("junk.crt"), "junk").unwrap();
+    let config = |cert: &str, key: &str| {
+        let text = format!(
+            "[listen]\nhttps = [\"127.0.0.1:0\"]\n[tls]\ncert_file = \"{cert}\"\nkey_file = \"{key}\"\n"
+        );
+        let path = dir.join("hotpath.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    for (cert, key, named) in [
+        ("none.crt", "a.key", "tls.cert_file"),
+        ("junk.crt", "a.key", "tls.cert_file"),
+        ("a.crt", "b.key", "tls.key_file"),
+    ] {
+        let out = hotpath()
+            .args(["config", "--check"])
+            .arg(config(cert, key))
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{cert} {key}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(named), "{cert} {key}: {err}");
+    }
+    let good = config("a.crt", "a.key");
+    let out = hotpath()
+        .args(["config", "--check"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = hotpath()
+        .args(["doctor", "--config"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("tls.cert_file") && l.contains("ok")),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
