@@ -382,3 +382,110 @@ fn silent_connections_are_pinged_then_closed_and_a_stop_says_going_away() {
     assert_eq!(lively.close_code(Duration::from_secs(10)), Some(1001));
     stopping.join().unwrap().unwrap();
 }
+
+/// Floods from one address: its connections past `server.max_connections_per_ip` are closed
+/// at once, and a connection's stream of announces with offers keeps its pending offers at
+/// their bound; a peer from another address is served meanwhile, and the offers it makes
+/// still reach their peer.
+#[test]
+fn floods_from_one_address_hold_their_bounds_and_others_are_served() {
+    let mut cfg = test_config();
+    cfg.server.max_connections_per_ip = 10;
+    cfg.webtorrent.max_pending_offers_per_peer = 20;
+    let server = start(&cfg);
+    let addr = server.http_addr().unwrap();
+    let mut held: Vec<Ws> = (0..8).map(|_| Ws::connect(addr, "/announce")).collect();
+    let extra: Vec<Ws> = (0..2).map(|_| Ws::connect(addr, "/announce")).collect();
+    // The eleventh from the same address: closed before any answer.
+    let mut ninth = std::net::TcpStream::connect(addr).unwrap();
+    ninth
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let _ = std::io::Write::write_all(&mut ninth, upgrade_request("/announce", "").as_bytes());
+    let mut byte = [0u8; 1];
+    assert!(matches!(
+        std::io::Read::read(&mut ninth, &mut byte),
+        Ok(0) | Err(_)
+    ));
+    drop(extra);
+    // One of them floods: 2,000 announces of 10 offers each, to the seven others' swarm.
+    for (i, w) in held.iter_mut().enumerate().skip(1) {
+        w.announce(&wt_announce(H, peer(100 + i as u8), 0, &[], Event::Started));
+        w.recv_json(WAIT).unwrap();
+    }
+    let flooder = &mut held[0];
+    for n in 0..2000u32 {
+        let offers: Vec<Id> = (0..10u32)
+            .map(|k| {
+                let mut id = [0u8; 20];
+                id[..4].copy_from_slice(&(n * 10 + k).to_le_bytes());
+                Id(id)
+            })
+            .collect();
+        flooder.announce(&wt_announce(H, peer(1), 50, &offers, Event::None));
+    }
+    // Another address is served, and its offer reaches a seeder.
+    let mut outsider = {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.bind(
+            &"127.0.0.2:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+        s.connect(&addr.into()).unwrap();
+        let tcp: std::net::TcpStream = s.into();
+        tcp.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        Ws::try_on(Box::new(tcp), &upgrade_request("/announce", "")).expect("upgraded")
+    };
+    outsider.announce(&wt_announce(
+        H,
+        peer(200),
+        50,
+        &[Id([0xee; 20])],
+        Event::Started,
+    ));
+    let r = outsider.recv_json(WAIT).expect("the outsider is answered");
+    assert_eq!(r["action"], "announce");
+    wait_until("the flood handled", Duration::from_secs(60), || {
+        metric_elsewhere(
+            &server,
+            "hotpath_webtorrent_messages_total{kind=\"announce\",result=\"ok\"}",
+        ) >= 2008.0
+    });
+    // The flooder's pending offers stayed at their bound; the rest were dropped, counted.
+    let pending = metric_elsewhere(&server, "hotpath_webtorrent_pending_offers");
+    assert!(pending <= 20.0 + 1.0, "{pending}");
+    assert!(
+        metric_elsewhere(
+            &server,
+            "hotpath_webtorrent_offers_dropped_total{reason=\"max_pending_offers_per_peer\"}"
+        ) > 10_000.0
+    );
+    assert!(metric_elsewhere(&server, "hotpath_connections_refused_per_ip_total") >= 1.0);
+    server.shutdown().unwrap();
+}
+
+/// A metric read from 127.0.0.3: the flood test's own address holds its connection cap.
+fn metric_elsewhere(server: &hotpath_server::RunningServer, name: &str) -> f64 {
+    let admin = server
+        .tcp_addr(hotpath_server::listen::ListenerKind::Admin)
+        .unwrap();
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(
+        &"127.0.0.3:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    s.connect(&admin.into()).unwrap();
+    let tcp: std::net::TcpStream = s.into();
+    tcp.set_read_timeout(Some(WAIT)).unwrap();
+    let text = String::from_utf8(Client::from_stream(tcp).get("/metrics").body).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
