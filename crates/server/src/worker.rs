@@ -1453,7 +1453,14 @@ impl Worker {
     }
 
     fn close(&mut self, slot: usize) {
-        if let Some(c) = self.conns[slot].take() {
+        if let Some(mut c) = self.conns[slot].take() {
+            if let Some(t) = c.tls.as_deref_mut() {
+                // close_notify, best effort (one non-blocking write of 24 bytes): a client
+                // that reads to the end otherwise sees a truncation, and OpenSSL's then
+                // forgets the session it could have resumed.
+                t.send_close_notify();
+                let _ = t.write_tls(&mut c.stream);
+            }
             // Dropping the stream closes the socket, which also removes it from epoll: no
             // epoll_ctl per connection. Its buffers are kept for the next connection.
             let shared = &self.h.shared;

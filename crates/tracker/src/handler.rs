@@ -1053,7 +1053,9 @@ impl ServiceWorker for TrackerWorker {
     ) -> Option<Result<WsRoute, (u16, &'static str)>> {
         self.shared.webtorrent.as_ref()?;
         let state = match self.shared.private.clone() {
-            None => (req.path == "/announce").then(WsState::default)?,
+            // WebSocket trackers are often named without a path (wss://tracker.example):
+            // `/` too.
+            None => matches!(req.path, "/announce" | "/").then(WsState::default)?,
             Some(p) => match private_route(&p, req)? {
                 // The passkey is checked with each announce, which says what is wrong with
                 // a `failure reason` the client shows (a refused upgrade says nothing).
