@@ -308,6 +308,18 @@ fn reserve_out(out: &mut Vec<u8>, pos: &mut usize, need: usize, cap: usize) {
     out.reserve_exact(want - out.len());
 }
 
+/// Frames `text` into a WebSocket connection's output; false (nothing queued) when that
+/// would pass `cap` unsent bytes.
+fn ws_queue(conn: &mut Conn, text: &[u8], cap: usize) -> bool {
+    let need = text.len() + ws::MAX_HEADER;
+    if conn.pending_out() + need > cap {
+        return false;
+    }
+    reserve_out(&mut conn.out, &mut conn.out_pos, need, cap);
+    ws::write_frame(&mut conn.out, Opcode::Text, text);
+    true
+}
+
 /// Closes a WebSocket connection for `why` (an index of `WS_CLOSE_REASONS`): a close frame
 /// with `code` and `reason`, then nothing more is read.
 fn ws_fail(conn: &mut Conn, code: u16, reason: &str, why: usize) {
@@ -713,17 +725,10 @@ impl Handler {
         for (to, msg) in out.messages() {
             match to.filter(|&t| t != id) {
                 None => {
-                    if conn.pending_out() + msg.len() + ws::MAX_HEADER > cap {
+                    if !ws_queue(conn, msg, cap) {
                         full = true;
                         break;
                     }
-                    reserve_out(
-                        &mut conn.out,
-                        &mut conn.out_pos,
-                        msg.len() + ws::MAX_HEADER,
-                        cap,
-                    );
-                    ws::write_frame(&mut conn.out, Opcode::Text, msg);
                     sent += 1;
                 }
                 Some(to) => {
@@ -1231,18 +1236,11 @@ impl Worker {
                 dropped += 1;
                 continue;
             };
-            if conn.pending_out() + text.len() + ws::MAX_HEADER > cap {
+            if ws_queue(conn, text, cap) {
+                sent += 1;
+            } else {
                 ws_fail(conn, ws::close::POLICY, "", ws_close::OUTPUT_FULL);
                 dropped += 1;
-            } else {
-                reserve_out(
-                    &mut conn.out,
-                    &mut conn.out_pos,
-                    text.len() + ws::MAX_HEADER,
-                    cap,
-                );
-                ws::write_frame(&mut conn.out, Opcode::Text, text);
-                sent += 1;
             }
             if touched.last() != Some(&slot) {
                 touched.push(slot);

@@ -784,7 +784,9 @@ impl<const I: usize, const O: usize> SwarmTable for Table<I, O> {
             Entry::Occupied(o) => o.into_mut(),
             Entry::Vacant(v) => {
                 if d.stopped {
-                    if d.snatched {
+                    let addr = if d.v6 { &d.addr[..] } else { &d.addr[..6] };
+                    if d.snatched && self.first_snatch(&mut shard.snatched, &d.info_hash, addr, now)
+                    {
                         let before = shard.idle.get(&d.info_hash).copied().unwrap_or(0);
                         self.keep_idle(shard, d.info_hash, before.saturating_add(1));
                     }
@@ -835,7 +837,11 @@ impl<const I: usize, const O: usize> SwarmTable for Table<I, O> {
             }
         };
         t.tidy();
-        if d.snatched {
+        // A snatch counts once per client and torrent within the peer timeout, as a local
+        // one does: a delta Redis delivers twice (a subscription on a shard's master and on
+        // its replica, after a failover) or late adds nothing more.
+        let addr = if d.v6 { &d.addr[..] } else { &d.addr[..6] };
+        if d.snatched && self.first_snatch(&mut shard.snatched, &d.info_hash, addr, now) {
             t.completed = t.completed.saturating_add(1);
         }
         let (s1, p1) = (t.seeders(), t.peers());

@@ -623,6 +623,28 @@ mod tests {
         }
     }
 
+    /// An announce of peer `n` on connection `n` at `now`, which must be taken.
+    #[allow(clippy::too_many_arguments)]
+    fn go(
+        w: &WebTorrent,
+        n: u8,
+        left: u64,
+        offers: &[u8],
+        event: Event,
+        now: u32,
+        rng: &mut fastrand::Rng,
+        out: &mut WsOut,
+    ) -> Announced {
+        w.announce(
+            conn(u32::from(n)),
+            &announce(n, left, offers, event),
+            now,
+            rng,
+            out,
+        )
+        .unwrap()
+    }
+
     fn targets(out: &WsOut) -> Vec<WsConn> {
         out.messages().filter_map(|(to, _)| to).collect()
     }
@@ -633,54 +655,27 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(1);
         let mut out = WsOut::default();
         // Two seeders, one leecher.
-        w.announce(
-            conn(1),
-            &announce(1, 0, &[], Event::Started),
-            0,
-            &mut rng,
-            &mut out,
-        )
-        .unwrap();
-        w.announce(
-            conn(2),
-            &announce(2, 0, &[], Event::Started),
-            0,
-            &mut rng,
-            &mut out,
-        )
-        .unwrap();
-        w.announce(
-            conn(3),
-            &announce(3, 9, &[], Event::Started),
-            0,
-            &mut rng,
-            &mut out,
-        )
-        .unwrap();
+        go(&w, 1, 0, &[], Event::Started, 0, &mut rng, &mut out);
+        go(&w, 2, 0, &[], Event::Started, 0, &mut rng, &mut out);
+        go(&w, 3, 9, &[], Event::Started, 0, &mut rng, &mut out);
         assert!(out.sends.is_empty());
         // A seeder's offers: to the leecher only.
-        let r = w
-            .announce(
-                conn(1),
-                &announce(1, 0, &[10, 11, 12], Event::None),
-                1,
-                &mut rng,
-                &mut out,
-            )
-            .unwrap();
+        let r = go(&w, 1, 0, &[10, 11, 12], Event::None, 1, &mut rng, &mut out);
         assert_eq!(targets(&out), vec![conn(3)]);
         assert_eq!((r.counts.complete, r.counts.incomplete), (2, 1));
         assert_eq!(w.stats.offers_dropped[1].get(), 2);
         out.clear();
         // A leecher's offers: to both seeders, never itself.
-        w.announce(
-            conn(3),
-            &announce(3, 9, &[20, 21, 22, 23], Event::None),
+        go(
+            &w,
+            3,
+            9,
+            &[20, 21, 22, 23],
+            Event::None,
             1,
             &mut rng,
             &mut out,
-        )
-        .unwrap();
+        );
         let mut t = targets(&out);
         t.sort();
         assert_eq!(t, vec![conn(1), conn(2)]);
@@ -695,22 +690,8 @@ mod tests {
         let w = WebTorrent::new(&cfg);
         let mut rng = fastrand::Rng::with_seed(2);
         let mut out = WsOut::default();
-        w.announce(
-            conn(1),
-            &announce(1, 0, &[], Event::Started),
-            0,
-            &mut rng,
-            &mut out,
-        )
-        .unwrap();
-        w.announce(
-            conn(2),
-            &announce(2, 5, &[7], Event::Started),
-            0,
-            &mut rng,
-            &mut out,
-        )
-        .unwrap();
+        go(&w, 1, 0, &[], Event::Started, 0, &mut rng, &mut out);
+        go(&w, 2, 5, &[7], Event::Started, 0, &mut rng, &mut out);
         assert_eq!(targets(&out), vec![conn(1)]);
         out.clear();
         let answer = |to: u8, offer: u8| Answer {
@@ -735,14 +716,7 @@ mod tests {
         assert!(!w.answer(conn(1), &answer(2, 7), 1, &mut out));
         // An offer past its lifetime is not answered, and the sweep drops it.
         out.clear();
-        w.announce(
-            conn(2),
-            &announce(2, 5, &[8], Event::None),
-            2,
-            &mut rng,
-            &mut out,
-        )
-        .unwrap();
+        go(&w, 2, 5, &[8], Event::None, 2, &mut rng, &mut out);
         assert!(!w.answer(conn(1), &answer(2, 8), 13, &mut out));
         assert_eq!(w.totals().3, 1);
         w.sweep(13, 1000);
@@ -764,27 +738,12 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(3);
         let mut out = WsOut::default();
         for p in 1..=5 {
-            w.announce(
-                conn(u32::from(p)),
-                &announce(p, 0, &[], Event::Started),
-                0,
-                &mut rng,
-                &mut out,
-            )
-            .unwrap();
+            go(&w, p, 0, &[], Event::Started, 0, &mut rng, &mut out);
         }
         assert_eq!(w.totals().1, 5);
         assert_eq!(w.stats.caps[1].get(), 2);
         // Unlisted peers are not counted and cannot send offers.
-        let r = w
-            .announce(
-                conn(5),
-                &announce(5, 9, &[1], Event::None),
-                0,
-                &mut rng,
-                &mut out,
-            )
-            .unwrap();
+        let r = go(&w, 5, 9, &[1], Event::None, 0, &mut rng, &mut out);
         assert_eq!(r.counts.complete + r.counts.incomplete, 3);
         assert_eq!(w.stats.offers_dropped[3].get(), 1);
         // Two of five offers per announce; pending capped at three.
@@ -815,31 +774,9 @@ mod tests {
         let w = WebTorrent::new(&WebTorrentConfig::default());
         let mut rng = fastrand::Rng::with_seed(4);
         let mut out = WsOut::default();
-        w.announce(
-            conn(1),
-            &announce(1, 5, &[], Event::Started),
-            0,
-            &mut rng,
-            &mut out,
-        )
-        .unwrap();
-        w.announce(
-            conn(2),
-            &announce(2, 5, &[], Event::Started),
-            0,
-            &mut rng,
-            &mut out,
-        )
-        .unwrap();
-        let r = w
-            .announce(
-                conn(2),
-                &announce(2, 0, &[], Event::Completed),
-                1,
-                &mut rng,
-                &mut out,
-            )
-            .unwrap();
+        go(&w, 1, 5, &[], Event::Started, 0, &mut rng, &mut out);
+        go(&w, 2, 5, &[], Event::Started, 0, &mut rng, &mut out);
+        let r = go(&w, 2, 0, &[], Event::Completed, 1, &mut rng, &mut out);
         assert_eq!(
             r.counts,
             Counts {
@@ -848,25 +785,10 @@ mod tests {
                 downloaded: 1
             }
         );
-        let r = w
-            .announce(
-                conn(1),
-                &announce(1, 5, &[], Event::Stopped),
-                1,
-                &mut rng,
-                &mut out,
-            )
-            .unwrap();
+        let r = go(&w, 1, 5, &[], Event::Stopped, 1, &mut rng, &mut out);
         assert!(!r.joined);
         assert_eq!(r.counts.incomplete, 0);
-        w.announce(
-            conn(3),
-            &announce(3, 5, &[], Event::Started),
-            50,
-            &mut rng,
-            &mut out,
-        )
-        .unwrap();
+        go(&w, 3, 5, &[], Event::Started, 50, &mut rng, &mut out);
         let gone = w.sweep(100, 60);
         assert_eq!(gone, vec![(conn(2), [200; 20])]);
         w.leave(conn(3), &[[200; 20]]);
