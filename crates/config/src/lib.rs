@@ -1224,8 +1224,8 @@ section! {
         pub idle_timeout_secs: u32 = 300,
         /// Seconds a connection may leave sent bytes unread before it is closed.
         pub send_timeout_secs: u32 = 30,
-        /// Peers per swarm at most; past it new peers get offers relayed to them but are
-        /// not listed (counted).
+        /// Peers per swarm at most; past it a new peer gets the swarm's counts but is not
+        /// kept, and its offers are dropped (counted).
         pub max_peers_per_swarm: usize = 5_000,
         /// Swarms at most.
         pub max_swarms: usize = 1_000_000,

@@ -352,7 +352,8 @@ fn reqwest_metrics(server: &hotpath_server::RunningServer) -> String {
 #[test]
 fn silent_connections_are_pinged_then_closed_and_a_stop_says_going_away() {
     let mut cfg = test_config();
-    cfg.webtorrent.idle_timeout_secs = 2;
+    // A ping after 2 s of silence, a close after 4: the control below has 2 s to answer each.
+    cfg.webtorrent.idle_timeout_secs = 4;
     let server = start(&cfg);
     let addr = server.http_addr().unwrap();
     let mut silent = Ws::connect(addr, "/announce");
@@ -488,4 +489,38 @@ fn metric_elsewhere(server: &hotpath_server::RunningServer, name: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or(0.0)
+}
+
+/// New peers into a full swarm: each gets the swarm's counts, none is kept (the swarm's
+/// memory stays at its bound), and their offers are dropped, counted.
+#[test]
+fn a_full_swarm_keeps_no_more_peers_and_says_so() {
+    let mut cfg = test_config();
+    cfg.webtorrent.max_peers_per_swarm = 3;
+    let server = start(&cfg);
+    let addr = server.http_addr().unwrap();
+    let mut conns = Vec::new();
+    for n in 0..8u8 {
+        let mut w = Ws::connect(addr, "/announce");
+        w.announce(&wt_announce(H, peer(n), 10, &[Id([n; 20])], Event::Started));
+        let r = w.recv_json(WAIT).expect("an answer");
+        assert_eq!(r["incomplete"].as_u64(), Some(u64::from(n.min(2) + 1)));
+        conns.push(w);
+    }
+    assert_eq!(metric(&server, "hotpath_webtorrent_peers"), 3.0);
+    assert_eq!(
+        metric(
+            &server,
+            "hotpath_webtorrent_cap_hits_total{cap=\"max_peers_per_swarm\"}"
+        ),
+        5.0
+    );
+    assert_eq!(
+        metric(
+            &server,
+            "hotpath_webtorrent_offers_dropped_total{reason=\"max_peers_per_swarm\"}"
+        ),
+        5.0
+    );
+    server.shutdown().unwrap();
 }

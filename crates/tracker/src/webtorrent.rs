@@ -27,8 +27,6 @@ struct Peer {
     last: u32,
     /// Its offers waiting for an answer.
     pending: u32,
-    /// In the list (false: over max_peers_per_swarm, answered but not offered to others).
-    listed: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -49,11 +47,10 @@ struct Swarm {
 
 impl Swarm {
     fn counts(&self) -> Counts {
-        let listed = self.peers.iter().filter(|p| p.listed).count() as u64;
         let seeders = u64::from(self.seeders);
         Counts {
             complete: seeders,
-            incomplete: listed.saturating_sub(seeders),
+            incomplete: (self.peers.len() as u64).saturating_sub(seeders),
             downloaded: u64::from(self.completed),
         }
     }
@@ -64,13 +61,9 @@ impl Swarm {
 
     fn remove(&mut self, i: usize) {
         let p = self.peers.swap_remove(i);
-        if p.seeder && p.listed {
+        if p.seeder {
             self.seeders -= 1;
         }
-    }
-
-    fn listed(&self) -> usize {
-        self.peers.iter().filter(|p| p.listed).count()
     }
 }
 
@@ -87,7 +80,7 @@ pub struct WtStats {
     /// Offers relayed.
     pub offers_relayed: Counter,
     /// Offers dropped: [over max_offers_per_announce or numwant, no peer to take them,
-    /// over max_pending_offers_per_peer, the sender not listed, an offer id taken].
+    /// over max_pending_offers_per_peer, the sender's swarm full, an offer id taken].
     pub offers_dropped: [Counter; 5],
     /// Answers relayed.
     pub answers_relayed: Counter,
@@ -108,7 +101,7 @@ const DROP_REASONS: [&str; 5] = [
     "max_offers_per_announce",
     "no_peer",
     "max_pending_offers_per_peer",
-    "sender_not_listed",
+    "max_peers_per_swarm",
     "offer_id_taken",
 ];
 const CAPS: [&str; 4] = [
@@ -277,7 +270,7 @@ impl WebTorrent {
                     swarm.completed = swarm.completed.saturating_add(1);
                     snatched = true;
                 }
-                if p.listed && p.seeder != seeder {
+                if p.seeder != seeder {
                     if seeder {
                         swarm.seeders += 1;
                     } else {
@@ -289,16 +282,24 @@ impl WebTorrent {
                 p.last = now;
                 i
             }
+            None if swarm.peers.len() >= self.cfg.max_peers_per_swarm => {
+                // Full: answered with the counts, but neither kept nor offered to, and its
+                // offers go nowhere (nothing is kept of it, so a flood of new peers into a
+                // full swarm costs no memory).
+                st.caps[1].add(1);
+                st.offers_dropped[3].add(a.offers.len() as u64);
+                return Ok(Announced {
+                    counts: swarm.counts(),
+                    joined: false,
+                    snatched: false,
+                });
+            }
             None => {
-                let listed = swarm.listed() < self.cfg.max_peers_per_swarm;
-                if !listed {
-                    st.caps[1].add(1);
-                }
                 if a.event == Event::Completed {
                     swarm.completed = swarm.completed.saturating_add(1);
                     snatched = true;
                 }
-                if listed && seeder {
+                if seeder {
                     swarm.seeders += 1;
                 }
                 swarm.peers.push(Peer {
@@ -307,7 +308,6 @@ impl WebTorrent {
                     seeder,
                     last: now,
                     pending: 0,
-                    listed,
                 });
                 swarm.peers.len() - 1
             }
@@ -335,10 +335,6 @@ impl WebTorrent {
             return;
         }
         let me = swarm.peers[sender];
-        if !me.listed {
-            st.offers_dropped[3].add(a.offers.len() as u64);
-            return;
-        }
         let wanted = a
             .numwant
             .map_or(usize::MAX, |n| n.min(usize::MAX as u64) as usize);
@@ -357,7 +353,7 @@ impl WebTorrent {
             n = room;
         }
         // The peers that may take an offer: not the sender, and only leechers for a seeder.
-        let eligible = |p: &Peer| p.listed && p.conn != me.conn && !(me.seeder && p.seeder);
+        let eligible = |p: &Peer| p.conn != me.conn && !(me.seeder && p.seeder);
         let candidates = swarm.peers.iter().filter(|p| eligible(p)).count();
         let chosen = pick(&swarm.peers, candidates, n, eligible, rng);
         st.offers_dropped[1].add((n - chosen.len()) as u64);
@@ -740,12 +736,15 @@ mod tests {
         for p in 1..=5 {
             go(&w, p, 0, &[], Event::Started, 0, &mut rng, &mut out);
         }
-        assert_eq!(w.totals().1, 5);
+        // Peers past the swarm's bound are not kept, nor counted, and their offers go nowhere.
+        assert_eq!(w.totals().1, 3);
         assert_eq!(w.stats.caps[1].get(), 2);
-        // Unlisted peers are not counted and cannot send offers.
         let r = go(&w, 5, 9, &[1], Event::None, 0, &mut rng, &mut out);
+        assert!(!r.joined);
         assert_eq!(r.counts.complete + r.counts.incomplete, 3);
         assert_eq!(w.stats.offers_dropped[3].get(), 1);
+        assert_eq!(w.stats.caps[1].get(), 3);
+        assert!(out.sends.is_empty());
         // Two of five offers per announce; pending capped at three.
         let mut leech = announce(1, 9, &[1, 2, 3, 4, 5], Event::None);
         w.announce(conn(1), &leech, 0, &mut rng, &mut out).unwrap();
