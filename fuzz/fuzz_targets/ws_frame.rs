@@ -20,14 +20,14 @@ fuzz_target!(|data: &[u8]| {
             }
             Ok(Decoded::Frame(f)) => {
                 assert!(f.payload_len <= MAX);
-                assert!(f.len() <= buf.len() - at);
+                assert!(f.size() <= buf.len() - at);
                 if f.opcode.is_control() {
                     assert!(f.fin && f.payload_len <= 125);
                 }
                 if f.opcode == Opcode::Close {
                     let _ = close_code(f.payload(&buf[at..]));
                 }
-                at += f.len();
+                at += f.size();
             }
             Err(_) => break,
         }

@@ -333,7 +333,7 @@ fn a_peer_that_does_not_read_is_cut_off_and_others_are_served() {
     // The flooder itself is still served.
     flooder.announce(&wt_announce(H, peer(2), 100, &[], Event::None));
     assert_eq!(flooder.recv_json(WAIT).unwrap()["action"], "announce");
-    let text = reqwest_metrics(&server);
+    let text = metrics_text(&server);
     assert!(
         text.contains("hotpath_ws_closed_total{reason=\"output_full\"} 1"),
         "{text}"
@@ -341,7 +341,7 @@ fn a_peer_that_does_not_read_is_cut_off_and_others_are_served() {
     server.shutdown().unwrap();
 }
 
-fn reqwest_metrics(server: &hotpath_server::RunningServer) -> String {
+fn metrics_text(server: &hotpath_server::RunningServer) -> String {
     let admin = server
         .tcp_addr(hotpath_server::listen::ListenerKind::Admin)
         .unwrap();
@@ -373,7 +373,7 @@ fn silent_connections_are_pinged_then_closed_and_a_stop_says_going_away() {
         assert_eq!(op, Opcode::Ping);
         lively.send_frame(Opcode::Pong, true, &p);
     }
-    let text = reqwest_metrics(&server);
+    let text = metrics_text(&server);
     assert!(
         text.contains("hotpath_ws_closed_total{reason=\"idle\"} 1"),
         "{text}"
@@ -486,9 +486,7 @@ fn metric_elsewhere(server: &hotpath_server::RunningServer, name: &str) -> f64 {
     let tcp: std::net::TcpStream = s.into();
     tcp.set_read_timeout(Some(WAIT)).unwrap();
     let text = String::from_utf8(Client::from_stream(tcp).get("/metrics").body).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
+    metric_in(&text, name).unwrap_or(0.0)
 }
 
 /// New peers into a full swarm: each gets the swarm's counts, none is kept (the swarm's

@@ -550,7 +550,7 @@ impl Handler {
         let refusal = match checked {
             Err(why) => {
                 let version = b"Sec-WebSocket-Version: 13\r\n";
-                let upgrade_required = why.contains("version");
+                let upgrade_required = why == ws::WRONG_VERSION;
                 let status = if upgrade_required { 426 } else { 400 };
                 Some((
                     status,
@@ -606,8 +606,8 @@ impl Handler {
                 }
             };
             conn.partial_since = None;
-            conn.rstart += frame.len();
-            let payload = start + frame.payload_start..start + frame.len();
+            conn.rstart += frame.size();
+            let payload = start + frame.payload_start..start + frame.size();
             let Some(st) = conn.ws.as_deref_mut() else {
                 return;
             };
@@ -685,10 +685,11 @@ impl Handler {
                 );
                 break;
             }
-            // The text is moved out of the read buffer's way for the call (the buffer stays
-            // the connection's); messages are small, and this copy is the only one.
-            let body = conn.rbuf[text].to_vec();
-            self.ws_message(conn, &body);
+            // The read buffer is lent out for the call, so the text is read where it lies
+            // while the connection's output is written (ws_message never reads the buffer).
+            let rbuf = std::mem::take(&mut conn.rbuf);
+            self.ws_message(conn, &rbuf[text]);
+            conn.rbuf = rbuf;
         }
         if conn.rstart == conn.rend {
             conn.rstart = 0;

@@ -15,6 +15,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Id(pub [u8; 20]);
 
+impl Id {
+    /// Reads a 20-character string of code points 0-255, as the JSON carries an id.
+    pub fn from_text(s: &str) -> Option<Id> {
+        id_of(s)
+    }
+}
+
 /// Reads a 20-character string of code points 0-255.
 fn id_of(s: &str) -> Option<Id> {
     let mut out = [0u8; 20];

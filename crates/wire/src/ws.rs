@@ -96,18 +96,13 @@ pub struct Frame {
 
 impl Frame {
     /// Bytes the whole frame takes in the buffer.
-    pub fn len(&self) -> usize {
+    pub fn size(&self) -> usize {
         self.payload_start + self.payload_len
-    }
-
-    /// Whether it is an empty frame (never: a frame has at least its 2-byte header).
-    pub fn is_empty(&self) -> bool {
-        false
     }
 
     /// Its payload in `buf` (the buffer it was decoded from).
     pub fn payload<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
-        &buf[self.payload_start..self.len()]
+        &buf[self.payload_start..self.size()]
     }
 }
 
@@ -365,7 +360,8 @@ pub fn lists_token(value: &[u8], token: &str) -> bool {
 }
 
 /// What an upgrade request must carry, checked; the client's key. `upgrade`, `connection`,
-/// `version` and `key` are the values of those headers.
+/// `version` and `key` are the values of those headers. A refusal for the version is
+/// [`WRONG_VERSION`] (answered with 426 and the version spoken).
 pub fn check_upgrade<'a>(
     method: &str,
     upgrade: Option<&[u8]>,
@@ -383,10 +379,13 @@ pub fn check_upgrade<'a>(
         return Err("Connection: Upgrade missing");
     }
     if version.map(trim) != Some(b"13") {
-        return Err("only WebSocket version 13 is spoken");
+        return Err(WRONG_VERSION);
     }
     key.ok_or("Sec-WebSocket-Key missing")
 }
+
+/// [`check_upgrade`]'s refusal of a version other than 13.
+pub const WRONG_VERSION: &str = "only WebSocket version 13 is spoken";
 
 /// Appends the `101 Switching Protocols` answer.
 pub fn write_switch(out: &mut Vec<u8>, accept: &[u8; 28]) {
@@ -432,7 +431,7 @@ mod tests {
             };
             assert!(f.fin);
             assert_eq!(f.opcode, Opcode::Text);
-            assert_eq!(f.len(), buf.len());
+            assert_eq!(f.size(), buf.len());
             assert_eq!(f.payload(&whole), &payload[..]);
         }
     }

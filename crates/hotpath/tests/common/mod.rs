@@ -355,7 +355,14 @@ impl Udp {
 /// The value of the metric line `name` (its labels written out) in the /metrics of the admin
 /// listener at `admin`, if there is one.
 pub fn metric_at(admin: SocketAddr, name: &str) -> Option<f64> {
-    let text = String::from_utf8(Client::connect(admin).get("/metrics").body).unwrap();
+    metric_in(
+        &String::from_utf8(Client::connect(admin).get("/metrics").body).unwrap(),
+        name,
+    )
+}
+
+/// The value of the metric line `name` (its labels written out) in a `/metrics` text.
+pub fn metric_in(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }

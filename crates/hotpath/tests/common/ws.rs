@@ -117,7 +117,7 @@ impl Ws {
             match ws::decode_server(&mut self.buf, 1 << 24) {
                 Ok(Decoded::Frame(f)) => {
                     let payload = f.payload(&self.buf).to_vec();
-                    self.buf.drain(..f.len());
+                    self.buf.drain(..f.size());
                     return Some((f.opcode, payload));
                 }
                 Ok(Decoded::Incomplete(_)) => {}
@@ -234,10 +234,5 @@ pub fn wt_announce<'a>(
 
 /// A JSON string of a WebTorrent message as a 20-byte id.
 pub fn id_of(v: &serde_json::Value) -> Id {
-    let s = v.as_str().expect("an id string");
-    let bytes: Vec<u8> = s
-        .chars()
-        .map(|c| u8::try_from(u32::from(c)).unwrap())
-        .collect();
-    Id(bytes.try_into().expect("20 characters"))
+    Id::from_text(v.as_str().expect("an id string")).expect("20 characters of code points 0-255")
 }
