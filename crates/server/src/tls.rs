@@ -6,7 +6,7 @@
 //! Files are read bounded (1 MiB) and only if regular: a path that names a FIFO or a device
 //! would otherwise hang the start or the reload.
 
-use std::io::Read;
+use std::io::{self, Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -165,6 +165,345 @@ fn build(
     Ok(Arc::new(sc))
 }
 
+/// One TLS session's ciphertext read from the socket at most: a handshake message of 64 KiB
+/// (rustls' own bound) spread over records, plus a record begun after it.
+const MAX_IN: usize = 0x1_0000 + MAX_RECORD;
+/// A TLS record on the wire at most (TLS 1.2's expansion allowance included).
+const MAX_RECORD: usize = 5 + 16_384 + 2_048;
+/// The first ciphertext buffer: a ClientHello fits, and so do a few requests' records.
+const IN_START: usize = 4_096;
+/// Plaintext encrypted at a time: one record's worth.
+const CHUNK: usize = 16_384;
+/// What a record adds to its plaintext at most (header, content type, nonce, tag), rounded up.
+const RECORD_OVERHEAD: usize = 64;
+
+/// A connection's TLS session, on rustls' unbuffered API: the ciphertext lives in buffers
+/// the connection owns, so a session that waits can give them back (the buffered API keeps
+/// a 4 KiB read buffer for the connection's whole life; a waiting WebSocket peer would cost
+/// twice what it does). Decrypted data goes straight into the caller's buffer.
+pub struct Session {
+    conn: rustls::server::UnbufferedServerConnection,
+    /// Ciphertext received: `inb[..in_len]` is not processed yet (a record begun, or records
+    /// left when the caller's buffer filled up).
+    inb: Vec<u8>,
+    in_len: usize,
+    /// Ciphertext to send: `outb[out_pos..]`.
+    outb: Vec<u8>,
+    out_pos: usize,
+    /// Plaintext decrypted that did not fit the caller's buffer: `spill[spill_pos..]`.
+    spill: Vec<u8>,
+    spill_pos: usize,
+    /// The client sent close_notify.
+    peer_closed: bool,
+    /// The session failed; nothing more is read or written through it.
+    failed: bool,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("in_len", &self.in_len)
+            .field("out", &(self.outb.len() - self.out_pos))
+            .field("handshaking", &self.conn.is_handshaking())
+            .finish()
+    }
+}
+
+/// What one run of the state machine did.
+#[derive(Default)]
+struct Pumped {
+    /// Plaintext bytes put into the caller's buffer.
+    read: usize,
+    /// Plaintext bytes encrypted.
+    written: usize,
+}
+
+impl Session {
+    /// A session for a new connection.
+    pub fn new(config: Arc<ServerConfig>) -> Result<Session, rustls::Error> {
+        Ok(Session {
+            conn: rustls::server::UnbufferedServerConnection::new(config)?,
+            inb: Vec::new(),
+            in_len: 0,
+            outb: Vec::new(),
+            out_pos: 0,
+            spill: Vec::new(),
+            spill_pos: 0,
+            peer_closed: false,
+            failed: false,
+        })
+    }
+
+    /// The handshake is not done yet.
+    pub fn is_handshaking(&self) -> bool {
+        self.conn.is_handshaking()
+    }
+
+    /// Full or resumed, once the handshake is done.
+    pub fn handshake_kind(&self) -> Option<rustls::HandshakeKind> {
+        self.conn.handshake_kind()
+    }
+
+    /// Ciphertext is waiting for the socket.
+    pub fn wants_write(&self) -> bool {
+        self.out_pos < self.outb.len()
+    }
+
+    /// Bytes its buffers hold.
+    pub fn footprint(&self) -> usize {
+        self.inb.len() + self.outb.capacity() + self.spill.capacity()
+    }
+
+    /// Gives back the buffers that hold nothing (a connection that waits).
+    pub fn give_back(&mut self) {
+        if self.in_len == 0 {
+            self.inb = Vec::new();
+        }
+        if !self.wants_write() {
+            self.outb = Vec::new();
+            self.out_pos = 0;
+        }
+        if self.spill_pos == self.spill.len() {
+            self.spill = Vec::new();
+            self.spill_pos = 0;
+        }
+    }
+
+    /// Reads what the client sent into `buf` (not empty), as `Read` does: `Ok(0)` at its
+    /// end (close_notify or the socket's), `WouldBlock` once the socket is drained,
+    /// `InvalidData` when the session fails (its alert is sent first). The handshake's own
+    /// messages are sent on the way (a full socket leaves them to [`Session::send`]).
+    pub fn read<S: Read + Write>(&mut self, stream: &mut S, buf: &mut [u8]) -> io::Result<usize> {
+        if self.failed {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "TLS failed"));
+        }
+        loop {
+            if self.spill_pos < self.spill.len() {
+                let n = (self.spill.len() - self.spill_pos).min(buf.len());
+                buf[..n].copy_from_slice(&self.spill[self.spill_pos..self.spill_pos + n]);
+                self.spill_pos += n;
+                return Ok(n);
+            }
+            let got = self.pump(buf, &[], false);
+            match self.send(stream) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            let got = got.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if got.read > 0 {
+                return Ok(got.read);
+            }
+            if self.peer_closed {
+                return Ok(0);
+            }
+            if self.in_len == self.inb.len() {
+                if self.inb.len() >= MAX_IN {
+                    self.failed = true;
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "a TLS message larger than 64 KiB",
+                    ));
+                }
+                let grown = (self.inb.len() * 2).clamp(IN_START, MAX_IN);
+                self.inb.resize(grown, 0);
+            }
+            match stream.read(&mut self.inb[self.in_len..])? {
+                0 => return Ok(0),
+                n => self.in_len += n,
+            }
+        }
+    }
+
+    /// Encrypts up to one record of `plain`; how many bytes it took (0 while the handshake
+    /// is not done). The ciphertext waits for [`Session::send`].
+    pub fn encrypt(&mut self, plain: &[u8]) -> Result<usize, rustls::Error> {
+        if self.failed {
+            return Err(rustls::Error::General("TLS failed".into()));
+        }
+        Ok(self.pump(&mut [], plain, false)?.written)
+    }
+
+    /// Queues close_notify (once the handshake is done; best effort).
+    pub fn close_notify(&mut self) {
+        if !self.failed && !self.is_handshaking() {
+            let _ = self.pump(&mut [], &[], true);
+        }
+    }
+
+    /// Writes the ciphertext pending: `Ok(true)` once all of it is sent, `Ok(false)` when the
+    /// socket is full.
+    pub fn send<S: Write>(&mut self, stream: &mut S) -> io::Result<bool> {
+        while self.out_pos < self.outb.len() {
+            match stream.write(&self.outb[self.out_pos..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.out_pos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.outb.clear();
+        self.out_pos = 0;
+        if self.outb.capacity() > CHUNK + RECORD_OVERHEAD {
+            self.outb.shrink_to(CHUNK + RECORD_OVERHEAD);
+        }
+        Ok(true)
+    }
+
+    /// Runs rustls over the ciphertext received until it needs more: handshake records to
+    /// send go to `outb`; application data into `dest` (what does not fit, to `spill`; it
+    /// stops once `dest` is full, leaving whole records for the next call); with the
+    /// handshake done, one record of `plain` is encrypted, and close_notify if `close`.
+    fn pump(
+        &mut self,
+        dest: &mut [u8],
+        plain: &[u8],
+        close: bool,
+    ) -> Result<Pumped, rustls::Error> {
+        use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError};
+        let mut done = Pumped::default();
+        loop {
+            let status = self.conn.process_tls_records(&mut self.inb[..self.in_len]);
+            let mut discard = status.discard;
+            let mut more = true;
+            let mut failure = None;
+            match status.state {
+                Err(e) => failure = Some(e),
+                Ok(ConnectionState::ReadTraffic(mut r)) => {
+                    while let Some(record) = r.next_record() {
+                        match record {
+                            Ok(record) => {
+                                discard += record.discard;
+                                let n = record.payload.len().min(dest.len() - done.read);
+                                dest[done.read..done.read + n]
+                                    .copy_from_slice(&record.payload[..n]);
+                                done.read += n;
+                                self.spill.extend_from_slice(&record.payload[n..]);
+                            }
+                            Err(e) => {
+                                failure = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                    // A writer's call (no `dest`) keeps what came for the next read.
+                    more = dest.is_empty() || done.read < dest.len();
+                }
+                Ok(ConnectionState::ReadEarlyData(mut r)) => {
+                    // Early data is not enabled (max_early_data_size 0): nothing should come.
+                    while let Some(record) = r.next_record() {
+                        if let Ok(record) = record {
+                            discard += record.discard;
+                        }
+                    }
+                }
+                Ok(ConnectionState::EncodeTlsData(mut e)) => {
+                    let start = self.outb.len();
+                    let mut room = 2_048;
+                    loop {
+                        self.outb.resize(start + room, 0);
+                        match e.encode(&mut self.outb[start..]) {
+                            Ok(n) => {
+                                self.outb.truncate(start + n);
+                                break;
+                            }
+                            Err(EncodeError::InsufficientSize(s)) => room = s.required_size,
+                            Err(EncodeError::AlreadyEncoded) => {
+                                self.outb.truncate(start);
+                                break;
+                            }
+                        }
+                    }
+                }
+                // What `outb` holds leaves before anything queued after it.
+                Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
+                Ok(ConnectionState::PeerClosed) => self.peer_closed = true,
+                Ok(ConnectionState::Closed) => {
+                    self.peer_closed = true;
+                    more = false;
+                }
+                Ok(ConnectionState::WriteTraffic(mut w)) => {
+                    more = false;
+                    let mut encrypt = |data: &[u8], outb: &mut Vec<u8>, close: bool| {
+                        let start = outb.len();
+                        let mut room = data.len() + RECORD_OVERHEAD;
+                        loop {
+                            outb.resize(start + room, 0);
+                            let r = if close {
+                                w.queue_close_notify(&mut outb[start..])
+                            } else {
+                                w.encrypt(data, &mut outb[start..])
+                            };
+                            match r {
+                                Ok(n) => {
+                                    outb.truncate(start + n);
+                                    return Ok(());
+                                }
+                                Err(EncryptError::InsufficientSize(s)) => room = s.required_size,
+                                Err(e) => {
+                                    outb.truncate(start);
+                                    return Err(rustls::Error::General(e.to_string()));
+                                }
+                            }
+                        }
+                    };
+                    let take = plain.len().min(CHUNK);
+                    if take > 0 {
+                        match encrypt(&plain[..take], &mut self.outb, false) {
+                            Ok(()) => done.written = take,
+                            Err(e) => failure = Some(e),
+                        }
+                    }
+                    if close && failure.is_none() {
+                        if let Err(e) = encrypt(&[], &mut self.outb, true) {
+                            failure = Some(e);
+                        }
+                    }
+                }
+                Ok(ConnectionState::BlockedHandshake) => more = false,
+                Ok(_) => more = false,
+            }
+            self.consume(discard);
+            if let Some(e) = failure {
+                self.fail();
+                return Err(e);
+            }
+            if !more {
+                return Ok(done);
+            }
+        }
+    }
+
+    /// Drops `n` processed bytes from the front of the ciphertext received.
+    fn consume(&mut self, n: usize) {
+        if n > 0 {
+            self.inb.copy_within(n..self.in_len, 0);
+            self.in_len -= n;
+        }
+    }
+
+    /// Marks the session failed and queues the alert that says why, if rustls has one.
+    /// (Only while rustls holds records to send: with none, the next call would process the
+    /// next message, which a failed session must not do.)
+    fn fail(&mut self) {
+        use rustls::unbuffered::ConnectionState;
+        self.failed = true;
+        while self.conn.wants_write() {
+            let status = self.conn.process_tls_records(&mut self.inb[..self.in_len]);
+            let discard = status.discard;
+            let Ok(ConnectionState::EncodeTlsData(mut e)) = status.state else {
+                break;
+            };
+            let start = self.outb.len();
+            self.outb.resize(start + 256, 0);
+            let n = e.encode(&mut self.outb[start..]).unwrap_or(0);
+            self.outb.truncate(start + n);
+            self.consume(discard);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,5 +565,204 @@ mod tests {
         tls.reload().unwrap();
         assert!(!Arc::ptr_eq(&first, &tls.config()));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// One end of an in-memory socket: reads what `input` holds (`WouldBlock` when it is
+    /// empty, the end once `eof`), writes to `output`.
+    #[derive(Default)]
+    struct Pipe {
+        input: std::collections::VecDeque<u8>,
+        output: Vec<u8>,
+        eof: bool,
+        /// Bytes handed out per read at most (a slow network).
+        per_read: usize,
+    }
+
+    impl Read for Pipe {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.input.is_empty() {
+                return if self.eof {
+                    Ok(0)
+                } else {
+                    Err(io::ErrorKind::WouldBlock.into())
+                };
+            }
+            let n = buf.len().min(self.input.len()).min(self.per_read.max(1));
+            for b in buf.iter_mut().take(n) {
+                *b = self.input.pop_front().unwrap();
+            }
+            Ok(n)
+        }
+    }
+
+    impl Write for Pipe {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.output.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A server session and a client that trusts it.
+    fn session_and_client() -> (Session, rustls::ClientConnection) {
+        let dir = std::env::temp_dir().join(format!(
+            "hotpath-tls-session-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = pair(&dir, "s");
+        let tls = Tls::new(&cfg).unwrap();
+        let (certs, _) = load_pair(&cfg).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(certs[0].clone()).unwrap();
+        #[allow(deprecated)]
+        let cc = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let client =
+            rustls::ClientConnection::new(Arc::new(cc), "localhost".try_into().unwrap()).unwrap();
+        (Session::new(tls.config()).unwrap(), client)
+    }
+
+    /// Moves what the client has to send into the server's input, and what the server sent
+    /// to the client; reads the server side into `got` as the worker does.
+    fn exchange(
+        s: &mut Session,
+        pipe: &mut Pipe,
+        client: &mut rustls::ClientConnection,
+        buf_len: usize,
+        got: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        let mut wire = Vec::new();
+        while client.wants_write() {
+            client.write_tls(&mut wire).unwrap();
+        }
+        pipe.input.extend(wire);
+        let mut buf = vec![0u8; buf_len];
+        loop {
+            match s.read(pipe, &mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        let sent = std::mem::take(&mut pipe.output);
+        let mut wire = &sent[..];
+        while !wire.is_empty() {
+            client.read_tls(&mut wire).unwrap();
+            client.process_new_packets().unwrap();
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_session_carries_data_both_ways_through_small_reads_and_buffers() {
+        let (mut s, mut client) = session_and_client();
+        let mut pipe = Pipe {
+            per_read: 7,
+            ..Pipe::default()
+        };
+        let mut got = Vec::new();
+        for _ in 0..10 {
+            exchange(&mut s, &mut pipe, &mut client, 100, &mut got).unwrap();
+            if !client.is_handshaking() && !s.is_handshaking() {
+                break;
+            }
+        }
+        assert!(!s.is_handshaking() && !client.is_handshaking());
+        assert_eq!(s.handshake_kind(), Some(rustls::HandshakeKind::Full));
+        // 40 KB from the client (three records) read through a 100-byte buffer: what does
+        // not fit waits, nothing is lost.
+        let request: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+        std::io::Write::write_all(&mut client.writer(), &request).unwrap();
+        exchange(&mut s, &mut pipe, &mut client, 100, &mut got).unwrap();
+        assert_eq!(got, request);
+        // 50 KB back, a record at a time.
+        let answer: Vec<u8> = (0..50_000u32).map(|i| (i % 241) as u8).collect();
+        let mut at = 0;
+        while at < answer.len() {
+            let n = s.encrypt(&answer[at..]).unwrap();
+            assert!(n > 0 && n <= CHUNK);
+            at += n;
+            assert!(s.wants_write());
+            assert!(s.send(&mut pipe).unwrap());
+        }
+        let mut wire = &pipe.output[..];
+        let mut back = Vec::new();
+        while !wire.is_empty() {
+            client.read_tls(&mut wire).unwrap();
+            client.process_new_packets().unwrap();
+            let _ = std::io::Read::read_to_end(&mut client.reader(), &mut back);
+        }
+        assert_eq!(back, answer);
+        pipe.output.clear();
+        // Waiting, it holds no buffer.
+        s.give_back();
+        assert_eq!(s.footprint(), 0);
+        // The client's close_notify is the end; the server's goes back.
+        client.send_close_notify();
+        let mut got = Vec::new();
+        exchange(&mut s, &mut pipe, &mut client, 100, &mut got).unwrap();
+        assert!(got.is_empty());
+        s.close_notify();
+        s.send(&mut pipe).unwrap();
+        client.read_tls(&mut &pipe.output[..]).unwrap();
+        client.process_new_packets().unwrap();
+        assert!(client.process_new_packets().unwrap().peer_has_closed());
+    }
+
+    #[test]
+    fn an_oversized_handshake_message_is_refused_within_the_buffer_bound() {
+        let (mut s, _) = session_and_client();
+        // Handshake records (type 22) carrying the start of a 16 MB ClientHello, then more
+        // records of it: the session refuses it, holding 64 KiB and one record at most.
+        let mut pipe = Pipe {
+            per_read: usize::MAX,
+            ..Pipe::default()
+        };
+        let mut first = vec![22, 3, 1, 0x40, 0x00, 1, 0xff, 0xff, 0xff];
+        first.resize(5 + 0x4000, 0);
+        pipe.input.extend(first);
+        for _ in 0..8 {
+            let mut more = vec![22, 3, 1, 0x40, 0x00];
+            more.resize(5 + 0x4000, 0);
+            pipe.input.extend(more);
+        }
+        let mut buf = [0u8; 100];
+        let e = s.read(&mut pipe, &mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        assert!(s.footprint() <= MAX_IN + 2_048, "{}", s.footprint());
+        // Refused for good, with an alert sent.
+        assert!(s.read(&mut pipe, &mut buf).is_err());
+        assert!(s.encrypt(b"x").is_err());
+        assert!(pipe.output.len() < 100);
+    }
+
+    #[test]
+    fn garbage_is_refused_with_an_alert_and_the_session_stays_refused() {
+        let (mut s, _) = session_and_client();
+        let mut pipe = Pipe {
+            per_read: usize::MAX,
+            ..Pipe::default()
+        };
+        pipe.input
+            .extend(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".iter().copied());
+        pipe.input.extend([0xffu8; 64]);
+        let mut buf = [0u8; 100];
+        let e = s.read(&mut pipe, &mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        // An alert record (type 21) went out.
+        assert_eq!(pipe.output.first(), Some(&21), "{:?}", pipe.output);
+        assert!(s.read(&mut pipe, &mut buf).is_err());
+        s.close_notify();
     }
 }

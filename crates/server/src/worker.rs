@@ -240,7 +240,7 @@ struct Conn {
     /// Its slot in the worker's table.
     slot: u32,
     /// On an HTTPS listener: its TLS session (boxed, as `ws`).
-    tls: Option<Box<rustls::ServerConnection>>,
+    tls: Option<Box<crate::tls::Session>>,
     /// Its handshake was counted.
     tls_counted: bool,
 }
@@ -271,7 +271,7 @@ impl Conn {
 
     /// Bytes its buffers hold.
     fn footprint(&self) -> usize {
-        self.rbuf.len() + self.out.capacity()
+        self.rbuf.len() + self.out.capacity() + self.tls.as_ref().map_or(0, |t| t.footprint())
     }
 
     /// Reports a change in its buffers' size to the budget.
@@ -1392,7 +1392,7 @@ impl Worker {
             self.conns.len() - 1
         });
         let tls = match (kind, &self.h.shared.tls) {
-            (ListenerKind::Https, Some(t)) => match rustls::ServerConnection::new(t.config()) {
+            (ListenerKind::Https, Some(t)) => match crate::tls::Session::new(t.config()) {
                 Ok(c) => Some(Box::new(c)),
                 Err(e) => {
                     hotpath_metrics::log_limited!(warn, 1, "TLS: no session for a connection: {e}");
@@ -1457,8 +1457,8 @@ impl Worker {
                 // close_notify, best effort (one non-blocking write of 24 bytes): a client
                 // that reads to the end otherwise sees a truncation, and OpenSSL's then
                 // forgets the session it could have resumed.
-                t.send_close_notify();
-                let _ = t.write_tls(&mut c.stream);
+                t.close_notify();
+                let _ = t.send(&mut c.stream);
             }
             // Dropping the stream closes the socket, which also removes it from epoll: no
             // epoll_ctl per connection. Its buffers are kept for the next connection.
@@ -1690,6 +1690,9 @@ impl Worker {
             if let Some(st) = conn.ws.as_deref_mut().filter(|st| !st.in_message) {
                 st.frag = Vec::new();
             }
+            if let Some(t) = conn.tls.as_deref_mut() {
+                t.give_back();
+            }
         }
         conn.account(&self.h.shared.budget);
         if conn.more && conn.pending_out() < self.h.output_cap() && !conn.in_ready {
@@ -1919,36 +1922,12 @@ impl Worker {
 /// alert is sent first).
 fn read_plain(
     stream: &mut TcpStream,
-    tls: &mut Option<Box<rustls::ServerConnection>>,
+    tls: &mut Option<Box<crate::tls::Session>>,
     buf: &mut [u8],
 ) -> io::Result<usize> {
-    let Some(t) = tls.as_deref_mut() else {
-        return stream.read(buf);
-    };
-    loop {
-        match t.reader().read(buf) {
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            // The client closed without close_notify: the end, as for plain TCP.
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
-            Err(e) => return Err(e),
-        }
-        if t.read_tls(stream)? == 0 {
-            return Ok(0);
-        }
-        if let Err(e) = t.process_new_packets() {
-            // The alert that says why, then the end.
-            let _ = t.write_tls(stream);
-            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
-        }
-        // The handshake's own messages go at once (a full socket leaves them to `flush`).
-        while t.wants_write() {
-            match t.write_tls(stream) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(e),
-            }
-        }
+    match tls.as_deref_mut() {
+        Some(t) => t.read(stream, buf),
+        None => stream.read(buf),
     }
 }
 
@@ -1956,29 +1935,21 @@ fn read_plain(
 fn flush(conn: &mut Conn) -> bool {
     if let Some(t) = conn.tls.as_deref_mut() {
         loop {
-            if conn.out_pos < conn.out.len() {
-                match t.writer().write(&conn.out[conn.out_pos..]) {
-                    Ok(n) => conn.out_pos += n,
-                    Err(_) => return false,
-                }
+            match t.send(&mut conn.stream) {
+                Ok(true) => {}
+                Ok(false) => return true,
+                Err(_) => return false,
             }
-            if !t.wants_write() {
-                if conn.out_pos < conn.out.len() {
-                    continue;
-                }
+            if conn.out_pos == conn.out.len() {
                 break;
             }
-            match t.write_tls(&mut conn.stream) {
-                Ok(0) => return false,
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            match t.encrypt(&conn.out[conn.out_pos..]) {
+                // The handshake is not done: the answer leaves once it is.
+                Ok(0) => return true,
+                Ok(n) => conn.out_pos += n,
                 Err(_) => return false,
             }
         }
-        conn.out.clear();
-        conn.out_pos = 0;
-        return true;
     }
     while conn.out_pos < conn.out.len() {
         match conn.stream.write(&conn.out[conn.out_pos..]) {
