@@ -183,9 +183,11 @@ const RECORD_OVERHEAD: usize = 64;
 /// twice what it does). Decrypted data goes straight into the caller's buffer.
 pub struct Session {
     conn: rustls::server::UnbufferedServerConnection,
-    /// Ciphertext received: `inb[..in_len]` is not processed yet (a record begun, or records
-    /// left when the caller's buffer filled up).
+    /// Ciphertext received: `inb[in_start..in_len]` is not processed yet (a record begun, or
+    /// records left when the caller's buffer filled up). What rustls has processed is dropped
+    /// by moving `in_start`; the rest moves to the front only when the buffer needs room.
     inb: Vec<u8>,
+    in_start: usize,
     in_len: usize,
     /// Ciphertext to send: `outb[out_pos..]`.
     outb: Vec<u8>,
@@ -202,7 +204,7 @@ pub struct Session {
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("in_len", &self.in_len)
+            .field("in", &(self.in_len - self.in_start))
             .field("out", &(self.outb.len() - self.out_pos))
             .field("handshaking", &self.conn.is_handshaking())
             .finish()
@@ -224,6 +226,7 @@ impl Session {
         Ok(Session {
             conn: rustls::server::UnbufferedServerConnection::new(config)?,
             inb: Vec::new(),
+            in_start: 0,
             in_len: 0,
             outb: Vec::new(),
             out_pos: 0,
@@ -256,8 +259,10 @@ impl Session {
 
     /// Gives back the buffers that hold nothing (a connection that waits).
     pub fn give_back(&mut self) {
-        if self.in_len == 0 {
+        if self.in_start == self.in_len {
             self.inb = Vec::new();
+            self.in_start = 0;
+            self.in_len = 0;
         }
         if !self.wants_write() {
             self.outb = Vec::new();
@@ -282,6 +287,10 @@ impl Session {
                 let n = (self.spill.len() - self.spill_pos).min(buf.len());
                 buf[..n].copy_from_slice(&self.spill[self.spill_pos..self.spill_pos + n]);
                 self.spill_pos += n;
+                if self.spill_pos == self.spill.len() {
+                    self.spill.clear();
+                    self.spill_pos = 0;
+                }
                 return Ok(n);
             }
             let got = self.pump(buf, &[], false);
@@ -296,6 +305,11 @@ impl Session {
             }
             if self.peer_closed {
                 return Ok(0);
+            }
+            if self.in_len == self.inb.len() && self.in_start > 0 {
+                self.inb.copy_within(self.in_start..self.in_len, 0);
+                self.in_len -= self.in_start;
+                self.in_start = 0;
             }
             if self.in_len == self.inb.len() {
                 if self.inb.len() >= MAX_IN {
@@ -364,7 +378,9 @@ impl Session {
         use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError};
         let mut done = Pumped::default();
         loop {
-            let status = self.conn.process_tls_records(&mut self.inb[..self.in_len]);
+            let status = self
+                .conn
+                .process_tls_records(&mut self.inb[self.in_start..self.in_len]);
             let mut discard = status.discard;
             let mut more = true;
             let mut failure = None;
@@ -477,9 +493,10 @@ impl Session {
 
     /// Drops `n` processed bytes from the front of the ciphertext received.
     fn consume(&mut self, n: usize) {
-        if n > 0 {
-            self.inb.copy_within(n..self.in_len, 0);
-            self.in_len -= n;
+        self.in_start += n;
+        if self.in_start == self.in_len {
+            self.in_start = 0;
+            self.in_len = 0;
         }
     }
 
@@ -490,7 +507,9 @@ impl Session {
         use rustls::unbuffered::ConnectionState;
         self.failed = true;
         while self.conn.wants_write() {
-            let status = self.conn.process_tls_records(&mut self.inb[..self.in_len]);
+            let status = self
+                .conn
+                .process_tls_records(&mut self.inb[self.in_start..self.in_len]);
             let discard = status.discard;
             let Ok(ConnectionState::EncodeTlsData(mut e)) = status.state else {
                 break;
