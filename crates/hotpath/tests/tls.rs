@@ -136,6 +136,59 @@ fn garbage_and_plain_http_on_the_tls_port_are_refused_and_counted() {
 }
 
 #[test]
+fn pipelined_requests_past_a_record_are_all_answered_and_a_stalled_handshake_is_cut() {
+    let mut cfg = test_config();
+    cfg.server.header_timeout_secs = 1;
+    let dir = std::path::PathBuf::from(&cfg.store.data_dir);
+    let (cert, key, pem) = self_signed(&dir, "server");
+    cfg.listen.https = vec!["127.0.0.1:0".parse().unwrap()];
+    cfg.tls.cert_file = cert;
+    cfg.tls.key_file = key;
+    let server = start(&cfg);
+    let addr = https(&server);
+    // A handshake that stops halfway (a record header promising 500 bytes, then 50 of them),
+    // and one that never starts: both cut at the header timeout, whatever they hold.
+    let mut stalled = Client::connect(addr);
+    let mut partial = vec![0x16, 0x03, 0x01, 0x01, 0xf4, 0x01, 0x00, 0x01, 0xf0];
+    partial.resize(55, 0);
+    stalled.send(&partial);
+    let mut silent = Client::connect(addr);
+    // 400 scrapes in one write: about 50 KB of requests, so several TLS records, read
+    // through the connection's 4 KiB buffer; the answers, about 60 KB, leave as several.
+    let mut s = connect(addr, &pem, None);
+    let one = format!(
+        "GET {} HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        scrape_target(&[H])
+    );
+    let n = 400;
+    s.write_all(one.repeat(n).as_bytes()).unwrap();
+    s.flush().unwrap();
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let answers = |got: &[u8]| got.windows(15).filter(|w| w == b"HTTP/1.1 200 OK").count();
+    while answers(&got) < n && std::time::Instant::now() < deadline {
+        let mut buf = [0u8; 16_384];
+        match std::io::Read::read(&mut s, &mut buf) {
+            Ok(0) => break,
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(answers(&got), n);
+    assert!(
+        stalled.closed_within(WAIT),
+        "a stalled handshake stays open"
+    );
+    assert!(silent.closed_within(WAIT), "a silent connection stays open");
+    // The served connection goes on.
+    assert_eq!(get(&mut s, &scrape_target(&[H])).0, 200);
+    server.shutdown().unwrap();
+}
+
+#[test]
 fn webtorrent_peers_meet_over_wss() {
     let (server, pem, _, _) = tls_server();
     let addr = https(&server);
