@@ -177,10 +177,45 @@ const CHUNK: usize = 16_384;
 /// What a record adds to its plaintext at most (header, content type, nonce, tag), rounded up.
 const RECORD_OVERHEAD: usize = 64;
 
+/// Ciphertext buffers kept between uses, per thread (a worker's): at most this many of each
+/// kind.
+const POOLED: usize = 32;
+
+std::thread_local! {
+    /// Input buffers of `IN_START` bytes that hold nothing.
+    static IN_POOL: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Output buffers (empty, a record's capacity at most).
+    static OUT_POOL: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// An input buffer of `IN_START` bytes, from the thread's pool when it has one.
+fn take_in() -> Vec<u8> {
+    IN_POOL
+        .with(|p| p.borrow_mut().pop())
+        .unwrap_or_else(|| vec![0; IN_START])
+}
+
+/// An empty output buffer, from the thread's pool when it has one.
+fn take_out() -> Vec<u8> {
+    OUT_POOL.with(|p| p.borrow_mut().pop()).unwrap_or_default()
+}
+
+/// Keeps `buf` in `pool` for the next use, when there is room.
+fn pool_up(pool: &'static std::thread::LocalKey<std::cell::RefCell<Vec<Vec<u8>>>>, buf: Vec<u8>) {
+    pool.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < POOLED {
+            p.push(buf);
+        }
+    });
+}
+
 /// A connection's TLS session, on rustls' unbuffered API: the ciphertext lives in buffers
-/// the connection owns, so a session that waits can give them back (the buffered API keeps
-/// a 4 KiB read buffer for the connection's whole life; a waiting WebSocket peer would cost
-/// twice what it does). Decrypted data goes straight into the caller's buffer.
+/// the session holds only while bytes wait in them (a record begun, a socket full) and that
+/// otherwise go back to the thread's pool, so buffers pass from connection to connection
+/// instead of being allocated for each (the buffered API keeps a 4 KiB read buffer for a
+/// connection's whole life: a waiting WebSocket peer cost twice what it does now). Decrypted
+/// data goes straight into the caller's buffer.
 pub struct Session {
     conn: rustls::server::UnbufferedServerConnection,
     /// Ciphertext received: `inb[in_start..in_len]` is not processed yet (a record begun, or
@@ -279,6 +314,17 @@ impl Session {
     /// `InvalidData` when the session fails (its alert is sent first). The handshake's own
     /// messages are sent on the way (a full socket leaves them to [`Session::send`]).
     pub fn read<S: Read + Write>(&mut self, stream: &mut S, buf: &mut [u8]) -> io::Result<usize> {
+        let r = self.read_records(stream, buf);
+        self.release_in();
+        r
+    }
+
+    /// [`Session::read`], holding the input buffer.
+    fn read_records<S: Read + Write>(
+        &mut self,
+        stream: &mut S,
+        buf: &mut [u8],
+    ) -> io::Result<usize> {
         if self.failed {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "TLS failed"));
         }
@@ -305,6 +351,9 @@ impl Session {
             }
             if self.peer_closed {
                 return Ok(0);
+            }
+            if self.inb.is_empty() {
+                self.inb = take_in();
             }
             if self.in_len == self.inb.len() && self.in_start > 0 {
                 self.inb.copy_within(self.in_start..self.in_len, 0);
@@ -357,12 +406,25 @@ impl Session {
                 Err(e) => return Err(e),
             }
         }
-        self.outb.clear();
         self.out_pos = 0;
-        if self.outb.capacity() > CHUNK + RECORD_OVERHEAD {
-            self.outb.shrink_to(CHUNK + RECORD_OVERHEAD);
+        let mut out = std::mem::take(&mut self.outb);
+        if out.capacity() > 0 && out.capacity() <= CHUNK + 2 * RECORD_OVERHEAD {
+            out.clear();
+            pool_up(&OUT_POOL, out);
         }
         Ok(true)
+    }
+
+    /// Puts the input buffer back in the pool once it holds nothing.
+    fn release_in(&mut self) {
+        if self.in_start == self.in_len && !self.inb.is_empty() {
+            let inb = std::mem::take(&mut self.inb);
+            self.in_start = 0;
+            self.in_len = 0;
+            if inb.len() == IN_START {
+                pool_up(&IN_POOL, inb);
+            }
+        }
     }
 
     /// Runs rustls over the ciphertext received until it needs more: handshake records to
@@ -377,6 +439,9 @@ impl Session {
     ) -> Result<Pumped, rustls::Error> {
         use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError};
         let mut done = Pumped::default();
+        if self.outb.capacity() == 0 {
+            self.outb = take_out();
+        }
         loop {
             let status = self
                 .conn

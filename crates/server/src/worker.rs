@@ -1676,9 +1676,11 @@ impl Worker {
             self.close(slot);
             return;
         }
-        if conn.ws.is_some() && conn.rstart == conn.rend {
-            // A WebSocket connection mostly waits: it holds no buffer meanwhile (one is taken
-            // again when it has something to read).
+        let waits = conn.ws.is_some() || conn.tls.as_ref().is_some_and(|t| t.is_handshaking());
+        if waits && conn.rstart == conn.rend {
+            // A WebSocket connection mostly waits, and so does one in a TLS handshake (for
+            // the client's next flight): it holds no buffer meanwhile (one is taken again when
+            // it has something to read).
             let rbuf = std::mem::take(&mut conn.rbuf);
             if rbuf.len() == READ_BUF_START && self.spare_rbufs.len() < SPARE_BUFFERS {
                 self.spare_rbufs.push(rbuf);
