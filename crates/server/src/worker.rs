@@ -43,6 +43,10 @@ const HEADER_SLOTS: usize = 256;
 const READ_BUF_START: usize = 4096;
 /// Buffers of closed connections kept for new ones (saves an allocation per connection).
 const SPARE_BUFFERS: usize = 256;
+/// Read buffers that waiting connections gave back, kept for the next one that has something
+/// to read. A worker drives one connection at a time, so a few cover its wake-ups; more would
+/// only hold memory (4 KiB each) while thousands of WebSocket peers sit idle.
+const SPARE_READ_BUFFERS: usize = 32;
 /// Unsent answers a connection may hold while the buffer budget is spent.
 const HELD_OUTPUT: usize = 16 << 10;
 /// How long a stop leaves an idle connection open for the request its client may be sending
@@ -1682,7 +1686,7 @@ impl Worker {
             // the client's next flight): it holds no buffer meanwhile (one is taken again when
             // it has something to read).
             let rbuf = std::mem::take(&mut conn.rbuf);
-            if rbuf.len() == READ_BUF_START && self.spare_rbufs.len() < SPARE_BUFFERS {
+            if rbuf.len() == READ_BUF_START && self.spare_rbufs.len() < SPARE_READ_BUFFERS {
                 self.spare_rbufs.push(rbuf);
             }
             if conn.pending_out() == 0 {
