@@ -178,11 +178,17 @@ fn pipelined_requests_past_a_record_are_all_answered_and_a_stalled_handshake_is_
         }
     }
     assert_eq!(answers(&got), n);
+    // The header timeout is 1 s; the bound only keeps a failure from hanging the test (the
+    // sweep may run late on a loaded machine).
+    let guard = Duration::from_secs(30);
     assert!(
-        stalled.closed_within(WAIT),
+        stalled.closed_within(guard),
         "a stalled handshake stays open"
     );
-    assert!(silent.closed_within(WAIT), "a silent connection stays open");
+    assert!(
+        silent.closed_within(guard),
+        "a silent connection stays open"
+    );
     // The served connection goes on.
     assert_eq!(get(&mut s, &scrape_target(&[H])).0, 200);
     server.shutdown().unwrap();

@@ -294,14 +294,9 @@ impl Session {
 
     /// Gives back the buffers that hold nothing (a connection that waits).
     pub fn give_back(&mut self) {
-        if self.in_start == self.in_len {
-            self.inb = Vec::new();
-            self.in_start = 0;
-            self.in_len = 0;
-        }
+        self.release_in();
         if !self.wants_write() {
-            self.outb = Vec::new();
-            self.out_pos = 0;
+            self.release_out();
         }
         if self.spill_pos == self.spill.len() {
             self.spill = Vec::new();
@@ -406,13 +401,18 @@ impl Session {
                 Err(e) => return Err(e),
             }
         }
+        self.release_out();
+        Ok(true)
+    }
+
+    /// Puts the output buffer, all of it sent, back in the pool.
+    fn release_out(&mut self) {
         self.out_pos = 0;
         let mut out = std::mem::take(&mut self.outb);
         if out.capacity() > 0 && out.capacity() <= CHUNK + 2 * RECORD_OVERHEAD {
             out.clear();
             pool_up(&OUT_POOL, out);
         }
-        Ok(true)
     }
 
     /// Puts the input buffer back in the pool once it holds nothing.
@@ -437,11 +437,8 @@ impl Session {
         plain: &[u8],
         close: bool,
     ) -> Result<Pumped, rustls::Error> {
-        use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError};
+        use rustls::unbuffered::ConnectionState;
         let mut done = Pumped::default();
-        if self.outb.capacity() == 0 {
-            self.outb = take_out();
-        }
         loop {
             let status = self
                 .conn
@@ -480,22 +477,7 @@ impl Session {
                     }
                 }
                 Ok(ConnectionState::EncodeTlsData(mut e)) => {
-                    let start = self.outb.len();
-                    let mut room = 2_048;
-                    loop {
-                        self.outb.resize(start + room, 0);
-                        match e.encode(&mut self.outb[start..]) {
-                            Ok(n) => {
-                                self.outb.truncate(start + n);
-                                break;
-                            }
-                            Err(EncodeError::InsufficientSize(s)) => room = s.required_size,
-                            Err(EncodeError::AlreadyEncoded) => {
-                                self.outb.truncate(start);
-                                break;
-                            }
-                        }
-                    }
+                    append(&mut self.outb, 2_048, |out| encoded(e.encode(out)));
                 }
                 // What `outb` holds leaves before anything queued after it.
                 Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
@@ -506,40 +488,20 @@ impl Session {
                 }
                 Ok(ConnectionState::WriteTraffic(mut w)) => {
                     more = false;
-                    let mut encrypt = |data: &[u8], outb: &mut Vec<u8>, close: bool| {
-                        let start = outb.len();
-                        let mut room = data.len() + RECORD_OVERHEAD;
-                        loop {
-                            outb.resize(start + room, 0);
-                            let r = if close {
-                                w.queue_close_notify(&mut outb[start..])
-                            } else {
-                                w.encrypt(data, &mut outb[start..])
-                            };
-                            match r {
-                                Ok(n) => {
-                                    outb.truncate(start + n);
-                                    return Ok(());
-                                }
-                                Err(EncryptError::InsufficientSize(s)) => room = s.required_size,
-                                Err(e) => {
-                                    outb.truncate(start);
-                                    return Err(rustls::Error::General(e.to_string()));
-                                }
-                            }
-                        }
-                    };
                     let take = plain.len().min(CHUNK);
-                    if take > 0 {
-                        match encrypt(&plain[..take], &mut self.outb, false) {
-                            Ok(()) => done.written = take,
-                            Err(e) => failure = Some(e),
-                        }
-                    }
-                    if close && failure.is_none() {
-                        if let Err(e) = encrypt(&[], &mut self.outb, true) {
-                            failure = Some(e);
-                        }
+                    let data = &plain[..take];
+                    let sealed = (take == 0
+                        || append(&mut self.outb, take + RECORD_OVERHEAD, |out| {
+                            encrypted(w.encrypt(data, out))
+                        }))
+                        && (!close
+                            || append(&mut self.outb, RECORD_OVERHEAD, |out| {
+                                encrypted(w.queue_close_notify(out))
+                            }));
+                    if sealed {
+                        done.written = take;
+                    } else {
+                        failure = Some(rustls::Error::EncryptError);
                     }
                 }
                 Ok(ConnectionState::BlockedHandshake) => more = false,
@@ -579,12 +541,56 @@ impl Session {
             let Ok(ConnectionState::EncodeTlsData(mut e)) = status.state else {
                 break;
             };
-            let start = self.outb.len();
-            self.outb.resize(start + 256, 0);
-            let n = e.encode(&mut self.outb[start..]).unwrap_or(0);
-            self.outb.truncate(start + n);
+            append(&mut self.outb, 256, |out| encoded(e.encode(out)));
             self.consume(discard);
         }
+    }
+}
+
+/// Appends to `outb` (taken from the pool when it has no buffer) what `write` puts into the
+/// space it is given: first `room` bytes, then as many as `write` says it needs
+/// (`Err(Some(n))`). False when `write` gives up (`Err(None)`), with nothing appended.
+fn append(
+    outb: &mut Vec<u8>,
+    room: usize,
+    mut write: impl FnMut(&mut [u8]) -> Result<usize, Option<usize>>,
+) -> bool {
+    if outb.capacity() == 0 {
+        *outb = take_out();
+    }
+    let start = outb.len();
+    let mut room = room;
+    loop {
+        outb.resize(start + room, 0);
+        match write(&mut outb[start..]) {
+            Ok(n) => {
+                outb.truncate(start + n);
+                return true;
+            }
+            Err(Some(need)) => room = need,
+            Err(None) => {
+                outb.truncate(start);
+                return false;
+            }
+        }
+    }
+}
+
+/// An encoding's result as [`append`] takes it (encoded already: nothing to append).
+fn encoded(r: Result<usize, rustls::unbuffered::EncodeError>) -> Result<usize, Option<usize>> {
+    match r {
+        Ok(n) => Ok(n),
+        Err(rustls::unbuffered::EncodeError::InsufficientSize(s)) => Err(Some(s.required_size)),
+        Err(rustls::unbuffered::EncodeError::AlreadyEncoded) => Err(None),
+    }
+}
+
+/// An encryption's result as [`append`] takes it (the encrypter exhausted: it gives up).
+fn encrypted(r: Result<usize, rustls::unbuffered::EncryptError>) -> Result<usize, Option<usize>> {
+    match r {
+        Ok(n) => Ok(n),
+        Err(rustls::unbuffered::EncryptError::InsufficientSize(s)) => Err(Some(s.required_size)),
+        Err(_) => Err(None),
     }
 }
 
@@ -660,6 +666,16 @@ mod tests {
         eof: bool,
         /// Bytes handed out per read at most (a slow network).
         per_read: usize,
+    }
+
+    impl Pipe {
+        /// A pipe that hands out all it holds at each read.
+        fn whole() -> Pipe {
+            Pipe {
+                per_read: usize::MAX,
+                ..Pipe::default()
+            }
+        }
     }
 
     impl Read for Pipe {
@@ -809,10 +825,7 @@ mod tests {
         let (mut s, _) = session_and_client();
         // Handshake records (type 22) carrying the start of a 16 MB ClientHello, then more
         // records of it: the session refuses it, holding 64 KiB and one record at most.
-        let mut pipe = Pipe {
-            per_read: usize::MAX,
-            ..Pipe::default()
-        };
+        let mut pipe = Pipe::whole();
         let mut first = vec![22, 3, 1, 0x40, 0x00, 1, 0xff, 0xff, 0xff];
         first.resize(5 + 0x4000, 0);
         pipe.input.extend(first);
@@ -834,10 +847,7 @@ mod tests {
     #[test]
     fn garbage_is_refused_with_an_alert_and_the_session_stays_refused() {
         let (mut s, _) = session_and_client();
-        let mut pipe = Pipe {
-            per_read: usize::MAX,
-            ..Pipe::default()
-        };
+        let mut pipe = Pipe::whole();
         pipe.input
             .extend(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".iter().copied());
         pipe.input.extend([0xffu8; 64]);

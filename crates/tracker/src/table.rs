@@ -382,6 +382,15 @@ fn announcer(a: &PeerAnnounce) -> &[u8] {
     }
 }
 
+/// The address a remote delta's peer announced from (what [`announcer`] is for a local one).
+fn delta_announcer(d: &Delta) -> &[u8] {
+    if d.v6 {
+        &d.addr[..]
+    } else {
+        &d.addr[..6]
+    }
+}
+
 /// The address of a torrent's only peer, if it has exactly one (see [`crate::owners`]).
 fn sole<const I: usize, const O: usize>(t: &Torrent<I, O>) -> Option<owners::Key> {
     if t.peers() != 1 {
@@ -784,8 +793,8 @@ impl<const I: usize, const O: usize> SwarmTable for Table<I, O> {
             Entry::Occupied(o) => o.into_mut(),
             Entry::Vacant(v) => {
                 if d.stopped {
-                    let addr = if d.v6 { &d.addr[..] } else { &d.addr[..6] };
-                    if d.snatched && self.first_snatch(&mut shard.snatched, &d.info_hash, addr, now)
+                    let who = delta_announcer(d);
+                    if d.snatched && self.first_snatch(&mut shard.snatched, &d.info_hash, who, now)
                     {
                         let before = shard.idle.get(&d.info_hash).copied().unwrap_or(0);
                         self.keep_idle(shard, d.info_hash, before.saturating_add(1));
@@ -840,8 +849,9 @@ impl<const I: usize, const O: usize> SwarmTable for Table<I, O> {
         // A snatch counts once per client and torrent within the peer timeout, as a local
         // one does: a delta Redis delivers twice (a subscription on a shard's master and on
         // its replica, after a failover) or late adds nothing more.
-        let addr = if d.v6 { &d.addr[..] } else { &d.addr[..6] };
-        if d.snatched && self.first_snatch(&mut shard.snatched, &d.info_hash, addr, now) {
+        if d.snatched
+            && self.first_snatch(&mut shard.snatched, &d.info_hash, delta_announcer(d), now)
+        {
             t.completed = t.completed.saturating_add(1);
         }
         let (s1, p1) = (t.seeders(), t.peers());
